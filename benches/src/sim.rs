@@ -1,0 +1,879 @@
+//! Miss-ratio simulation: the [`SimCache`] adapter trait, one adapter per
+//! cache under test, equal-memory-budget calibration, and the replay loops
+//! over the CloudPhysics trace and the synthetic Twitter workloads.
+//!
+//! Caches:
+//! * [`SegcacheSim`] — the `segcache` crate on a [`segcache::ManualClock`]
+//!   driven by simulated time (behind the default `segcache-adapter` feature).
+//! * [`MokaSim`] — `moka::sync::Cache` with a byte weigher and per-entry TTL
+//!   through moka's `Expiry` trait.
+//! * [`QuickSim`] — `quick_cache::unsync::Cache` with a byte `Weighter`.
+//! * [`LruSim`] — `lru::LruCache` (unbounded) plus a byte budget enforced by
+//!   popping the LRU entry until the new entry fits.
+//! * [`ObjLru`] / [`ObjFifo`] — reference policies that count only object
+//!   (value) bytes, used to check the replay against libCacheSim's numbers.
+//!
+//! Peers store real value bytes, so everything a cache allocates is visible to
+//! the counting allocator ([`crate::alloc`]). Equal budget: each peer's
+//! weigher charges `key + value + per_item_overhead`, where the overhead (and
+//! the cache's fixed cost) is measured by filling an instance with items of
+//! the workload's typical size; the weight capacity is then corrected once so
+//! that a full cache's real allocated bytes match the budget.
+//!
+//! TTL: simulated time is far faster than wall time, so peers cannot use
+//! their own (wall-clock) expiry to follow it. Every peer adapter therefore
+//! checks the simulated expiry time lazily on `get` (an expired entry is
+//! removed and counted as a miss); moka's `Expiry` is still installed with
+//! the TTL as a wall-clock duration, so its timer-wheel bookkeeping is paid
+//! in memory. Segcache follows simulated time natively and expires whole
+//! segments proactively.
+
+use crate::alloc;
+use crate::trace::Record;
+use crate::twitter::{Action, Workload};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A cache as seen by the simulator. `now_secs` is simulated time.
+pub trait SimCache {
+    /// Display name.
+    fn name(&self) -> String;
+    /// Lookup; true on a hit.
+    fn get(&mut self, key: &[u8], now_secs: u64) -> bool;
+    /// Store `value_len` bytes under `key`, expiring `ttl_secs` after `now_secs`.
+    fn set(&mut self, key: &[u8], value_len: usize, ttl_secs: Option<u32>, now_secs: u64);
+    /// Remove `key`.
+    fn delete(&mut self, key: &[u8]);
+    /// Finish deferred internal work (e.g. moka's pending evictions) so that
+    /// a memory measurement sees the settled state.
+    fn settle(&mut self) {}
+}
+
+/// Expiry instant in simulated seconds; `u64::MAX` means never.
+fn expire_at(ttl_secs: Option<u32>, now_secs: u64) -> u64 {
+    match ttl_secs {
+        Some(t) if t > 0 => now_secs.saturating_add(t as u64),
+        _ => u64::MAX,
+    }
+}
+
+/// A stored value: real bytes plus simulated-time expiry.
+#[derive(Debug)]
+pub struct Val {
+    data: Box<[u8]>,
+    expire_at: u64,
+    ttl_secs: u32,
+}
+
+impl Val {
+    fn new(value_len: usize, ttl_secs: Option<u32>, now_secs: u64) -> Val {
+        Val {
+            data: vec![0u8; value_len].into_boxed_slice(),
+            expire_at: expire_at(ttl_secs, now_secs),
+            ttl_secs: ttl_secs.unwrap_or(0),
+        }
+    }
+}
+
+/// Per-entry cost model used by the byte-weighted peers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sizing {
+    /// Bytes charged per entry on top of key and value bytes.
+    pub per_item: usize,
+    /// Weight capacity handed to the cache.
+    pub capacity: u64,
+}
+
+impl Sizing {
+    fn weight(&self, key_len: usize, value_len: usize) -> u64 {
+        (key_len + value_len + self.per_item) as u64
+    }
+}
+
+// ---------------------------------------------------------------- moka
+
+/// `moka::sync::Cache` adapter.
+pub struct MokaSim {
+    cache: moka::sync::Cache<Box<[u8]>, Arc<Val>>,
+}
+
+struct WallTtl;
+
+impl moka::Expiry<Box<[u8]>, Arc<Val>> for WallTtl {
+    fn expire_after_create(
+        &self,
+        _key: &Box<[u8]>,
+        value: &Arc<Val>,
+        _created_at: Instant,
+    ) -> Option<Duration> {
+        (value.ttl_secs > 0).then(|| Duration::from_secs(value.ttl_secs as u64))
+    }
+
+    fn expire_after_update(
+        &self,
+        _key: &Box<[u8]>,
+        value: &Arc<Val>,
+        _updated_at: Instant,
+        _duration_until_expiry: Option<Duration>,
+    ) -> Option<Duration> {
+        (value.ttl_secs > 0).then(|| Duration::from_secs(value.ttl_secs as u64))
+    }
+}
+
+impl MokaSim {
+    pub fn new(sizing: Sizing) -> MokaSim {
+        let per_item = sizing.per_item;
+        let cache = moka::sync::Cache::builder()
+            .max_capacity(sizing.capacity)
+            .weigher(move |k: &Box<[u8]>, v: &Arc<Val>| {
+                (k.len() + v.data.len() + per_item).min(u32::MAX as usize) as u32
+            })
+            .expire_after(WallTtl)
+            .build();
+        MokaSim { cache }
+    }
+}
+
+impl SimCache for MokaSim {
+    fn name(&self) -> String {
+        "moka".into()
+    }
+    fn get(&mut self, key: &[u8], now_secs: u64) -> bool {
+        match self.cache.get(key) {
+            Some(v) if v.expire_at > now_secs => true,
+            Some(_) => {
+                self.cache.invalidate(key);
+                false
+            }
+            None => false,
+        }
+    }
+    fn set(&mut self, key: &[u8], value_len: usize, ttl_secs: Option<u32>, now_secs: u64) {
+        let v = Arc::new(Val::new(value_len, ttl_secs, now_secs));
+        self.cache.insert(key.into(), v);
+    }
+    fn delete(&mut self, key: &[u8]) {
+        self.cache.invalidate(key);
+    }
+    fn settle(&mut self) {
+        self.cache.run_pending_tasks();
+    }
+}
+
+// ---------------------------------------------------------- quick_cache
+
+#[derive(Clone)]
+struct ByteWeighter(usize);
+
+impl quick_cache::Weighter<Box<[u8]>, Val> for ByteWeighter {
+    fn weight(&self, key: &Box<[u8]>, val: &Val) -> u64 {
+        (key.len() + val.data.len() + self.0) as u64
+    }
+}
+
+/// `quick_cache::unsync::Cache` adapter.
+pub struct QuickSim {
+    cache: quick_cache::unsync::Cache<Box<[u8]>, Val, ByteWeighter>,
+}
+
+impl QuickSim {
+    /// `typical_weight` sizes quick_cache's item-count estimate.
+    pub fn new(sizing: Sizing, typical_weight: u64) -> QuickSim {
+        let est = (sizing.capacity / typical_weight.max(1)).max(16) as usize;
+        QuickSim {
+            cache: quick_cache::unsync::Cache::with_weighter(
+                est,
+                sizing.capacity,
+                ByteWeighter(sizing.per_item),
+            ),
+        }
+    }
+}
+
+impl SimCache for QuickSim {
+    fn name(&self) -> String {
+        "quick_cache".into()
+    }
+    fn get(&mut self, key: &[u8], now_secs: u64) -> bool {
+        match self.cache.get(key) {
+            Some(v) if v.expire_at > now_secs => true,
+            Some(_) => {
+                self.cache.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+    fn set(&mut self, key: &[u8], value_len: usize, ttl_secs: Option<u32>, now_secs: u64) {
+        self.cache
+            .insert(key.into(), Val::new(value_len, ttl_secs, now_secs));
+    }
+    fn delete(&mut self, key: &[u8]) {
+        self.cache.remove(key);
+    }
+}
+
+// ------------------------------------------------------------------ lru
+
+/// `lru::LruCache` adapter with a byte budget.
+pub struct LruSim {
+    cache: lru::LruCache<Box<[u8]>, Val>,
+    sizing: Sizing,
+    used: u64,
+}
+
+impl LruSim {
+    pub fn new(sizing: Sizing) -> LruSim {
+        LruSim {
+            cache: lru::LruCache::unbounded(),
+            sizing,
+            used: 0,
+        }
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        if let Some(v) = self.cache.pop(key) {
+            self.used -= self.sizing.weight(key.len(), v.data.len());
+        }
+    }
+}
+
+impl SimCache for LruSim {
+    fn name(&self) -> String {
+        "lru".into()
+    }
+    fn get(&mut self, key: &[u8], now_secs: u64) -> bool {
+        match self.cache.get(key) {
+            Some(v) if v.expire_at > now_secs => true,
+            Some(_) => {
+                self.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+    fn set(&mut self, key: &[u8], value_len: usize, ttl_secs: Option<u32>, now_secs: u64) {
+        self.remove(key);
+        let w = self.sizing.weight(key.len(), value_len);
+        if w > self.sizing.capacity {
+            return;
+        }
+        while self.used + w > self.sizing.capacity {
+            let (k, v) = self.cache.pop_lru().expect("used > 0 implies entries");
+            self.used -= self.sizing.weight(k.len(), v.data.len());
+        }
+        self.cache
+            .put(key.into(), Val::new(value_len, ttl_secs, now_secs));
+        self.used += w;
+    }
+    fn delete(&mut self, key: &[u8]) {
+        self.remove(key);
+    }
+}
+
+// ------------------------------------------------------------- segcache
+
+/// `segcache::Segcache` adapter on simulated time.
+#[cfg(feature = "segcache-adapter")]
+pub struct SegcacheSim {
+    cache: segcache::Segcache,
+    clock: segcache::ManualClock,
+    label: String,
+}
+
+/// A value source for segcache sets: values are all zero bytes and this
+/// static buffer is never allocated on the heap.
+#[cfg(feature = "segcache-adapter")]
+static ZEROS: [u8; 1 << 20] = [0u8; 1 << 20];
+
+#[cfg(feature = "segcache-adapter")]
+impl SegcacheSim {
+    /// Build with explicit parameters.
+    pub fn with_params(
+        heap_size: usize,
+        segment_size: usize,
+        hash_power: u8,
+        eviction: segcache::Eviction,
+    ) -> Result<SegcacheSim, segcache::Error> {
+        let clock = segcache::ManualClock::new();
+        let cache = segcache::Segcache::builder()
+            .heap_size(heap_size)
+            .segment_size(segment_size as _)
+            .hash_power(hash_power as _)
+            .eviction(eviction)
+            .clock(clock.clone())
+            .build()?;
+        Ok(SegcacheSim {
+            cache,
+            clock,
+            label: "segcache".into(),
+        })
+    }
+
+    /// Bytes of the cache's fixed structures as reported by `stats()`.
+    pub fn reported_bytes(&self) -> usize {
+        let s = self.cache.stats();
+        s.heap_bytes as usize + s.hash_table_bytes as usize
+    }
+
+    /// The inner cache.
+    pub fn inner(&self) -> &segcache::Segcache {
+        &self.cache
+    }
+
+    /// Build a cache whose total allocated bytes (heap, hash table, segment
+    /// headers) come to about `budget`, with the hash table about 10% of it.
+    /// Uses the counting allocator when installed, else `stats()`.
+    pub fn for_budget(budget: usize, segment_size: usize) -> Result<SegcacheSim, String> {
+        let err = |e: segcache::Error| format!("segcache build: {e:?}");
+        let segment_size = segment_size.min(budget / 8).max(4096).next_power_of_two();
+        // Probe: table bytes per bucket and fixed bytes at a known size.
+        let probe_hp = 10u8;
+        let probe_heap = segment_size * 4;
+        let before = alloc::live_bytes();
+        let probe = Self::with_params(probe_heap, segment_size, probe_hp, segcache::Eviction::Merge)
+            .map_err(err)?;
+        let probe_total = if alloc::installed() {
+            alloc::live_bytes() - before
+        } else {
+            probe.reported_bytes()
+        };
+        let table_per_bucket =
+            (probe.cache.stats().hash_table_bytes as usize >> probe_hp).max(1);
+        drop(probe);
+        let mut hp = probe_hp;
+        while hp < 32 && (table_per_bucket << (hp + 1)) <= budget / 10 {
+            hp += 1;
+        }
+        // Non-heap, non-table overhead per heap byte (segment headers).
+        let other = probe_total
+            .saturating_sub(probe_heap)
+            .saturating_sub(table_per_bucket << probe_hp) as f64
+            / probe_heap as f64;
+        let table = table_per_bucket << hp;
+        let heap = ((budget.saturating_sub(table)) as f64 / (1.0 + other)) as usize;
+        let heap = (heap / segment_size).max(2) * segment_size;
+        let mut sim =
+            Self::with_params(heap, segment_size, hp, segcache::Eviction::Merge).map_err(err)?;
+        sim.label = "segcache".into();
+        Ok(sim)
+    }
+}
+
+#[cfg(feature = "segcache-adapter")]
+impl SimCache for SegcacheSim {
+    fn name(&self) -> String {
+        self.label.clone()
+    }
+    fn get(&mut self, key: &[u8], now_secs: u64) -> bool {
+        self.clock.set(now_secs.min(u32::MAX as u64) as u32);
+        self.cache.get(key).is_some()
+    }
+    fn set(&mut self, key: &[u8], value_len: usize, ttl_secs: Option<u32>, now_secs: u64) {
+        self.clock.set(now_secs.min(u32::MAX as u64) as u32);
+        if value_len > ZEROS.len() {
+            return; // larger than any segment: cannot be stored
+        }
+        let ttl = ttl_secs
+            .filter(|&t| t > 0)
+            .map(|t| Duration::from_secs(t as u64));
+        let _ = self.cache.set(key, &ZEROS[..value_len], 0, ttl);
+    }
+    fn delete(&mut self, key: &[u8]) {
+        self.cache.delete(key);
+    }
+}
+
+// ------------------------------------------------- reference policies
+
+const NIL: usize = usize::MAX;
+
+struct Node {
+    key: Box<[u8]>,
+    size: u64,
+    prev: usize,
+    next: usize,
+}
+
+/// LRU that counts only object bytes (`value_len`), for checking the replay
+/// against reference miss counts. Insertion rule: evict from the LRU end
+/// until the object fits; an object larger than the cache is not inserted.
+pub struct ObjLru {
+    capacity: u64,
+    used: u64,
+    map: std::collections::HashMap<Box<[u8]>, usize>,
+    nodes: Vec<Node>,
+    free: Vec<usize>,
+    head: usize, // most recent
+    tail: usize, // least recent
+}
+
+impl ObjLru {
+    pub fn new(capacity: u64) -> ObjLru {
+        ObjLru {
+            capacity,
+            used: 0,
+            map: Default::default(),
+            nodes: Vec::new(),
+            free: Vec::new(),
+            head: NIL,
+            tail: NIL,
+        }
+    }
+
+    fn unlink(&mut self, i: usize) {
+        let (p, n) = (self.nodes[i].prev, self.nodes[i].next);
+        if p == NIL {
+            self.head = n;
+        } else {
+            self.nodes[p].next = n;
+        }
+        if n == NIL {
+            self.tail = p;
+        } else {
+            self.nodes[n].prev = p;
+        }
+    }
+
+    fn push_front(&mut self, i: usize) {
+        self.nodes[i].prev = NIL;
+        self.nodes[i].next = self.head;
+        if self.head != NIL {
+            self.nodes[self.head].prev = i;
+        }
+        self.head = i;
+        if self.tail == NIL {
+            self.tail = i;
+        }
+    }
+
+    fn remove_index(&mut self, i: usize) {
+        self.unlink(i);
+        let key = std::mem::take(&mut self.nodes[i].key);
+        self.map.remove(&key);
+        self.used -= self.nodes[i].size;
+        self.free.push(i);
+    }
+
+    /// Objects currently cached.
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// Whether the cache is empty.
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
+    /// Object bytes currently cached.
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+}
+
+impl SimCache for ObjLru {
+    fn name(&self) -> String {
+        "obj-lru".into()
+    }
+    fn get(&mut self, key: &[u8], _now_secs: u64) -> bool {
+        match self.map.get(key) {
+            Some(&i) => {
+                self.unlink(i);
+                self.push_front(i);
+                true
+            }
+            None => false,
+        }
+    }
+    fn set(&mut self, key: &[u8], value_len: usize, _ttl: Option<u32>, _now: u64) {
+        self.delete(key);
+        let size = value_len as u64;
+        if size > self.capacity {
+            return;
+        }
+        while self.used + size > self.capacity {
+            let t = self.tail;
+            self.remove_index(t);
+        }
+        let node = Node {
+            key: key.into(),
+            size,
+            prev: NIL,
+            next: NIL,
+        };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.nodes[i] = node;
+                i
+            }
+            None => {
+                self.nodes.push(node);
+                self.nodes.len() - 1
+            }
+        };
+        self.map.insert(key.into(), i);
+        self.push_front(i);
+        self.used += size;
+    }
+    fn delete(&mut self, key: &[u8]) {
+        if let Some(&i) = self.map.get(key) {
+            self.remove_index(i);
+        }
+    }
+}
+
+/// FIFO that counts only object bytes; same insertion rule as [`ObjLru`],
+/// hits do not reorder.
+pub struct ObjFifo {
+    capacity: u64,
+    used: u64,
+    /// key -> (size, generation of its queue entry)
+    map: std::collections::HashMap<Box<[u8]>, (u64, u64)>,
+    queue: std::collections::VecDeque<(Box<[u8]>, u64)>,
+    generation: u64,
+}
+
+impl ObjFifo {
+    pub fn new(capacity: u64) -> ObjFifo {
+        ObjFifo {
+            capacity,
+            used: 0,
+            map: Default::default(),
+            queue: Default::default(),
+            generation: 0,
+        }
+    }
+}
+
+impl SimCache for ObjFifo {
+    fn name(&self) -> String {
+        "obj-fifo".into()
+    }
+    fn get(&mut self, key: &[u8], _now_secs: u64) -> bool {
+        self.map.contains_key(key)
+    }
+    fn set(&mut self, key: &[u8], value_len: usize, _ttl: Option<u32>, _now: u64) {
+        self.delete(key);
+        let size = value_len as u64;
+        if size > self.capacity {
+            return;
+        }
+        while self.used + size > self.capacity {
+            let (k, g) = self.queue.pop_front().expect("used > 0 implies entries");
+            if let Some(&(s, live)) = self.map.get(&k) {
+                if live == g {
+                    self.map.remove(&k);
+                    self.used -= s;
+                }
+            }
+        }
+        self.generation += 1;
+        self.map.insert(key.into(), (size, self.generation));
+        self.queue.push_back((key.into(), self.generation));
+        self.used += size;
+    }
+    fn delete(&mut self, key: &[u8]) {
+        if let Some((s, _)) = self.map.remove(key) {
+            self.used -= s;
+        }
+    }
+}
+
+// ------------------------------------------------------- calibration
+
+/// Caches the CLI knows how to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Segcache,
+    Moka,
+    QuickCache,
+    Lru,
+}
+
+impl Kind {
+    /// Every cache, segcache first (the baseline for ratios).
+    pub const ALL: [Kind; 4] = [Kind::Segcache, Kind::Moka, Kind::QuickCache, Kind::Lru];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Segcache => "segcache",
+            Kind::Moka => "moka",
+            Kind::QuickCache => "quick_cache",
+            Kind::Lru => "lru",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.label() == s)
+    }
+}
+
+/// The items used to calibrate: `key_len`-byte keys (a counter padded) and
+/// `value_len`-byte values.
+#[derive(Debug, Clone, Copy)]
+pub struct Typical {
+    pub key_len: usize,
+    pub value_len: usize,
+}
+
+fn typical_key(i: u64, key_len: usize, buf: &mut Vec<u8>) {
+    buf.clear();
+    buf.extend_from_slice(&(i ^ 0xC0FF_EE00_0000_0000).to_le_bytes());
+    buf.resize(key_len.max(8), b't');
+}
+
+fn build_peer(kind: Kind, sizing: Sizing, typ: Typical) -> Box<dyn SimCache> {
+    let typical_weight = sizing.weight(typ.key_len, typ.value_len);
+    match kind {
+        Kind::Moka => Box::new(MokaSim::new(sizing)),
+        Kind::QuickCache => Box::new(QuickSim::new(sizing, typical_weight)),
+        Kind::Lru => Box::new(LruSim::new(sizing)),
+        Kind::Segcache => unreachable!("segcache is not weight-sized"),
+    }
+}
+
+/// Insert `n` typical items (no TTL) and return live bytes afterwards.
+fn fill(cache: &mut dyn SimCache, n: u64, typ: Typical) -> usize {
+    let mut key = Vec::new();
+    for i in 0..n {
+        typical_key(i, typ.key_len, &mut key);
+        cache.set(&key, typ.value_len, None, 0);
+    }
+    cache.settle();
+    alloc::live_bytes()
+}
+
+/// Work out a peer's [`Sizing`] for `budget` real bytes with the counting
+/// allocator. Without it (e.g. in unit tests) the weights are plain
+/// key+value bytes and the capacity is the budget.
+pub fn calibrate(kind: Kind, budget: usize, typ: Typical) -> Sizing {
+    let item = (typ.key_len.max(8) + typ.value_len) as u64;
+    let naive = Sizing {
+        per_item: 0,
+        capacity: budget as u64,
+    };
+    if !alloc::installed() || kind == Kind::Segcache {
+        return naive;
+    }
+    // Step 1: per-item and fixed overhead at roughly the final item count.
+    let n = (budget as u64 / item).clamp(64, 2_000_000);
+    let unbounded = Sizing {
+        per_item: 0,
+        capacity: u64::MAX / 4,
+    };
+    let base = alloc::live_bytes();
+    let mut c = build_peer(kind, unbounded, typ);
+    let empty = alloc::live_bytes().saturating_sub(base);
+    let full = fill(c.as_mut(), n, typ).saturating_sub(base);
+    drop(c);
+    let per_item = ((full.saturating_sub(empty)) as f64 / n as f64 - item as f64).max(0.0);
+    let mut sizing = Sizing {
+        per_item: per_item.round() as usize,
+        capacity: budget.saturating_sub(empty) as u64,
+    };
+    // Step 2: fill a budget-sized instance past capacity, correct once.
+    let per = sizing.weight(typ.key_len.max(8), typ.value_len);
+    let over = (sizing.capacity / per.max(1)) * 3 / 2 + 16;
+    let base = alloc::live_bytes();
+    let mut c = build_peer(kind, sizing, typ);
+    let real = fill(c.as_mut(), over, typ).saturating_sub(base);
+    drop(c);
+    if real > 0 {
+        let scale = budget as f64 / real as f64;
+        sizing.capacity = (sizing.capacity as f64 * scale) as u64;
+    }
+    sizing
+}
+
+/// Segment size used for a budget: 1 MiB, smaller for tiny budgets.
+pub const SEGMENT_SIZE: usize = 1 << 20;
+
+/// Build any cache for an equal real-memory `budget`.
+pub fn build(kind: Kind, budget: usize, typ: Typical) -> Result<Box<dyn SimCache>, String> {
+    match kind {
+        #[cfg(feature = "segcache-adapter")]
+        Kind::Segcache => Ok(Box::new(SegcacheSim::for_budget(budget, SEGMENT_SIZE)?)),
+        #[cfg(not(feature = "segcache-adapter"))]
+        Kind::Segcache => Err("built without the segcache-adapter feature".into()),
+        _ => Ok(build_peer(kind, calibrate(kind, budget, typ), typ)),
+    }
+}
+
+// ------------------------------------------------------------- replay
+
+/// Outcome of one replay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplayStats {
+    pub cache: String,
+    /// Requests replayed (all operations).
+    pub requests: u64,
+    /// Lookups (the miss-ratio denominator).
+    pub reads: u64,
+    pub misses: u64,
+    /// Live allocated bytes attributable to the cache at the end (0 when the
+    /// counting allocator is not installed).
+    pub end_bytes: usize,
+    pub wall: Duration,
+}
+
+impl ReplayStats {
+    pub fn miss_ratio(&self) -> f64 {
+        if self.reads == 0 {
+            0.0
+        } else {
+            self.misses as f64 / self.reads as f64
+        }
+    }
+}
+
+/// Replay an `oracleGeneral` trace: every request is a lookup of the 8-byte
+/// object id; a miss inserts the object (`obj_size` value bytes, no TTL).
+/// `base_bytes` is the live-bytes reading taken before the cache was built.
+pub fn replay_trace(cache: &mut dyn SimCache, trace: &[Record], base_bytes: usize) -> ReplayStats {
+    let start = Instant::now();
+    let mut misses = 0;
+    for r in trace {
+        let key = r.key();
+        let now = r.time as u64;
+        if !cache.get(&key, now) {
+            misses += 1;
+            cache.set(&key, r.obj_size as usize, None, now);
+        }
+    }
+    let wall = start.elapsed();
+    cache.settle();
+    ReplayStats {
+        cache: cache.name(),
+        requests: trace.len() as u64,
+        reads: trace.len() as u64,
+        misses,
+        end_bytes: alloc::live_bytes().saturating_sub(base_bytes),
+        wall,
+    }
+}
+
+/// Replay a synthetic Twitter stream as a look-aside cache: reads that miss
+/// are followed by a set of the key; writes set; deletes delete.
+pub fn replay_workload(cache: &mut dyn SimCache, workload: Workload, base_bytes: usize) -> ReplayStats {
+    let start = Instant::now();
+    let (mut requests, mut reads, mut misses) = (0, 0, 0);
+    let mut key = Vec::with_capacity(256);
+    for r in workload {
+        requests += 1;
+        r.write_key(&mut key);
+        let now = r.now_secs();
+        let ttl = Some(r.ttl_secs);
+        match r.op.action() {
+            Action::Read => {
+                reads += 1;
+                if !cache.get(&key, now) {
+                    misses += 1;
+                    cache.set(&key, r.value_len as usize, ttl, now);
+                }
+            }
+            Action::Write => cache.set(&key, r.value_len as usize, ttl, now),
+            Action::Delete => cache.delete(&key),
+        }
+    }
+    let wall = start.elapsed();
+    cache.settle();
+    ReplayStats {
+        cache: cache.name(),
+        requests,
+        reads,
+        misses,
+        end_bytes: alloc::live_bytes().saturating_sub(base_bytes),
+        wall,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::read_cloudphysics;
+
+    const MIB: u64 = 1 << 20;
+
+    fn misses(mk: impl Fn(u64) -> Box<dyn SimCache>, mib: u64, trace: &[Record]) -> u64 {
+        let mut c = mk(mib * MIB);
+        replay_trace(c.as_mut(), trace, 0).misses
+    }
+
+    #[test]
+    fn object_lru_reproduces_reference_miss_counts() {
+        let t = read_cloudphysics().expect("cloudPhysics trace");
+        let got: Vec<u64> = [128, 256, 512, 1024]
+            .iter()
+            .map(|&m| misses(|b| Box::new(ObjLru::new(b)), m, &t))
+            .collect();
+        assert_eq!(got, vec![93374, 89783, 81722, 71704]);
+    }
+
+    #[test]
+    fn object_fifo_reproduces_reference_miss_counts() {
+        let t = read_cloudphysics().expect("cloudPhysics trace");
+        let got: Vec<u64> = [128, 256, 512, 1024]
+            .iter()
+            .map(|&m| misses(|b| Box::new(ObjFifo::new(b)), m, &t))
+            .collect();
+        assert_eq!(got, vec![93403, 89386, 84025, 72140]);
+    }
+
+    #[test]
+    fn reference_policies_evict_in_order() {
+        let mut lru = ObjLru::new(30);
+        let mut fifo = ObjFifo::new(30);
+        for c in [&mut lru as &mut dyn SimCache, &mut fifo] {
+            c.set(b"a", 10, None, 0);
+            c.set(b"b", 10, None, 0);
+            c.set(b"c", 10, None, 0);
+            assert!(c.get(b"a", 0)); // LRU: a becomes most recent
+            c.set(b"d", 10, None, 0); // evicts b (LRU) / a (FIFO)
+            c.set(b"huge", 31, None, 0); // larger than the cache: ignored
+            assert!(!c.get(b"huge", 0));
+            assert!(c.get(b"c", 0) && c.get(b"d", 0));
+        }
+        assert!(lru.get(b"a", 0) && !lru.get(b"b", 0));
+        assert!(!fifo.get(b"a", 0) && fifo.get(b"b", 0));
+        assert_eq!(lru.used(), 30);
+        assert_eq!(lru.len(), 3);
+    }
+
+    fn peers(capacity: u64) -> Vec<Box<dyn SimCache>> {
+        let s = Sizing {
+            per_item: 0,
+            capacity,
+        };
+        vec![
+            Box::new(MokaSim::new(s)),
+            Box::new(QuickSim::new(s, 100)),
+            Box::new(LruSim::new(s)),
+        ]
+    }
+
+    #[test]
+    fn peers_follow_simulated_ttl_and_delete() {
+        for mut c in peers(1 << 20) {
+            c.set(b"short", 10, Some(5), 100);
+            c.set(b"forever", 10, None, 100);
+            assert!(c.get(b"short", 104), "{}", c.name());
+            assert!(!c.get(b"short", 105), "{} expired at 105", c.name());
+            assert!(c.get(b"forever", 1_000_000), "{}", c.name());
+            c.delete(b"forever");
+            assert!(!c.get(b"forever", 1_000_000), "{}", c.name());
+        }
+    }
+
+    #[test]
+    fn peers_stay_within_weight_budget() {
+        // 100 items of 1000+8 bytes into a 50_400-byte cache: at most 50 fit.
+        for mut c in peers(50_400) {
+            for i in 0u64..100 {
+                c.set(&i.to_le_bytes(), 1000, None, 0);
+            }
+            c.settle();
+            let held = (0u64..100).filter(|i| c.get(&i.to_le_bytes(), 0)).count();
+            assert!(held <= 50 && held >= 20, "{} holds {held}", c.name());
+        }
+    }
+}
