@@ -1,0 +1,1084 @@
+use super::*;
+
+const MAX: usize = 1 << 20;
+
+/// Parses a buffer holding exactly one request.
+fn one(buf: &[u8]) -> Request<'_> {
+    let (req, used) =
+        parse(buf, MAX).unwrap_or_else(|e| panic!("{:?}: {e:?}", buf.escape_ascii().to_string()));
+    assert_eq!(
+        used,
+        buf.len(),
+        "consumed for {:?}",
+        buf.escape_ascii().to_string()
+    );
+    req
+}
+
+fn err(buf: &[u8]) -> ParseError {
+    match parse(buf, MAX) {
+        Ok(r) => panic!("expected an error, got {r:?}"),
+        Err(e) => e,
+    }
+}
+
+fn reply_of(e: ParseError) -> Vec<u8> {
+    let mut out = Vec::new();
+    e.write_reply(&mut out);
+    out
+}
+
+fn keys(t: Tokens<'_>) -> Vec<&[u8]> {
+    t.collect()
+}
+
+/// Every strict prefix is `Incomplete`; the whole buffer parses and uses
+/// all of it.
+fn assert_incremental(buf: &[u8]) {
+    for i in 0..buf.len() {
+        assert_eq!(
+            parse(&buf[..i], MAX),
+            Err(ParseError::Incomplete),
+            "prefix {i} of {:?}",
+            buf.escape_ascii().to_string()
+        );
+    }
+    one(buf);
+}
+
+fn client_error(msg: &'static str, consumed: usize, noreply: bool) -> ParseError {
+    ParseError::ClientError {
+        msg,
+        consumed,
+        noreply,
+    }
+}
+
+// --- retrieval ---------------------------------------------------------
+
+#[test]
+fn get_single_and_multi() {
+    match one(b"get foo\r\n") {
+        Request::Get { keys: k, cas } => {
+            assert!(!cas);
+            assert_eq!(keys(k), vec![&b"foo"[..]]);
+        }
+        r => panic!("{r:?}"),
+    }
+    match one(b"gets a bb  ccc\r\n") {
+        Request::Get { keys: k, cas } => {
+            assert!(cas);
+            assert_eq!(keys(k), vec![&b"a"[..], b"bb", b"ccc"]);
+        }
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
+fn get_accepts_bare_newline_and_extra_spaces() {
+    match one(b"  get   k1 k2  \n") {
+        Request::Get { keys: k, .. } => assert_eq!(keys(k), vec![&b"k1"[..], b"k2"]),
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
+fn get_without_key_is_error() {
+    assert_eq!(err(b"get\r\n"), ParseError::UnknownCommand { consumed: 5 });
+    assert_eq!(
+        err(b"gets   \r\n"),
+        ParseError::UnknownCommand { consumed: 9 }
+    );
+    assert_eq!(reply_of(err(b"get\r\n")), b"ERROR\r\n");
+}
+
+#[test]
+fn get_many_keys() {
+    let mut buf = b"get".to_vec();
+    for i in 0..100 {
+        buf.extend_from_slice(format!(" key{i}").as_bytes());
+    }
+    buf.extend_from_slice(b"\r\n");
+    match one(&buf) {
+        Request::Get { keys: k, .. } => {
+            assert_eq!(k.count(), 100);
+            assert_eq!(k.clone().nth(42), Some(&b"key42"[..]));
+        }
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
+fn gat_and_gats() {
+    match one(b"gat 100 a b\r\n") {
+        Request::Gat {
+            exptime,
+            keys: k,
+            cas,
+        } => {
+            assert_eq!(exptime, 100);
+            assert!(!cas);
+            assert_eq!(keys(k), vec![&b"a"[..], b"b"]);
+        }
+        r => panic!("{r:?}"),
+    }
+    match one(b"gats -1 a\r\n") {
+        Request::Gat { exptime, cas, .. } => {
+            assert_eq!(exptime, -1);
+            assert!(cas);
+        }
+        r => panic!("{r:?}"),
+    }
+    // memcached accepts a gat without keys (reply: END)
+    match one(b"gat 5\r\n") {
+        Request::Gat { keys: k, .. } => assert!(k.is_empty()),
+        r => panic!("{r:?}"),
+    }
+    assert_eq!(err(b"gat\r\n"), ParseError::UnknownCommand { consumed: 5 });
+    assert_eq!(
+        err(b"gat x a\r\n"),
+        client_error(msg::INVALID_EXPTIME, 9, false)
+    );
+}
+
+#[test]
+fn key_length_limit() {
+    let ok = "k".repeat(MAX_KEY_LEN);
+    let long = "k".repeat(MAX_KEY_LEN + 1);
+    for (cmd, tail) in [
+        ("get", ""),
+        ("gets x", ""),
+        ("gat 1", ""),
+        ("delete", ""),
+        ("incr", " 1"),
+        ("decr", " 1"),
+        ("touch", " 1"),
+        ("mg", " v"),
+        ("md", ""),
+        ("ma", ""),
+    ] {
+        let good = format!("{cmd} {ok}{tail}\r\n");
+        one(good.as_bytes());
+        let bad = format!("{cmd} {long}{tail}\r\n");
+        assert_eq!(
+            err(bad.as_bytes()),
+            client_error(msg::BAD_FORMAT, bad.len(), false),
+            "{cmd}"
+        );
+        assert_eq!(
+            reply_of(err(bad.as_bytes())),
+            b"CLIENT_ERROR bad command line format\r\n"
+        );
+    }
+    let good = format!("set {ok} 0 0 1\r\nx\r\n");
+    one(good.as_bytes());
+    let bad_line = format!("set {long} 0 0 1\r\n");
+    let bad = format!("{bad_line}x\r\n");
+    // Like memcached, only the line is consumed; the data is read as a
+    // command next.
+    assert_eq!(
+        err(bad.as_bytes()),
+        client_error(msg::BAD_FORMAT, bad_line.len(), false)
+    );
+    let good = format!("ms {ok} 1\r\nx\r\n");
+    one(good.as_bytes());
+    let bad = format!("ms {long} 1\r\nx\r\n");
+    assert!(matches!(
+        err(bad.as_bytes()),
+        ParseError::ClientError {
+            msg: msg::BAD_FORMAT,
+            ..
+        }
+    ));
+}
+
+// --- storage -----------------------------------------------------------
+
+#[test]
+fn set_family() {
+    for (name, command) in [
+        ("set", StoreCommand::Set),
+        ("add", StoreCommand::Add),
+        ("replace", StoreCommand::Replace),
+        ("append", StoreCommand::Append),
+        ("prepend", StoreCommand::Prepend),
+    ] {
+        let buf = format!("{name} key 42 3600 5\r\nhello\r\n");
+        assert_eq!(
+            one(buf.as_bytes()),
+            Request::Store {
+                command,
+                key: b"key",
+                flags: 42,
+                exptime: 3600,
+                value: b"hello",
+                cas: 0,
+                noreply: false,
+            }
+        );
+        let buf = format!("{name} key 0 0 0 noreply\r\n\r\n");
+        assert_eq!(
+            one(buf.as_bytes()),
+            Request::Store {
+                command,
+                key: b"key",
+                flags: 0,
+                exptime: 0,
+                value: b"",
+                cas: 0,
+                noreply: true,
+            }
+        );
+    }
+}
+
+#[test]
+fn cas_command() {
+    assert_eq!(
+        one(b"cas k 1 2 3 99\r\nabc\r\n"),
+        Request::Store {
+            command: StoreCommand::Cas,
+            key: b"k",
+            flags: 1,
+            exptime: 2,
+            value: b"abc",
+            cas: 99,
+            noreply: false,
+        }
+    );
+    assert!(matches!(
+        one(b"cas k 1 2 3 18446744073709551615 noreply\r\nabc\r\n"),
+        Request::Store {
+            cas: u64::MAX,
+            noreply: true,
+            ..
+        }
+    ));
+    // cas without the unique is a wrong argument count
+    assert_eq!(
+        err(b"cas k 1 2 3\r\nabc\r\n"),
+        ParseError::UnknownCommand { consumed: 13 }
+    );
+    assert_eq!(
+        err(b"cas k 1 2 3 x\r\nabc\r\n"),
+        client_error(msg::BAD_FORMAT, 15, false)
+    );
+}
+
+#[test]
+fn set_extremes() {
+    assert!(matches!(
+        one(b"set k 4294967295 -1 1\r\nx\r\n"),
+        Request::Store {
+            flags: u32::MAX,
+            exptime: -1,
+            ..
+        }
+    ));
+    // flags beyond u32
+    assert_eq!(
+        err(b"set k 4294967296 0 1\r\nx\r\n"),
+        client_error(msg::BAD_FORMAT, 22, false)
+    );
+}
+
+#[test]
+fn binary_value_with_crlf() {
+    let value = b"\r\nEND\r\n\0\xff get x\r\n";
+    let mut buf = format!("set bin 7 0 {}\r\n", value.len()).into_bytes();
+    buf.extend_from_slice(value);
+    buf.extend_from_slice(b"\r\n");
+    match one(&buf) {
+        Request::Store { value: v, .. } => assert_eq!(v, value),
+        r => panic!("{r:?}"),
+    }
+    assert_incremental(&buf);
+}
+
+#[test]
+fn set_wrong_arg_count_is_error() {
+    for line in [
+        &b"set k 0 0\r\n"[..],
+        b"set\r\n",
+        b"set k 0 0 1 noreply extra\r\n",
+        b"add k\r\n",
+        b"append k 0\r\n",
+    ] {
+        assert_eq!(
+            err(line),
+            ParseError::UnknownCommand {
+                consumed: line.len()
+            },
+            "{:?}",
+            line.escape_ascii().to_string()
+        );
+    }
+}
+
+#[test]
+fn set_malformed_numbers() {
+    for line in [
+        &b"set k x 0 1\r\n"[..],
+        b"set k 0 x 1\r\n",
+        b"set k 0 0 x\r\n",
+        b"set k -1 0 1\r\n",
+        b"set k 0 0 -1\r\n",
+        b"set k 0 0 1x\r\n",
+        b"set k 0 0 2147483646\r\n",
+        b"set k 0 99999999999999999999 1\r\n",
+        b"set k 0 0 99999999999999999999999\r\n",
+    ] {
+        let e = err(line);
+        assert_eq!(
+            e,
+            client_error(msg::BAD_FORMAT, line.len(), false),
+            "{:?}",
+            line.escape_ascii().to_string()
+        );
+        assert_eq!(reply_of(e), b"CLIENT_ERROR bad command line format\r\n");
+    }
+    // the largest length memcached parses is fine (then too large)
+    assert!(matches!(
+        err(b"set k 0 0 2147483645\r\n"),
+        ParseError::TooLarge { .. }
+    ));
+}
+
+#[test]
+fn set_malformed_noreply_is_silent() {
+    let e = err(b"set k x 0 1 noreply\r\n");
+    assert_eq!(e, client_error(msg::BAD_FORMAT, 21, true));
+    assert!(reply_of(e).is_empty());
+}
+
+#[test]
+fn set_extra_token_not_noreply_is_ignored() {
+    // memcached's set_noreply_maybe only looks for a trailing "noreply"
+    assert!(matches!(
+        one(b"set k 0 0 1 whatever\r\nx\r\n"),
+        Request::Store { noreply: false, .. }
+    ));
+}
+
+#[test]
+fn bad_data_chunk() {
+    let buf = b"set k 0 0 3\r\nabcde\r\n";
+    let e = err(buf);
+    // the block is read as `bytes` + 2 and dropped, as memcached does
+    assert_eq!(e, client_error(msg::BAD_DATA_CHUNK, 13 + 5, false));
+    assert_eq!(reply_of(e), b"CLIENT_ERROR bad data chunk\r\n");
+    // what follows the block is parsed next
+    // (here the leftover `\r\n` is an empty command line, as in memcached)
+    assert_eq!(err(&buf[18..]), ParseError::UnknownCommand { consumed: 2 });
+    let e = err(b"set k 0 0 3 noreply\r\nabc\n\n");
+    assert_eq!(e, client_error(msg::BAD_DATA_CHUNK, 26, true));
+    assert!(reply_of(e).is_empty());
+    // a bare \n at the end of the data is not enough
+    assert!(matches!(
+        err(b"set k 0 0 1\r\nx\nget k\r\n"),
+        ParseError::ClientError {
+            msg: msg::BAD_DATA_CHUNK,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn too_large_value() {
+    let line = b"set big 0 0 100\r\n";
+    // nothing of the value has arrived yet: still TooLarge at once
+    let e = parse(line, 10).unwrap_err();
+    assert_eq!(
+        e,
+        ParseError::TooLarge {
+            swallow: line.len() + 102,
+            noreply: false,
+            command: StoreCommand::Set,
+            key_at: 4,
+            key_len: 3,
+        }
+    );
+    assert_eq!(e.consumed(), Some(line.len() + 102));
+    assert_eq!(e.too_large_key(line), Some(&b"big"[..]));
+    assert_eq!(reply_of(e), b"SERVER_ERROR object too large for cache\r\n");
+    // exactly max_value is fine
+    let mut buf = b"set k 0 0 10\r\n".to_vec();
+    buf.extend_from_slice(&[b'x'; 10]);
+    buf.extend_from_slice(b"\r\n");
+    assert!(parse(&buf, 10).is_ok());
+    assert!(matches!(
+        parse(&buf, 9),
+        Err(ParseError::TooLarge { swallow, .. }) if swallow == buf.len()
+    ));
+    // noreply: silent, still swallowed; not a set: no key to unlink
+    let buf = b"append k 0 0 11 noreply\r\n";
+    let e = parse(buf, 10).unwrap_err();
+    assert!(matches!(
+        e,
+        ParseError::TooLarge {
+            noreply: true,
+            swallow: 38,
+            ..
+        }
+    ));
+    assert!(reply_of(e).is_empty());
+    assert_eq!(e.too_large_key(buf), None);
+}
+
+#[test]
+fn too_large_then_next_request_after_swallow() {
+    let mut stream = b"set big 0 0 20\r\n".to_vec();
+    stream.extend_from_slice(&[b'z'; 20]);
+    stream.extend_from_slice(b"\r\nget k\r\n");
+    let swallow = match parse(&stream[..20], 10) {
+        Err(ParseError::TooLarge { swallow, .. }) => swallow,
+        r => panic!("{r:?}"),
+    };
+    assert_eq!(swallow, 16 + 22);
+    assert!(matches!(
+        parse(&stream[swallow..], 10),
+        Ok((Request::Get { .. }, 7))
+    ));
+}
+
+// --- other classic commands --------------------------------------------
+
+#[test]
+fn delete_forms() {
+    assert_eq!(
+        one(b"delete k\r\n"),
+        Request::Delete {
+            key: b"k",
+            noreply: false
+        }
+    );
+    assert_eq!(
+        one(b"delete k noreply\r\n"),
+        Request::Delete {
+            key: b"k",
+            noreply: true
+        }
+    );
+    assert_eq!(
+        one(b"delete k 0\r\n"),
+        Request::Delete {
+            key: b"k",
+            noreply: false
+        }
+    );
+    assert_eq!(
+        one(b"delete k 0 noreply\r\n"),
+        Request::Delete {
+            key: b"k",
+            noreply: true
+        }
+    );
+    let e = err(b"delete k 5\r\n");
+    assert_eq!(e, client_error(msg::DELETE_USAGE, 12, false));
+    assert_eq!(
+        reply_of(e),
+        b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n"
+    );
+    assert_eq!(
+        err(b"delete k 5 noreply\r\n"),
+        client_error(msg::DELETE_USAGE, 20, true)
+    );
+    assert_eq!(
+        err(b"delete\r\n"),
+        ParseError::UnknownCommand { consumed: 8 }
+    );
+    assert_eq!(
+        err(b"delete k 0 noreply x\r\n"),
+        ParseError::UnknownCommand { consumed: 22 }
+    );
+}
+
+#[test]
+fn incr_decr() {
+    assert_eq!(
+        one(b"incr n 5\r\n"),
+        Request::Incr {
+            key: b"n",
+            delta: 5,
+            noreply: false
+        }
+    );
+    assert_eq!(
+        one(b"decr n 18446744073709551615 noreply\r\n"),
+        Request::Decr {
+            key: b"n",
+            delta: u64::MAX,
+            noreply: true
+        }
+    );
+    for line in [
+        &b"incr n -1\r\n"[..],
+        b"incr n x\r\n",
+        b"decr n 18446744073709551616\r\n",
+    ] {
+        let e = err(line);
+        assert_eq!(e, client_error(msg::INVALID_DELTA, line.len(), false));
+        assert_eq!(
+            reply_of(e),
+            b"CLIENT_ERROR invalid numeric delta argument\r\n"
+        );
+    }
+    assert_eq!(
+        err(b"incr n\r\n"),
+        ParseError::UnknownCommand { consumed: 8 }
+    );
+}
+
+#[test]
+fn touch() {
+    assert_eq!(
+        one(b"touch k 10\r\n"),
+        Request::Touch {
+            key: b"k",
+            exptime: 10,
+            noreply: false
+        }
+    );
+    assert_eq!(
+        one(b"touch k -1 noreply\r\n"),
+        Request::Touch {
+            key: b"k",
+            exptime: -1,
+            noreply: true
+        }
+    );
+    assert_eq!(
+        err(b"touch k x\r\n"),
+        client_error(msg::INVALID_EXPTIME, 11, false)
+    );
+    assert_eq!(
+        err(b"touch k\r\n"),
+        ParseError::UnknownCommand { consumed: 9 }
+    );
+}
+
+#[test]
+fn flush_all() {
+    assert_eq!(
+        one(b"flush_all\r\n"),
+        Request::FlushAll {
+            delay: 0,
+            noreply: false
+        }
+    );
+    assert_eq!(
+        one(b"flush_all 10\r\n"),
+        Request::FlushAll {
+            delay: 10,
+            noreply: false
+        }
+    );
+    assert_eq!(
+        one(b"flush_all noreply\r\n"),
+        Request::FlushAll {
+            delay: 0,
+            noreply: true
+        }
+    );
+    assert_eq!(
+        one(b"flush_all 10 noreply\r\n"),
+        Request::FlushAll {
+            delay: 10,
+            noreply: true
+        }
+    );
+    assert_eq!(
+        err(b"flush_all x\r\n"),
+        client_error(msg::BAD_FORMAT, 13, false)
+    );
+    assert_eq!(
+        err(b"flush_all 1 2 3\r\n"),
+        ParseError::UnknownCommand { consumed: 17 }
+    );
+}
+
+#[test]
+fn version_verbosity_quit_stats() {
+    assert_eq!(one(b"version\r\n"), Request::Version);
+    assert_eq!(one(b"quit\r\n"), Request::Quit);
+    assert_eq!(
+        one(b"verbosity 1\r\n"),
+        Request::Verbosity {
+            level: 1,
+            noreply: false
+        }
+    );
+    assert_eq!(
+        one(b"verbosity 2 noreply\r\n"),
+        Request::Verbosity {
+            level: 2,
+            noreply: true
+        }
+    );
+    assert_eq!(
+        err(b"verbosity\r\n"),
+        ParseError::UnknownCommand { consumed: 11 }
+    );
+    assert_eq!(
+        err(b"verbosity x\r\n"),
+        client_error(msg::BAD_FORMAT, 13, false)
+    );
+    match one(b"stats\r\n") {
+        Request::Stats { args } => assert!(args.is_empty()),
+        r => panic!("{r:?}"),
+    }
+    match one(b"stats slabs  detail\r\n") {
+        Request::Stats { args } => assert_eq!(keys(args), vec![&b"slabs"[..], b"detail"]),
+        r => panic!("{r:?}"),
+    }
+}
+
+#[test]
+fn unknown_commands() {
+    for line in [
+        &b"\r\n"[..],
+        b"   \r\n",
+        b"g\r\n",
+        b"bogus\r\n",
+        b"GET k\r\n",
+        b"getx k\r\n",
+        b"me k\r\n",
+        b"\x00\x01\r\n",
+    ] {
+        let e = err(line);
+        assert_eq!(
+            e,
+            ParseError::UnknownCommand {
+                consumed: line.len()
+            }
+        );
+        assert_eq!(reply_of(e), b"ERROR\r\n");
+    }
+}
+
+// --- framing -------------------------------------------------------------
+
+#[test]
+fn every_split_is_incomplete_until_complete() {
+    for buf in [
+        &b"get a b c\r\n"[..],
+        b"gets a\n",
+        b"gat 10 a\r\n",
+        b"set k 1 2 5\r\nhello\r\n",
+        b"set k 1 2 0\r\n\r\n",
+        b"cas k 1 2 5 7 noreply\r\nhe\r\no\r\n",
+        b"append k 0 0 1\r\n\n\r\n",
+        b"delete k 0 noreply\r\n",
+        b"incr k 1\r\n",
+        b"decr k 1 noreply\r\n",
+        b"touch k 1\r\n",
+        b"flush_all 0\r\n",
+        b"version\r\n",
+        b"verbosity 1\r\n",
+        b"stats items\r\n",
+        b"quit\r\n",
+        b"mg k v f t\r\n",
+        b"ms k 3 T10 F5\r\nabc\r\n",
+        b"md k q\r\n",
+        b"ma k N0 J10 D2 MD\r\n",
+        b"mn\r\n",
+    ] {
+        assert_incremental(buf);
+    }
+}
+
+#[test]
+fn errors_are_incomplete_until_decidable() {
+    // An error is reported only once its line (or data block) is complete.
+    for buf in [
+        &b"bogus cmd\r\n"[..],
+        b"set k x 0 1\r\n",
+        b"set k 0 0 1\r\nxyz",
+    ] {
+        for i in 0..buf.len() {
+            assert_eq!(parse(&buf[..i], MAX), Err(ParseError::Incomplete));
+        }
+        assert!(!matches!(
+            parse(buf, MAX),
+            Err(ParseError::Incomplete) | Ok(_)
+        ));
+    }
+}
+
+#[test]
+fn pipelined_requests() {
+    let stream: &[u8] = b"set a 0 0 1\r\n1\r\nget a b\r\ndelete a noreply\r\nbogus\r\n\
+incr n 2\r\nset k 0 0 2 noreply\r\n\r\n\r\nmn\r\nversion\r\nget partial";
+    let mut pos = 0;
+    let mut seen = Vec::new();
+    loop {
+        match parse(&stream[pos..], MAX) {
+            Ok((req, used)) => {
+                seen.push(format!("{req:?}"));
+                pos += used;
+            }
+            Err(ParseError::Incomplete) => break,
+            Err(e) => {
+                seen.push(format!("{e:?}"));
+                pos += e.consumed().unwrap();
+            }
+        }
+    }
+    assert_eq!(&stream[pos..], b"get partial");
+    assert_eq!(seen.len(), 8, "{seen:#?}");
+    assert!(seen[0].starts_with("Store"));
+    assert!(seen[3].starts_with("UnknownCommand"));
+    assert!(seen[5].contains("value: [13, 10]"), "{}", seen[5]);
+    assert_eq!(seen[6], "MetaNoop");
+    assert_eq!(seen[7], "Version");
+}
+
+#[test]
+fn line_too_long() {
+    // no newline within the limit: error without waiting for the rest
+    let garbage = vec![b'x'; MAX_LINE_LEN + 1];
+    assert_eq!(err(&garbage), ParseError::LineTooLong);
+    assert!(ParseError::LineTooLong.closes_connection());
+    assert_eq!(ParseError::LineTooLong.consumed(), None);
+    assert_eq!(
+        reply_of(ParseError::LineTooLong),
+        b"CLIENT_ERROR line too long\r\n"
+    );
+    // exactly at the limit: still waiting
+    assert_eq!(err(&garbage[..MAX_LINE_LEN]), ParseError::Incomplete);
+    // a complete but too long line is the same error
+    let mut line = vec![b'x'; MAX_LINE_LEN + 1];
+    line.extend_from_slice(b"\r\n");
+    assert_eq!(err(&line), ParseError::LineTooLong);
+    // a 10 MB line is rejected without scanning it all
+    let huge = vec![b'a'; 10 << 20];
+    assert_eq!(err(&huge), ParseError::LineTooLong);
+    // a line of exactly the limit (including \r) is fine
+    let mut ok = b"stats ".to_vec();
+    ok.resize(MAX_LINE_LEN - 1, b'a');
+    ok.extend_from_slice(b"\r\n");
+    assert!(matches!(one(&ok), Request::Stats { .. }));
+}
+
+#[test]
+fn long_multiget_is_allowed() {
+    let mut line = b"get".to_vec();
+    let key = "k".repeat(200);
+    while line.len() < 3 * MAX_LINE_LEN {
+        line.push(b' ');
+        line.extend_from_slice(key.as_bytes());
+    }
+    assert_eq!(err(&line), ParseError::Incomplete);
+    line.extend_from_slice(b"\r\n");
+    match one(&line) {
+        Request::Get { keys, .. } => assert!(keys.count() > 30),
+        r => panic!("{r:?}"),
+    }
+    // but not unbounded
+    let mut huge = b"gets ".to_vec();
+    huge.resize(MAX_MULTIGET_LINE_LEN + 1, b'k');
+    assert_eq!(err(&huge), ParseError::LineTooLong);
+}
+
+// --- meta ----------------------------------------------------------------
+
+#[test]
+fn meta_get() {
+    match one(b"mg foo v f t c k s O123 q\r\n") {
+        Request::MetaGet { key, flags } => {
+            assert_eq!(key, b"foo");
+            for f in *b"vftcksOq" {
+                assert!(flags.has(f), "{}", f as char);
+            }
+            assert!(!flags.has(b'T'));
+            assert_eq!(flags.opaque, Some(&b"123"[..]));
+            assert_eq!(flags.tokens().count(), 8);
+        }
+        r => panic!("{r:?}"),
+    }
+    match one(b"mg foo\r\n") {
+        Request::MetaGet { flags, .. } => assert_eq!(flags, MetaFlags::EMPTY),
+        r => panic!("{r:?}"),
+    }
+    assert!(matches!(
+        one(b"mg foo T30 v\r\n"),
+        Request::MetaGet {
+            flags: MetaFlags { ttl: Some(30), .. },
+            ..
+        }
+    ));
+}
+
+#[test]
+fn meta_set() {
+    match one(b"ms k 5 T-1 F7 C99 I MA\r\nhello\r\n") {
+        Request::MetaSet { key, value, flags } => {
+            assert_eq!(key, b"k");
+            assert_eq!(value, b"hello");
+            assert_eq!(flags.ttl, Some(-1));
+            assert_eq!(flags.client_flags, Some(7));
+            assert_eq!(flags.compare_cas, Some(99));
+            assert!(flags.has(b'I'));
+            assert_eq!(flags.set_mode(), StoreCommand::Append);
+        }
+        r => panic!("{r:?}"),
+    }
+    match one(b"ms k 0\r\n\r\n") {
+        Request::MetaSet { value, flags, .. } => {
+            assert!(value.is_empty());
+            assert_eq!(flags.set_mode(), StoreCommand::Set);
+        }
+        r => panic!("{r:?}"),
+    }
+    assert_eq!(
+        err(b"ms k x\r\n"),
+        client_error(msg::BAD_DATA_CHUNK, 8, false)
+    );
+    assert_eq!(
+        err(b"ms k\r\n"),
+        client_error(msg::BAD_DATA_CHUNK, 6, false)
+    );
+    assert_eq!(
+        err(b"ms k 1 MX\r\nx\r\n"),
+        client_error(msg::INVALID_MODE, 11, false)
+    );
+    assert_eq!(
+        err(b"ms k 1\r\nxy\r\n"),
+        client_error(msg::BAD_DATA_CHUNK, 11, false)
+    );
+    // too large: always reported (meta ignores q for errors), swallowed
+    let e = parse(b"ms big 100 q\r\n", 10).unwrap_err();
+    assert_eq!(
+        e,
+        ParseError::TooLarge {
+            swallow: 14 + 102,
+            noreply: false,
+            command: StoreCommand::Set,
+            key_at: 3,
+            key_len: 3
+        }
+    );
+    assert_eq!(e.too_large_key(b"ms big 100 q\r\n"), Some(&b"big"[..]));
+}
+
+#[test]
+fn meta_delete_arith_noop() {
+    match one(b"md k q O1 C5\r\n") {
+        Request::MetaDelete { key, flags } => {
+            assert_eq!(key, b"k");
+            assert!(flags.has(b'q'));
+            assert_eq!(flags.compare_cas, Some(5));
+        }
+        r => panic!("{r:?}"),
+    }
+    match one(b"ma k N60 J13 D7 MD v\r\n") {
+        Request::MetaArithmetic { flags, .. } => {
+            assert_eq!(flags.vivify, Some(60));
+            assert_eq!(flags.initial, Some(13));
+            assert_eq!(flags.delta, Some(7));
+            assert!(!flags.incr());
+        }
+        r => panic!("{r:?}"),
+    }
+    match one(b"ma k\r\n") {
+        Request::MetaArithmetic { flags, .. } => {
+            assert!(flags.incr());
+            assert_eq!(flags.delta, None);
+        }
+        r => panic!("{r:?}"),
+    }
+    assert_eq!(
+        err(b"ma k MX\r\n"),
+        client_error(msg::INVALID_MA_MODE, 9, false)
+    );
+    assert_eq!(one(b"mn\r\n"), Request::MetaNoop);
+}
+
+#[test]
+fn meta_flag_errors() {
+    for (line, m) in [
+        (&b"mg k 1\r\n"[..], msg::INVALID_FLAG),
+        (b"mg k v v\r\n", msg::DUPLICATE_FLAG),
+        (b"mg k Tx\r\n", msg::BAD_TOKEN),
+        (b"mg k T\r\n", msg::BAD_TOKEN),
+        (b"ms k 1 F-1\r\nx\r\n", msg::BAD_TOKEN),
+        (b"ma k D-1\r\n", msg::BAD_TOKEN),
+        (b"ma k MDD\r\n", msg::BAD_TOKEN),
+        (
+            b"md k Oaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n",
+            msg::OPAQUE_TOO_LONG,
+        ),
+        (
+            b"mg k a b c d e f g h i j k l m n o p q r s t u v w x y\r\n",
+            msg::TOO_MANY_FLAGS,
+        ),
+        (b"mg\r\n", msg::BAD_FORMAT),
+    ] {
+        match err(line) {
+            ParseError::ClientError {
+                msg,
+                noreply: false,
+                ..
+            } => assert_eq!(msg, m, "{:?}", line.escape_ascii().to_string()),
+            e => panic!("{e:?}"),
+        }
+    }
+}
+
+// --- ttl -------------------------------------------------------------------
+
+#[test]
+fn ttl_rules() {
+    let now = 1_700_000_000;
+    assert_eq!(ttl_from_exptime(0, now), Ttl::Never);
+    assert_eq!(ttl_from_exptime(-1, now), Ttl::Expired);
+    assert_eq!(ttl_from_exptime(i64::MIN, now), Ttl::Expired);
+    assert_eq!(ttl_from_exptime(1, now), Ttl::Secs(1));
+    assert_eq!(
+        ttl_from_exptime(MAX_RELATIVE_EXPTIME, now),
+        Ttl::Secs(2_592_000)
+    );
+    // above 30 days: absolute
+    assert_eq!(
+        ttl_from_exptime(MAX_RELATIVE_EXPTIME + 1, now),
+        Ttl::Expired
+    );
+    assert_eq!(ttl_from_exptime(now as i64, now), Ttl::Expired);
+    assert_eq!(ttl_from_exptime(now as i64 + 100, now), Ttl::Secs(100));
+    assert_eq!(ttl_from_exptime(i64::MAX, now), Ttl::Secs(u32::MAX));
+}
+
+// --- responses -------------------------------------------------------------
+
+#[test]
+fn response_encoding() {
+    let mut out = Vec::new();
+    write_value(&mut out, b"k", 5, b"a\r\nb", None);
+    write_value(&mut out, b"k2", 0, b"", Some(77));
+    write_end(&mut out);
+    assert_eq!(
+        out,
+        b"VALUE k 5 4\r\na\r\nb\r\nVALUE k2 0 0 77\r\n\r\nEND\r\n"
+    );
+
+    let mut out = Vec::new();
+    for r in [
+        Reply::Stored,
+        Reply::NotStored,
+        Reply::Exists,
+        Reply::NotFound,
+        Reply::Deleted,
+        Reply::Touched,
+        Reply::Ok,
+        Reply::End,
+        Reply::Error,
+        Reply::Reset,
+    ] {
+        r.write(&mut out);
+    }
+    assert_eq!(
+        out,
+        b"STORED\r\nNOT_STORED\r\nEXISTS\r\nNOT_FOUND\r\nDELETED\r\nTOUCHED\r\nOK\r\nEND\r\nERROR\r\nRESET\r\n"
+    );
+
+    let mut out = Vec::new();
+    write_number(&mut out, 0);
+    write_number(&mut out, u64::MAX);
+    write_client_error(&mut out, msg::NON_NUMERIC);
+    write_server_error(&mut out, "out of memory");
+    write_version(&mut out, "1.6.0");
+    write_stat(&mut out, "curr_items", 12);
+    write_stat(&mut out, "version", "x");
+    assert_eq!(
+        out,
+        b"0\r\n18446744073709551615\r\n\
+CLIENT_ERROR cannot increment or decrement non-numeric value\r\n\
+SERVER_ERROR out of memory\r\nVERSION 1.6.0\r\nSTAT curr_items 12\r\nSTAT version x\r\n"
+    );
+}
+
+#[test]
+fn meta_response_encoding() {
+    let mut out = Vec::new();
+    write_meta_status(&mut out, MetaStatus::Value(3));
+    write_meta_flag_num(&mut out, b'f', 5);
+    write_meta_flag_num(&mut out, b't', -1);
+    write_meta_flag(&mut out, b'k', b"key");
+    write_meta_flag(&mut out, b'O', b"op");
+    write_meta_end(&mut out);
+    write_meta_data(&mut out, b"abc");
+    for s in [
+        MetaStatus::Header,
+        MetaStatus::Miss,
+        MetaStatus::NotFound,
+        MetaStatus::NotStored,
+        MetaStatus::Exists,
+        MetaStatus::Noop,
+    ] {
+        write_meta_status(&mut out, s);
+        write_meta_end(&mut out);
+    }
+    assert_eq!(
+        out,
+        b"VA 3 f5 t-1 kkey Oop\r\nabc\r\nHD\r\nEN\r\nNF\r\nNS\r\nEX\r\nMN\r\n"
+    );
+}
+
+#[test]
+fn push_numbers() {
+    let mut out = Vec::new();
+    push_i64(&mut out, i64::MIN);
+    out.push(b' ');
+    push_i64(&mut out, 0);
+    out.push(b' ');
+    push_u64(&mut out, 1234567890);
+    assert_eq!(out, b"-9223372036854775808 0 1234567890");
+}
+
+#[test]
+fn request_encoding_round_trips() {
+    for buf in [
+        &b"get a b\r\n"[..],
+        b"gets a\r\n",
+        b"gat -5 a\r\n",
+        b"gats 5\r\n",
+        b"set k 1 2 3 noreply\r\nabc\r\n",
+        b"cas k 1 2 3 4\r\nabc\r\n",
+        b"delete k noreply\r\n",
+        b"incr k 1\r\n",
+        b"decr k 1 noreply\r\n",
+        b"touch k 1\r\n",
+        b"flush_all\r\n",
+        b"flush_all 5 noreply\r\n",
+        b"version\r\n",
+        b"verbosity 1 noreply\r\n",
+        b"stats a b\r\n",
+        b"quit\r\n",
+        b"mg k v T5\r\n",
+        b"ms k 2 F1\r\nab\r\n",
+        b"md k q\r\n",
+        b"ma k MD\r\n",
+        b"mn\r\n",
+    ] {
+        let req = one(buf);
+        let mut out = Vec::new();
+        req.encode(&mut out);
+        assert_eq!(out, buf, "{req:?}");
+    }
+}
+
+#[test]
+fn display_and_consumed() {
+    assert_eq!(ParseError::Incomplete.consumed(), None);
+    assert!(!ParseError::Incomplete.closes_connection());
+    assert!(reply_of(ParseError::Incomplete).is_empty());
+    assert_eq!(
+        ParseError::UnknownCommand { consumed: 3 }.to_string(),
+        "unknown command"
+    );
+    assert_eq!(
+        format!("{:?}", Tokens::new(b" a\rb  c")),
+        r#"["a\\rb", "c"]"#
+    );
+    assert_eq!(Tokens::new(b"  x y").remainder(), b"x y");
+}
