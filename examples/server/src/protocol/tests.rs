@@ -1082,3 +1082,41 @@ fn display_and_consumed() {
     );
     assert_eq!(Tokens::new(b"  x y").remainder(), b"x y");
 }
+
+#[test]
+fn too_large_for_every_storage_command() {
+    for (line, command) in [
+        (&b"add k 0 0 11\r\n"[..], StoreCommand::Add),
+        (b"replace k 0 0 11\r\n", StoreCommand::Replace),
+        (b"prepend k 0 0 11\r\n", StoreCommand::Prepend),
+        (b"cas k 0 0 11 5\r\n", StoreCommand::Cas),
+        (b"ms k 11 MA\r\n", StoreCommand::Append),
+    ] {
+        let e = parse(line, 10).unwrap_err();
+        assert_eq!(
+            e,
+            ParseError::TooLarge {
+                swallow: line.len() + 13,
+                noreply: false,
+                command,
+                key_at: line.iter().position(|&b| b == b' ').unwrap() + 1,
+                key_len: 1,
+            }
+        );
+        // only an oversized *set* unlinks the old value
+        assert_eq!(e.too_large_key(line), None);
+    }
+    // max_value 0 still allows empty values
+    assert!(parse(b"set k 0 0 0\r\n\r\n", 0).is_ok());
+}
+
+#[test]
+fn tokens_are_lazy_and_copyable() {
+    let t = Tokens::new(b" a  b c ");
+    assert_eq!(t.count(), 3);
+    // counting consumed a copy; the original still yields every token
+    assert_eq!(keys(t), vec![&b"a"[..], b"b", b"c"]);
+    assert_eq!(t, Tokens::new(b"a b c"));
+    assert_ne!(t, Tokens::new(b"a b"));
+    assert!(Tokens::new(b"   ").is_empty());
+}
