@@ -1,1 +1,448 @@
-fn main() {}
+//! `segcache-bench` CLI: miss ratio on the CloudPhysics trace (`trace`), on
+//! synthetic Twitter cluster workloads (`twitter`), and per-item memory
+//! overhead (`memory`), for segcache and peer caches at equal real memory.
+//!
+//! Owns the process's counting `#[global_allocator]` and the markdown
+//! reporting; the machinery lives in the library modules.
+
+use clap::{Parser, Subcommand};
+use segcache_bench::alloc::{self, CountingAlloc};
+use segcache_bench::sim::{self, Kind, ObjLru, ReplayStats, SimCache, Typical};
+use segcache_bench::{trace, twitter};
+use std::collections::HashSet;
+use std::process::Command;
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+const MIB: f64 = (1u64 << 20) as f64;
+
+#[derive(Parser)]
+#[command(about = "Segcache evaluation suite: miss ratio and memory overhead vs peer caches")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Miss ratio on the CloudPhysics block-I/O trace at several budgets.
+    Trace {
+        /// Memory budgets in MiB.
+        #[arg(long, value_delimiter = ',', default_value = "128,256,512,1024")]
+        budgets_mib: Vec<u64>,
+        /// Caches to run (segcache,moka,quick_cache,lru).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "segcache,moka,quick_cache,lru"
+        )]
+        caches: Vec<String>,
+    },
+    /// Miss ratio on synthetic Twitter cluster workloads.
+    Twitter {
+        /// Cluster numbers from the stats table.
+        #[arg(long, value_delimiter = ',', default_value = "52,22,25,11,18,19,6,7")]
+        cluster: Vec<u32>,
+        /// Requests per cluster.
+        #[arg(long, default_value_t = 2_000_000)]
+        requests: u64,
+        /// Memory budget in MiB (default: a quarter of the stream's unique
+        /// key+value bytes, at least 2 MiB).
+        #[arg(long)]
+        budget_mib: Option<f64>,
+        /// Simulated seconds per real second of the cluster's request rate
+        /// (1 = real rate; larger compresses time so TTLs expire sooner).
+        #[arg(long, default_value_t = 1.0)]
+        time_scale: f64,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "segcache,moka,quick_cache,lru"
+        )]
+        caches: Vec<String>,
+    },
+    /// Bytes of overhead per item beyond key+value (32 B keys, 64 B values).
+    Memory {
+        #[arg(long, default_value_t = 1_000_000)]
+        items: u64,
+        /// Measure one cache in this process (used internally: each cache is
+        /// measured in a fresh child process so RSS is not polluted).
+        #[arg(long, hide = true)]
+        only: Option<String>,
+    },
+}
+
+fn kinds(names: &[String]) -> Vec<Kind> {
+    names
+        .iter()
+        .map(|n| Kind::parse(n).unwrap_or_else(|| panic!("unknown cache {n:?}")))
+        .collect()
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Trace {
+            budgets_mib,
+            caches,
+        } => run_trace(&budgets_mib, &kinds(&caches)),
+        Cmd::Twitter {
+            cluster,
+            requests,
+            budget_mib,
+            time_scale,
+            seed,
+            caches,
+        } => run_twitter(
+            &cluster,
+            twitter::WorkloadConfig {
+                requests,
+                seed,
+                time_scale,
+            },
+            budget_mib,
+            &kinds(&caches),
+        ),
+        Cmd::Memory { items, only } => match only {
+            Some(k) => measure_one(Kind::parse(&k).expect("cache name"), items),
+            None => run_memory(items),
+        },
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Build `kind` for `budget` bytes and replay with `f`; errors become a
+/// table cell.
+fn measure(
+    kind: Kind,
+    budget: usize,
+    typ: Typical,
+    f: impl FnOnce(&mut dyn SimCache, usize) -> ReplayStats,
+) -> Result<ReplayStats, String> {
+    let base = alloc::live_bytes();
+    let mut cache = sim::build(kind, budget, typ)?;
+    Ok(f(cache.as_mut(), base))
+}
+
+fn cell(r: &Result<ReplayStats, String>, baseline: Option<f64>) -> String {
+    match r {
+        Ok(s) => match baseline {
+            Some(b) if b > 0.0 => format!("{:.4} ({:.2}x)", s.miss_ratio(), s.miss_ratio() / b),
+            _ => format!("{:.4}", s.miss_ratio()),
+        },
+        Err(e) => format!("n/a ({e})"),
+    }
+}
+
+fn mem_cell(r: &Result<ReplayStats, String>, budget: usize) -> String {
+    match r {
+        Ok(s) => format!("{:.2}", s.end_bytes as f64 / budget as f64),
+        Err(_) => "n/a".into(),
+    }
+}
+
+fn run_trace(budgets_mib: &[u64], kinds: &[Kind]) -> Result<(), String> {
+    let t = trace::read_cloudphysics().map_err(|e| e.to_string())?;
+    let mut sizes = std::collections::HashMap::new();
+    for r in &t {
+        sizes.insert(r.obj_id, r.obj_size as u64);
+    }
+    let mean = sizes.values().sum::<u64>() / sizes.len() as u64;
+    let typ = Typical {
+        key_len: 8,
+        value_len: mean as usize,
+    };
+    println!(
+        "CloudPhysics trace: {} requests, {} objects, mean object {} B\n",
+        t.len(),
+        sizes.len(),
+        mean
+    );
+    let mut header = "| budget MiB | obj-lru (object bytes only) |".to_string();
+    for k in kinds {
+        header += &format!(" {} |", k.label());
+    }
+    println!("{header}");
+    println!("|{}", "---|".repeat(kinds.len() + 2));
+    let mut mem_rows = Vec::new();
+    for &mib in budgets_mib {
+        let budget = (mib << 20) as usize;
+        let mut lru = ObjLru::new(budget as u64);
+        let reference = sim::replay_trace(&mut lru, &t, 0);
+        drop(lru);
+        let results: Vec<_> = kinds
+            .iter()
+            .map(|&k| measure(k, budget, typ, |c, base| sim::replay_trace(c, &t, base)))
+            .collect();
+        let seg = results
+            .iter()
+            .zip(kinds)
+            .find(|(_, k)| **k == Kind::Segcache)
+            .and_then(|(r, _)| r.as_ref().ok())
+            .map(|s| s.miss_ratio());
+        let mut row = format!("| {mib} | {} |", cell(&Ok(reference), seg));
+        let mut mrow = format!("| {mib} |");
+        for r in &results {
+            row += &format!(" {} |", cell(r, seg));
+            mrow += &format!(" {} |", mem_cell(r, budget));
+        }
+        println!("{row}");
+        mem_rows.push(mrow);
+    }
+    println!("\nMiss ratio; (x) = ratio to segcache's miss ratio.\n");
+    print_mem_table(kinds, &mem_rows, "budget MiB");
+    Ok(())
+}
+
+fn print_mem_table(kinds: &[Kind], rows: &[String], first: &str) {
+    println!("Real allocated bytes at the end of the replay / budget:\n");
+    let mut header = format!("| {first} |");
+    for k in kinds {
+        header += &format!(" {} |", k.label());
+    }
+    println!("{header}");
+    println!("|{}", "---|".repeat(kinds.len() + 1));
+    for r in rows {
+        println!("{r}");
+    }
+    println!();
+}
+
+fn run_twitter(
+    clusters: &[u32],
+    cfg: twitter::WorkloadConfig,
+    budget_mib: Option<f64>,
+    kinds: &[Kind],
+) -> Result<(), String> {
+    let table = twitter::load_stats(&twitter::stats_path()).map_err(|e| e.to_string())?;
+    let mut header = "| cluster | TTLs | reads | unique MiB | budget MiB |".to_string();
+    for k in kinds {
+        header += &format!(" {} |", k.label());
+    }
+    let mut rows = Vec::new();
+    let mut mem_rows = Vec::new();
+    for &id in clusters {
+        let stats = table
+            .iter()
+            .find(|c| c.cluster == id)
+            .ok_or(format!("no cluster{id}"))?
+            .clone();
+        let w = twitter::Workload::new(stats.clone(), cfg.clone())?;
+        // Footprint: unique keys' key+value bytes.
+        let mut seen = HashSet::new();
+        let mut unique = 0u64;
+        for r in w.clone() {
+            if seen.insert(r.key_id) {
+                unique += (r.key_len + r.value_len) as u64;
+            }
+        }
+        drop(seen);
+        let budget = match budget_mib {
+            Some(m) => (m * MIB) as usize,
+            None => ((unique / 4) as usize).max(2 << 20),
+        };
+        let typ = Typical {
+            key_len: stats.key_size.unwrap().round() as usize,
+            value_len: stats.value_size.unwrap().round().max(1.0) as usize,
+        };
+        let results: Vec<_> = kinds
+            .iter()
+            .map(|&k| {
+                measure(k, budget, typ, |c, base| {
+                    sim::replay_workload(c, w.clone(), base)
+                })
+            })
+            .collect();
+        let seg = results
+            .iter()
+            .zip(kinds)
+            .find(|(_, k)| **k == Kind::Segcache)
+            .and_then(|(r, _)| r.as_ref().ok())
+            .map(|s| s.miss_ratio());
+        let reads = results
+            .iter()
+            .find_map(|r| r.as_ref().ok())
+            .map_or(0, |s| s.reads);
+        let ttls: Vec<String> = stats.ttl_mix.iter().take(3).map(|t| fmt_ttl(t.0)).collect();
+        let mut row = format!(
+            "| {id} | {} | {reads} | {:.1} | {:.1} |",
+            ttls.join(" "),
+            unique as f64 / MIB,
+            budget as f64 / MIB
+        );
+        let mut mrow = format!("| {id} |");
+        for r in &results {
+            row += &format!(" {} |", cell(r, seg));
+            mrow += &format!(" {} |", mem_cell(r, budget));
+        }
+        eprintln!("cluster{id}: done ({:.0} simulated s)", w.duration_secs());
+        rows.push(row);
+        mem_rows.push(mrow);
+    }
+    println!(
+        "Synthetic Twitter workloads: {} requests per cluster, seed {}, time scale {}\n",
+        cfg.requests, cfg.seed, cfg.time_scale
+    );
+    println!("{header}");
+    println!("|{}", "---|".repeat(kinds.len() + 5));
+    for r in rows {
+        println!("{r}");
+    }
+    println!("\nMiss ratio over reads; (x) = ratio to segcache's miss ratio.\n");
+    print_mem_table(kinds, &mem_rows, "cluster");
+    Ok(())
+}
+
+fn fmt_ttl(s: u32) -> String {
+    if s % 86400 == 0 {
+        format!("{}d", s / 86400)
+    } else if s % 3600 == 0 {
+        format!("{}h", s / 3600)
+    } else {
+        format!("{s}s")
+    }
+}
+
+const MEM_KEY: usize = 32;
+const MEM_VALUE: usize = 64;
+
+fn run_memory(items: u64) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    println!("Memory overhead: {items} items of {MEM_KEY} B key + {MEM_VALUE} B value, one fresh process per cache\n");
+    println!("| cache | items held | allocated MiB | alloc overhead B/item | RSS delta MiB | RSS overhead B/item |");
+    println!("|---|---|---|---|---|---|");
+    for k in Kind::ALL {
+        let out = Command::new(&exe)
+            .args(["memory", "--items", &items.to_string(), "--only", k.label()])
+            .output()
+            .map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().find(|l| l.starts_with("RESULT"));
+        match line {
+            Some(l) => {
+                let f: Vec<f64> = l
+                    .split_whitespace()
+                    .skip(1)
+                    .map(|v| v.parse().unwrap())
+                    .collect();
+                let (held, alloc_b, rss_b) = (f[0], f[1], f[2]);
+                let payload = (MEM_KEY + MEM_VALUE) as f64;
+                println!(
+                    "| {} | {held} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                    k.label(),
+                    alloc_b / MIB,
+                    alloc_b / held - payload,
+                    rss_b / MIB,
+                    rss_b / held - payload
+                );
+            }
+            None => println!(
+                "| {} | n/a: {} | | | | |",
+                k.label(),
+                String::from_utf8_lossy(&out.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("failed")
+            ),
+        }
+    }
+    println!(
+        "\nOverhead = bytes per held item minus the {} payload bytes.",
+        MEM_KEY + MEM_VALUE
+    );
+    Ok(())
+}
+
+fn mem_key(i: u64, buf: &mut Vec<u8>) {
+    buf.clear();
+    buf.extend_from_slice(&i.to_le_bytes());
+    buf.resize(MEM_KEY, b'm');
+}
+
+/// Insert `items` items into an unconstrained instance of `kind` and print
+/// `RESULT held alloc_bytes rss_bytes`.
+fn measure_one(kind: Kind, items: u64) -> Result<(), String> {
+    let mut key = Vec::with_capacity(MEM_KEY);
+    let (held, alloc_b, rss_b) = match kind {
+        Kind::Segcache => segcache_memory(items)?,
+        _ => {
+            let rss0 = alloc::rss_bytes();
+            let a0 = alloc::live_bytes();
+            let sizing = sim::Sizing {
+                per_item: 0,
+                capacity: u64::MAX / 4,
+            };
+            let mut c: Box<dyn SimCache> = match kind {
+                Kind::Moka => Box::new(sim::MokaSim::new(sizing)),
+                Kind::QuickCache => {
+                    Box::new(sim::QuickSim::new(sizing, (MEM_KEY + MEM_VALUE) as u64))
+                }
+                _ => Box::new(sim::LruSim::new(sizing)),
+            };
+            for i in 0..items {
+                mem_key(i, &mut key);
+                c.set(&key, MEM_VALUE, None, 0);
+            }
+            c.settle();
+            let a = alloc::live_bytes() - a0;
+            let r = alloc::rss_bytes().saturating_sub(rss0);
+            let held = (0..items)
+                .filter(|&i| {
+                    mem_key(i, &mut key);
+                    c.get(&key, 0)
+                })
+                .count() as u64;
+            (held, a, r)
+        }
+    };
+    println!("RESULT {held} {alloc_b} {rss_b}");
+    Ok(())
+}
+
+#[cfg(feature = "segcache-adapter")]
+fn segcache_memory(items: u64) -> Result<(u64, usize, usize), String> {
+    // Size the heap from the payload, growing it until every item is held;
+    // the hash table gets one bucket per ~4 items.
+    let mut key = Vec::with_capacity(MEM_KEY);
+    let mut hp = 4u8;
+    while (1u64 << hp) * 4 < items {
+        hp += 1;
+    }
+    let mut heap_per_item = (MEM_KEY + MEM_VALUE + 8) as f64;
+    loop {
+        let seg = sim::SEGMENT_SIZE;
+        let heap = (((items as f64 * heap_per_item) as usize / seg) + 2) * seg;
+        let rss0 = alloc::rss_bytes();
+        let a0 = alloc::live_bytes();
+        let mut c = sim::SegcacheSim::with_params(heap, seg, hp, segcache::Eviction::Merge)
+            .map_err(|e| format!("{e:?}"))?;
+        for i in 0..items {
+            mem_key(i, &mut key);
+            c.set(&key, MEM_VALUE, None, 0);
+        }
+        let a = alloc::live_bytes() - a0;
+        let r = alloc::rss_bytes().saturating_sub(rss0);
+        let held = (0..items)
+            .filter(|&i| {
+                mem_key(i, &mut key);
+                c.get(&key, 0)
+            })
+            .count() as u64;
+        if held == items || heap_per_item > 1024.0 {
+            return Ok((held, a, r));
+        }
+        drop(c);
+        heap_per_item *= 1.05;
+    }
+}
+
+#[cfg(not(feature = "segcache-adapter"))]
+fn segcache_memory(_items: u64) -> Result<(u64, usize, usize), String> {
+    Err("built without the segcache-adapter feature".into())
+}

@@ -76,9 +76,8 @@ pub fn parse(bytes: &[u8]) -> io::Result<Vec<Record>> {
 
 /// Read and decode an `oracleGeneral` file.
 pub fn read(path: &std::path::Path) -> io::Result<Vec<Record>> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        io::Error::new(e.kind(), format!("reading {}: {e}", path.display()))
-    })?;
+    let bytes = std::fs::read(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("reading {}: {e}", path.display())))?;
     parse(&bytes)
 }
 

@@ -489,7 +489,11 @@ mod tests {
         assert_eq!(ids, (1..=54).collect::<Vec<_>>());
         // cluster5 is all N/A, clusters 43 and 46 have no Zipf alpha; every other
         // row has all the generator's inputs.
-        let incomplete: Vec<u32> = t.iter().filter(|c| !c.is_complete()).map(|c| c.cluster).collect();
+        let incomplete: Vec<u32> = t
+            .iter()
+            .filter(|c| !c.is_complete())
+            .map(|c| c.cluster)
+            .collect();
         assert_eq!(incomplete, vec![5, 43, 46]);
         assert_eq!(t[42].zipf_alpha, None);
         assert_eq!(t[42].kqps, Some(14.54));
@@ -499,10 +503,18 @@ mod tests {
         assert_eq!(c52.kqps, Some(24.25));
         assert_eq!(c52.one_hit_wonder_pct, Some(19.36));
         assert_eq!(c52.zipf_alpha, Some(1.2117));
-        assert_eq!(c52.ttl_mix, vec![(86400, 0.65), (14 * 86400, 0.27), (43200, 0.07)]);
+        assert_eq!(
+            c52.ttl_mix,
+            vec![(86400, 0.65), (14 * 86400, 0.27), (43200, 0.07)]
+        );
         assert_eq!(
             c52.op_mix,
-            vec![(Op::Get, 0.91), (Op::Add, 0.04), (Op::Gets, 0.02), (Op::Cas, 0.02)]
+            vec![
+                (Op::Get, 0.91),
+                (Op::Add, 0.04),
+                (Op::Gets, 0.02),
+                (Op::Cas, 0.02)
+            ]
         );
         let c7 = t.iter().find(|c| c.cluster == 7).unwrap();
         assert_eq!(c7.ttl_mix[0], (6480, 0.28)); // 1.8h
@@ -605,7 +617,10 @@ mod tests {
         let keys = key_ttl.len() as f64;
         for (ttl, want) in [(86400, 0.85), (3600, 0.11), (1800, 0.03)] {
             let got = key_ttl.values().filter(|&&t| t == ttl).count() as f64 / keys;
-            assert!((got - want / 0.99).abs() < 0.02, "ttl {ttl}: {got} vs {want}");
+            assert!(
+                (got - want / 0.99).abs() < 0.02,
+                "ttl {ttl}: {got} vs {want}"
+            );
         }
         // Mean sizes near the table (key 54, value 4).
         assert!((klen / n - 54.0).abs() < 3.0, "key {}", klen / n);
