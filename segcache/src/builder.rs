@@ -1,0 +1,307 @@
+//! Configuration: the [`Builder`] and the [`Eviction`] policy names.
+//!
+//! Owns every tunable and its validation. A bad value is an
+//! [`Error::InvalidConfig`] naming the setting, never a panic. Nothing here
+//! allocates the cache's memory until [`Builder::build`] has checked it all.
+
+use crate::clock::{Clock, ManualClock};
+use crate::hashtable::{MAX_SEGMENTS, MAX_SEGMENT_SIZE};
+use crate::{Error, Segcache};
+use std::str::FromStr;
+
+/// Fewest segments a heap may have: eviction needs room to move.
+pub const MIN_SEGMENTS: usize = 3;
+/// Smallest segment size in bytes.
+pub const MIN_SEGMENT_SIZE: usize = 1024;
+/// Largest `hash_power`.
+pub const MAX_HASH_POWER: u8 = 30;
+
+/// How the cache makes room when every segment is in use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Eviction {
+    /// Merge a few consecutive segments of one TTL bucket into one, keeping
+    /// the items that were read most since they were written (the default).
+    #[default]
+    Merge,
+    /// Never evict: writes fail with [`Error::OutOfMemory`] when full.
+    None,
+    /// Evict a random segment.
+    Random,
+    /// Evict the oldest segment of a random TTL bucket.
+    RandomFifo,
+    /// Evict the oldest segment.
+    Fifo,
+    /// Evict the segment closest to expiring.
+    Cte,
+    /// Evict the segment with the fewest live bytes.
+    Util,
+}
+
+impl Eviction {
+    /// Every policy, in documentation order.
+    pub const ALL: [Eviction; 7] = [
+        Eviction::Merge,
+        Eviction::None,
+        Eviction::Random,
+        Eviction::RandomFifo,
+        Eviction::Fifo,
+        Eviction::Cte,
+        Eviction::Util,
+    ];
+
+    /// The policy's configuration name (`"merge"`, `"random_fifo"`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Eviction::Merge => "merge",
+            Eviction::None => "none",
+            Eviction::Random => "random",
+            Eviction::RandomFifo => "random_fifo",
+            Eviction::Fifo => "fifo",
+            Eviction::Cte => "cte",
+            Eviction::Util => "util",
+        }
+    }
+}
+
+impl FromStr for Eviction {
+    type Err = Error;
+
+    /// Parses a policy name, case-insensitively (`randomfifo` also works).
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let lower = s.to_ascii_lowercase();
+        let wanted = lower.replace('-', "_");
+        Eviction::ALL
+            .into_iter()
+            .find(|e| e.name() == wanted || e.name().replace('_', "") == wanted)
+            .ok_or_else(|| Error::InvalidConfig {
+                field: "eviction",
+                reason: format!(
+                    "unknown policy {s:?}; expected one of merge, none, random, random_fifo, fifo, cte, util"
+                ),
+            })
+    }
+}
+
+/// Settings for a [`Segcache`]; start from [`Segcache::builder`].
+///
+/// ```
+/// use segcache::{Eviction, Segcache};
+///
+/// let cache = Segcache::builder()
+///     .heap_size(16 << 20)
+///     .segment_size(256 << 10)
+///     .hash_power(16)
+///     .eviction(Eviction::Merge)
+///     .build()?;
+/// assert_eq!(cache.stats().heap_bytes, 16 << 20);
+///
+/// // Bad settings are errors that name the setting.
+/// let err = Segcache::builder().segment_size(16 << 20).build().unwrap_err();
+/// assert!(err.to_string().contains("segment_size"));
+/// # Ok::<(), segcache::Error>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Builder {
+    heap_size: usize,
+    segment_size: usize,
+    hash_power: Option<u8>,
+    overflow_factor: f64,
+    eviction: Eviction,
+    clock: Option<ManualClock>,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder {
+            heap_size: 64 << 20,
+            segment_size: 1 << 20,
+            hash_power: None,
+            overflow_factor: 0.25,
+            eviction: Eviction::Merge,
+            clock: None,
+        }
+    }
+}
+
+impl Builder {
+    /// Bytes of item storage (default 64 MiB), rounded down to whole
+    /// segments. Item data never exceeds it; the hash table and segment
+    /// headers come on top and are reported by [`Segcache::stats`].
+    pub fn heap_size(mut self, bytes: usize) -> Self {
+        self.heap_size = bytes;
+        self
+    }
+
+    /// Bytes per segment (default 1 MiB; a multiple of 8 between 1 KiB and
+    /// 8 MiB). The largest item must fit in one segment.
+    pub fn segment_size(mut self, bytes: usize) -> Self {
+        self.segment_size = bytes;
+        self
+    }
+
+    /// The hash table has `2^hash_power` buckets of seven items each
+    /// (1..=30). By default it is sized for ~100-byte items filling the heap.
+    pub fn hash_power(mut self, power: u8) -> Self {
+        self.hash_power = Some(power);
+        self
+    }
+
+    /// Overflow buckets, as a fraction of the primary buckets (default 0.25,
+    /// at most 16), for chains when a bucket's seven slots are full.
+    pub fn overflow_factor(mut self, factor: f64) -> Self {
+        self.overflow_factor = factor;
+        self
+    }
+
+    /// The eviction policy (default [`Eviction::Merge`]).
+    pub fn eviction(mut self, policy: Eviction) -> Self {
+        self.eviction = policy;
+        self
+    }
+
+    /// Reads time from `clock` instead of the system's monotonic clock.
+    pub fn clock(mut self, clock: ManualClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    fn invalid(field: &'static str, reason: String) -> Error {
+        Error::InvalidConfig { field, reason }
+    }
+
+    /// Checks every setting and allocates the cache.
+    pub fn build(self) -> Result<Segcache, Error> {
+        let seg = self.segment_size;
+        if !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&seg) || seg % 8 != 0 {
+            return Err(Self::invalid(
+                "segment_size",
+                format!(
+                    "{seg} bytes; must be a multiple of 8 from {MIN_SEGMENT_SIZE} to {MAX_SEGMENT_SIZE} (the offset field's reach)"
+                ),
+            ));
+        }
+        let segments = self.heap_size / seg;
+        if segments < MIN_SEGMENTS {
+            return Err(Self::invalid(
+                "heap_size",
+                format!(
+                    "{} bytes holds {segments} segments of {seg} bytes; at least {MIN_SEGMENTS} are needed",
+                    self.heap_size
+                ),
+            ));
+        }
+        if segments > MAX_SEGMENTS {
+            return Err(Self::invalid(
+                "heap_size",
+                format!("{segments} segments; at most {MAX_SEGMENTS} (raise segment_size)"),
+            ));
+        }
+        let hash_power = match self.hash_power {
+            Some(p) if (1..=MAX_HASH_POWER).contains(&p) => p,
+            Some(p) => {
+                return Err(Self::invalid(
+                    "hash_power",
+                    format!("{p}; must be from 1 to {MAX_HASH_POWER}"),
+                ))
+            }
+            None => default_hash_power(segments * seg),
+        };
+        if !(self.overflow_factor.is_finite() && (0.0..=16.0).contains(&self.overflow_factor)) {
+            return Err(Self::invalid(
+                "overflow_factor",
+                format!("{}; must be from 0 to 16", self.overflow_factor),
+            ));
+        }
+        let clock = match self.clock {
+            Some(manual) => Clock::Manual(manual),
+            None => Clock::system(),
+        };
+        Ok(Segcache::new(
+            seg,
+            segments,
+            hash_power,
+            self.overflow_factor,
+            self.eviction,
+            clock,
+        ))
+    }
+}
+
+/// Enough buckets for ~100-byte items filling `heap` at ~6 per bucket.
+fn default_hash_power(heap: usize) -> u8 {
+    let buckets = (heap / 600).max(16);
+    (usize::BITS - (buckets - 1).leading_zeros()).clamp(4, MAX_HASH_POWER as u32) as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(err: Error) -> &'static str {
+        match err {
+            Error::InvalidConfig { field, .. } => field,
+            other => panic!("expected InvalidConfig, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_values_name_their_setting() {
+        let b = Segcache::builder;
+        assert_eq!(
+            field(b().segment_size(16 << 20).build().unwrap_err()),
+            "segment_size"
+        );
+        assert_eq!(
+            field(b().segment_size(1000).build().unwrap_err()),
+            "segment_size"
+        );
+        assert_eq!(
+            field(b().segment_size(4097).build().unwrap_err()),
+            "segment_size"
+        );
+        assert_eq!(
+            field(b().heap_size(2 << 20).build().unwrap_err()),
+            "heap_size"
+        );
+        assert_eq!(field(b().heap_size(0).build().unwrap_err()), "heap_size");
+        assert_eq!(field(b().hash_power(0).build().unwrap_err()), "hash_power");
+        assert_eq!(field(b().hash_power(31).build().unwrap_err()), "hash_power");
+        assert_eq!(
+            field(b().overflow_factor(-1.0).build().unwrap_err()),
+            "overflow_factor"
+        );
+        assert_eq!(
+            field(b().overflow_factor(f64::NAN).build().unwrap_err()),
+            "overflow_factor"
+        );
+        assert_eq!(field("lru".parse::<Eviction>().unwrap_err()), "eviction");
+        assert!(b()
+            .segment_size(8 << 20)
+            .heap_size(24 << 20)
+            .build()
+            .is_ok());
+    }
+
+    #[test]
+    fn policy_names_round_trip() {
+        for e in Eviction::ALL {
+            assert_eq!(e.name().parse::<Eviction>().unwrap(), e);
+            assert_eq!(e.name().to_uppercase().parse::<Eviction>().unwrap(), e);
+        }
+        assert_eq!(
+            "randomfifo".parse::<Eviction>().unwrap(),
+            Eviction::RandomFifo
+        );
+        assert_eq!(
+            "random-fifo".parse::<Eviction>().unwrap(),
+            Eviction::RandomFifo
+        );
+    }
+
+    #[test]
+    fn default_hash_power_scales_with_heap() {
+        assert_eq!(default_hash_power(64 << 20), 17);
+        assert_eq!(default_hash_power(1 << 30), 21);
+        assert_eq!(default_hash_power(4096), 4);
+    }
+}

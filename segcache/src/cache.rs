@@ -1,0 +1,1044 @@
+//! [`Segcache`]: the operations, with memcache semantics, over the hash
+//! table, segments and TTL buckets.
+//!
+//! Owns the write path (reserve space in the tail segment of the item's TTL
+//! bucket, write the item, point the hash table at it), the read path (look
+//! up, check the segment's deadline, count the access), proactive expiry
+//! and the counters behind [`Stats`]. Every write lands at a new location
+//! and the table is switched over only once the item is complete, so a
+//! failed operation never loses or corrupts the item it would replace.
+//! Choosing what to evict lives in `eviction.rs`.
+
+use crate::builder::Eviction;
+use crate::clock::Clock;
+use crate::hashtable::{self, HashTable, Location, TableFull};
+use crate::item::{self, MAX_KEY_LEN, MAX_VALUE_FIELD};
+use crate::segments::{SegState, Segments, NONE};
+use crate::ttl::{self, TtlBuckets, MAX_TTL, NEVER};
+use crate::{Builder, Error};
+use std::time::Duration;
+
+/// An item found by [`Segcache::get`], borrowed from the cache's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Item<'a> {
+    key: &'a [u8],
+    value: &'a [u8],
+    flags: u32,
+    cas: u64,
+    ttl: Option<u32>,
+}
+
+impl<'a> Item<'a> {
+    /// The item's key.
+    pub fn key(&self) -> &'a [u8] {
+        self.key
+    }
+
+    /// The item's value, without a copy.
+    pub fn value(&self) -> &'a [u8] {
+        self.value
+    }
+
+    /// Memcache client flags stored with the item (0 unless set).
+    pub fn flags(&self) -> u32 {
+        self.flags
+    }
+
+    /// This version's compare-and-swap token: unique per item version, and
+    /// changed by any write to the key (and, rarely, when eviction compacts
+    /// the item's segment).
+    pub fn cas(&self) -> u64 {
+        self.cas
+    }
+
+    /// Time left before the item expires; `None` if it never does.
+    pub fn ttl(&self) -> Option<Duration> {
+        self.ttl.map(|s| Duration::from_secs(s as u64))
+    }
+}
+
+/// What one call to [`Segcache::expire`] freed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Expired {
+    pub segments: usize,
+    pub items: usize,
+}
+
+/// A snapshot of the cache's counters and memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Items the hash table points at (some may be expired but not yet
+    /// reclaimed).
+    pub items: u64,
+    /// Bytes those items occupy in segments (headers and padding included).
+    pub live_bytes: u64,
+    pub segments_used: u64,
+    pub segments_free: u64,
+    pub hits: u64,
+    pub misses: u64,
+    /// Items evicted to make room.
+    pub evictions: u64,
+    pub evicted_segments: u64,
+    /// Items removed because their TTL passed (proactively or on access).
+    pub expirations: u64,
+    pub expired_segments: u64,
+    /// Merge-eviction passes.
+    pub merges: u64,
+    /// Bytes of segment storage (the bounded heap).
+    pub heap_bytes: u64,
+    pub hash_table_bytes: u64,
+    pub segment_header_bytes: u64,
+    /// Everything above together: all the memory the cache allocated.
+    pub total_bytes: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub items: u64,
+    pub live_bytes: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub evicted_segments: u64,
+    pub expirations: u64,
+    pub expired_segments: u64,
+    pub merges: u64,
+}
+
+/// A segment-structured cache. See the [crate documentation](crate).
+pub struct Segcache {
+    pub(crate) table: HashTable,
+    pub(crate) segs: Segments,
+    pub(crate) ttl: TtlBuckets,
+    pub(crate) eviction: Eviction,
+    pub(crate) counters: Counters,
+    pub(crate) rng: u64,
+    /// Scratch space for the live items of a merge chain:
+    /// (segment, offset, hash, access count).
+    pub(crate) merge_scratch: Vec<(u32, u32, u64, u8)>,
+    clock: Clock,
+    /// A delayed flush: everything stored before this time goes.
+    flush_at: Option<u32>,
+    /// Copy of a value being rewritten (append, touch...), reused.
+    scratch: Vec<u8>,
+}
+
+impl std::fmt::Debug for Segcache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segcache")
+            .field("eviction", &self.eviction)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Converts a TTL to whole seconds: `None` or zero means no expiry, a
+/// nonzero TTL under a second counts as one second.
+fn ttl_secs(ttl: Option<Duration>) -> Result<u32, Error> {
+    match ttl {
+        None => Ok(0),
+        Some(d) if d.is_zero() => Ok(0),
+        Some(d) => {
+            let secs = d.as_secs().max(1);
+            if secs > MAX_TTL as u64 {
+                Err(Error::TtlOutOfRange { secs })
+            } else {
+                Ok(secs as u32)
+            }
+        }
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<(), Error> {
+    if key.is_empty() {
+        Err(Error::EmptyKey)
+    } else if key.len() > MAX_KEY_LEN {
+        Err(Error::KeyTooLong { len: key.len() })
+    } else {
+        Ok(())
+    }
+}
+
+fn parse_u64(digits: &[u8]) -> Option<u64> {
+    if digits.is_empty() || digits.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, d| {
+        n.checked_mul(10)?.checked_add((d - b'0') as u64)
+    })
+}
+
+/// How a store treats an existing item.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Set,
+    Add,
+    Replace,
+    Cas(u64),
+}
+
+impl Segcache {
+    /// Starts configuring a cache.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    pub(crate) fn new(
+        segment_size: usize,
+        segments: usize,
+        hash_power: u8,
+        overflow_factor: f64,
+        eviction: Eviction,
+        clock: Clock,
+    ) -> Self {
+        Segcache {
+            table: HashTable::new(hash_power, overflow_factor),
+            segs: Segments::new(segment_size, segments),
+            ttl: TtlBuckets::new(),
+            eviction,
+            counters: Counters::default(),
+            rng: 0x2545_f491_4f6c_dd1d,
+            merge_scratch: Vec::new(),
+            clock,
+            flush_at: None,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The current time, after carrying out a delayed flush that is due.
+    #[inline]
+    fn now(&mut self) -> u32 {
+        let now = self.clock.now();
+        if let Some(at) = self.flush_at {
+            if now >= at {
+                self.flush_at = None;
+                self.clear();
+            }
+        }
+        now
+    }
+
+    /// Finds a live item: present in the table and not expired. An expired
+    /// item found here is unlinked on the spot.
+    #[inline]
+    fn lookup_live(&mut self, key: &[u8], now: u32) -> Option<(u64, usize, usize, Location)> {
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            return None;
+        }
+        let hash = self.table.hash(key);
+        let segs = &self.segs;
+        let (bucket, slot, info) = self.table.lookup(hash, |at| segs.item(at).key() == key)?;
+        let loc = hashtable::location(info);
+        if self.segs.headers[loc.seg as usize].is_expired(now) {
+            self.table.remove_at(hash, loc);
+            self.account_unlinked(loc);
+            self.counters.expirations += 1;
+            return None;
+        }
+        Some((hash, bucket, slot, loc))
+    }
+
+    fn item_view(&self, loc: Location, now: u32) -> Item<'_> {
+        let raw = self.segs.item(loc);
+        let header = &self.segs.headers[loc.seg as usize];
+        Item {
+            key: raw.key(),
+            value: raw.value(),
+            flags: raw.client_flags(),
+            cas: ((header.generation as u64 & 0xf_ffff) << 44)
+                | ((loc.seg as u64) << 20)
+                | (loc.offset as u64 / item::ALIGN as u64),
+            ttl: (header.expire_at != 0).then(|| header.expire_at.saturating_sub(now)),
+        }
+    }
+
+    /// Remaining TTL in seconds of the item at `loc` (0: no expiry).
+    fn remaining_ttl(&self, loc: Location, now: u32) -> u32 {
+        let expire_at = self.segs.headers[loc.seg as usize].expire_at;
+        if expire_at == 0 {
+            0
+        } else {
+            expire_at.saturating_sub(now).max(1)
+        }
+    }
+
+    /// Looks a key up. Counts a hit or a miss and, on a hit, an access for
+    /// eviction's frequency counter. Never returns an expired item.
+    ///
+    /// ```
+    /// let mut cache = segcache::Segcache::builder().build().unwrap();
+    /// cache.set(b"greeting", b"hello", 42, None).unwrap();
+    /// let item = cache.get(b"greeting").unwrap();
+    /// assert_eq!((item.value(), item.flags(), item.ttl()), (&b"hello"[..], 42, None));
+    /// assert!(cache.get(b"nobody").is_none());
+    /// ```
+    pub fn get(&mut self, key: &[u8]) -> Option<Item<'_>> {
+        let now = self.now();
+        match self.lookup_live(key, now) {
+            Some((hash, bucket, slot, loc)) => {
+                self.counters.hits += 1;
+                self.table.record_access(hash, bucket, slot, now);
+                Some(self.item_view(loc, now))
+            }
+            None => {
+                self.counters.misses += 1;
+                None
+            }
+        }
+    }
+
+    /// Looks a key up without counting a hit, a miss or an access.
+    pub fn peek(&mut self, key: &[u8]) -> Option<Item<'_>> {
+        let now = self.now();
+        let (_, _, _, loc) = self.lookup_live(key, now)?;
+        Some(self.item_view(loc, now))
+    }
+
+    /// True if the key is present and not expired (counts nothing).
+    pub fn contains(&mut self, key: &[u8]) -> bool {
+        let now = self.now();
+        self.lookup_live(key, now).is_some()
+    }
+
+    /// Stores a value under a key, replacing any existing item.
+    /// `flags` are memcache client flags, returned by [`Item::flags`].
+    /// `ttl` of `None` or zero means the item never expires.
+    pub fn set(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.store(Mode::Set, key, value, flags, ttl)
+    }
+
+    /// Stores only if the key is absent, else [`Error::NotStored`].
+    pub fn add(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.store(Mode::Add, key, value, flags, ttl)
+    }
+
+    /// Stores only if the key is present, else [`Error::NotStored`].
+    pub fn replace(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.store(Mode::Replace, key, value, flags, ttl)
+    }
+
+    /// Stores only if the key's current version is `cas` (from
+    /// [`Item::cas`]): [`Error::Exists`] if it changed since,
+    /// [`Error::NotFound`] if it is gone.
+    ///
+    /// ```
+    /// let mut cache = segcache::Segcache::builder().build().unwrap();
+    /// cache.set(b"k", b"1", 0, None).unwrap();
+    /// let token = cache.get(b"k").unwrap().cas();
+    /// cache.cas(b"k", b"2", 0, None, token).unwrap();
+    /// // The token is stale now.
+    /// assert_eq!(cache.cas(b"k", b"3", 0, None, token), Err(segcache::Error::Exists));
+    /// ```
+    pub fn cas(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Option<Duration>,
+        cas: u64,
+    ) -> Result<(), Error> {
+        self.store(Mode::Cas(cas), key, value, flags, ttl)
+    }
+
+    fn store(
+        &mut self,
+        mode: Mode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Option<Duration>,
+    ) -> Result<(), Error> {
+        check_key(key)?;
+        let ttl = ttl_secs(ttl)?;
+        let now = self.now();
+        if mode != Mode::Set {
+            let found = self.lookup_live(key, now).map(|(.., loc)| loc);
+            match (mode, found) {
+                (Mode::Add, Some(_)) | (Mode::Replace, None) => return Err(Error::NotStored),
+                (Mode::Cas(_), None) => return Err(Error::NotFound),
+                (Mode::Cas(token), Some(loc)) if self.item_view(loc, now).cas != token => {
+                    return Err(Error::Exists)
+                }
+                _ => {}
+            }
+        }
+        self.write(key, [value, &[]], flags, ttl, now)
+    }
+
+    /// Appends `data` to an existing value (flags and TTL stay), else
+    /// [`Error::NotStored`].
+    pub fn append(&mut self, key: &[u8], data: &[u8]) -> Result<(), Error> {
+        self.concat(key, data, false)
+    }
+
+    /// Prepends `data` to an existing value (flags and TTL stay), else
+    /// [`Error::NotStored`].
+    pub fn prepend(&mut self, key: &[u8], data: &[u8]) -> Result<(), Error> {
+        self.concat(key, data, true)
+    }
+
+    fn concat(&mut self, key: &[u8], data: &[u8], front: bool) -> Result<(), Error> {
+        check_key(key)?;
+        let now = self.now();
+        let (.., loc) = self.lookup_live(key, now).ok_or(Error::NotStored)?;
+        let (flags, ttl) = (
+            self.segs.item(loc).client_flags(),
+            self.remaining_ttl(loc, now),
+        );
+        // Copy the old value out: making room may evict its segment.
+        let mut old = std::mem::take(&mut self.scratch);
+        old.clear();
+        old.extend_from_slice(self.segs.item(loc).value());
+        let parts: [&[u8]; 2] = if front { [data, &old] } else { [&old, data] };
+        let result = self.write(key, parts, flags, ttl, now);
+        self.scratch = old;
+        result
+    }
+
+    /// Adds `delta` to a decimal `u64` value, wrapping at 2^64; returns the
+    /// new value. [`Error::NotFound`] if absent, [`Error::NotNumeric`] if the
+    /// value is not a decimal number.
+    ///
+    /// ```
+    /// let mut cache = segcache::Segcache::builder().build().unwrap();
+    /// cache.set(b"hits", b"41", 0, None).unwrap();
+    /// assert_eq!(cache.incr(b"hits", 1), Ok(42));
+    /// assert_eq!(cache.decr(b"hits", 100), Ok(0), "decr floors at zero");
+    /// ```
+    pub fn incr(&mut self, key: &[u8], delta: u64) -> Result<u64, Error> {
+        self.arith(key, |v| v.wrapping_add(delta))
+    }
+
+    /// Subtracts `delta` from a decimal `u64` value, stopping at 0.
+    pub fn decr(&mut self, key: &[u8], delta: u64) -> Result<u64, Error> {
+        self.arith(key, |v| v.saturating_sub(delta))
+    }
+
+    fn arith(&mut self, key: &[u8], op: impl FnOnce(u64) -> u64) -> Result<u64, Error> {
+        check_key(key)?;
+        let now = self.now();
+        let (.., loc) = self.lookup_live(key, now).ok_or(Error::NotFound)?;
+        let raw = self.segs.item(loc);
+        let value = parse_u64(raw.value()).ok_or(Error::NotNumeric)?;
+        let flags = raw.client_flags();
+        let ttl = self.remaining_ttl(loc, now);
+        let new = op(value);
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut n = new;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        self.write(key, [&digits[at..], &[]], flags, ttl, now)?;
+        Ok(new)
+    }
+
+    /// Gives an existing item a new TTL (`None` or zero: never expires).
+    /// [`Error::NotFound`] if absent.
+    pub fn touch(&mut self, key: &[u8], ttl: Option<Duration>) -> Result<(), Error> {
+        check_key(key)?;
+        let ttl = ttl_secs(ttl)?;
+        let now = self.now();
+        let (.., loc) = self.lookup_live(key, now).ok_or(Error::NotFound)?;
+        let flags = self.segs.item(loc).client_flags();
+        let mut value = std::mem::take(&mut self.scratch);
+        value.clear();
+        value.extend_from_slice(self.segs.item(loc).value());
+        let result = self.write(key, [&value, &[]], flags, ttl, now);
+        self.scratch = value;
+        result
+    }
+
+    /// Removes a key; true if it was present (and not expired).
+    pub fn delete(&mut self, key: &[u8]) -> bool {
+        let now = self.now();
+        match self.lookup_live(key, now) {
+            Some((hash, _, _, loc)) => {
+                self.table.remove_at(hash, loc);
+                self.account_unlinked(loc);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Time left for a key: `None` if absent, `Some(None)` if it never
+    /// expires.
+    pub fn ttl(&mut self, key: &[u8]) -> Option<Option<Duration>> {
+        let now = self.now();
+        let (.., loc) = self.lookup_live(key, now)?;
+        Some(self.item_view(loc, now).ttl())
+    }
+
+    /// Removes every item now, and cancels a pending delayed flush.
+    pub fn flush(&mut self) {
+        self.flush_at = None;
+        self.clear();
+    }
+
+    /// Removes every item stored before `delay` from now, at that time
+    /// (memcache's `flush_all <delay>`). A zero delay flushes now.
+    pub fn flush_after(&mut self, delay: Duration) {
+        let now = self.clock.now();
+        let secs = u32::try_from(delay.as_secs()).unwrap_or(u32::MAX);
+        self.flush_at = Some(now.saturating_add(secs));
+        self.now();
+    }
+
+    /// Drops every item and returns every segment to the free list;
+    /// counters other than items and bytes are kept.
+    pub fn clear(&mut self) {
+        self.table.clear();
+        self.segs.release_all();
+        self.ttl.clear();
+        self.counters.items = 0;
+        self.counters.live_bytes = 0;
+    }
+
+    /// Frees every segment whose deadline has passed, unlinking its items.
+    /// Cheap when nothing is due: one look at the head of each TTL bucket.
+    pub fn expire(&mut self) -> Expired {
+        let now = self.now();
+        self.expire_at(now)
+    }
+
+    pub(crate) fn expire_at(&mut self, now: u32) -> Expired {
+        let mut freed = Expired::default();
+        for bucket in 0..NEVER {
+            loop {
+                let head = self.ttl.buckets[bucket].head;
+                if head == NONE || !self.segs.headers[head as usize].is_expired(now) {
+                    break;
+                }
+                let items = self.unlink_segment(head);
+                self.retire_segment(head);
+                self.counters.expirations += items as u64;
+                self.counters.expired_segments += 1;
+                freed.items += items;
+                freed.segments += 1;
+            }
+        }
+        freed
+    }
+
+    /// Number of items held (including expired ones not yet reclaimed).
+    pub fn len(&self) -> usize {
+        self.counters.items as usize
+    }
+
+    /// True when no item is held.
+    pub fn is_empty(&self) -> bool {
+        self.counters.items == 0
+    }
+
+    /// Counters and memory use.
+    pub fn stats(&self) -> Stats {
+        let c = &self.counters;
+        let heap = self.segs.heap_bytes() as u64;
+        let table = self.table.bytes() as u64;
+        let headers = (self.segs.header_bytes() + std::mem::size_of_val(&*self.ttl.buckets)) as u64;
+        let free = self.segs.free_count() as u64;
+        Stats {
+            items: c.items,
+            live_bytes: c.live_bytes,
+            segments_used: self.segs.count() as u64 - free,
+            segments_free: free,
+            hits: c.hits,
+            misses: c.misses,
+            evictions: c.evictions,
+            evicted_segments: c.evicted_segments,
+            expirations: c.expirations,
+            expired_segments: c.expired_segments,
+            merges: c.merges,
+            heap_bytes: heap,
+            hash_table_bytes: table,
+            segment_header_bytes: headers,
+            total_bytes: heap + table + headers,
+        }
+    }
+
+    /// The largest value storable under a key of `key_len` bytes without
+    /// client flags.
+    pub fn max_value_len(&self, key_len: usize) -> usize {
+        let room = self.segs.segment_size() - item::HEADER_LEN - key_len;
+        room.min(MAX_VALUE_FIELD)
+    }
+
+    /// Writes a new item and points the table at it. On error nothing
+    /// changed: the old item (if any) is still readable.
+    fn write(
+        &mut self,
+        key: &[u8],
+        value: [&[u8]; 2],
+        flags: u32,
+        ttl: u32,
+        now: u32,
+    ) -> Result<(), Error> {
+        let value_len = value[0].len() + value[1].len();
+        let size = item::item_size(key.len(), value_len, flags);
+        if size > self.segs.segment_size() || value_len > MAX_VALUE_FIELD {
+            let max = self.max_value_len(key.len() + item::optional_len(flags));
+            return Err(Error::ValueTooLarge {
+                len: value_len,
+                max,
+            });
+        }
+        let hash = self.table.hash(key);
+        let loc = self.reserve(size, ttl, now)?;
+        let start = loc.offset as usize;
+        item::write(
+            &mut self.segs.data_mut(loc.seg)[start..start + size],
+            key,
+            value,
+            flags,
+        );
+        let segs = &self.segs;
+        match self
+            .table
+            .insert(hash, loc, |at| segs.item(at).key() == key)
+        {
+            Ok(old) => {
+                if let Some(old) = old {
+                    self.account_unlinked(hashtable::location(old));
+                }
+                let header = &mut self.segs.headers[loc.seg as usize];
+                header.live_bytes += size as u32;
+                header.live_items += 1;
+                if ttl != 0 {
+                    let deadline = now.saturating_add(ttl);
+                    if header.expire_at == 0 || deadline < header.expire_at {
+                        header.expire_at = deadline;
+                    }
+                }
+                self.counters.items += 1;
+                self.counters.live_bytes += size as u64;
+                Ok(())
+            }
+            Err(TableFull) => {
+                // Give the reserved space back: it was the segment's last write.
+                let header = &mut self.segs.headers[loc.seg as usize];
+                debug_assert_eq!(header.write_offset as usize, start + size);
+                header.write_offset = start as u32;
+                Err(Error::HashTableFull)
+            }
+        }
+    }
+
+    /// Reserves `size` bytes at the tail of the TTL bucket for `ttl`,
+    /// starting a new segment (and evicting, if need be) when the tail is
+    /// full or too old.
+    fn reserve(&mut self, size: usize, ttl: u32, now: u32) -> Result<Location, Error> {
+        let bucket = ttl::bucket_for(ttl);
+        let tail = self.ttl.buckets[bucket].tail;
+        if tail != NONE {
+            let segment_size = self.segs.segment_size();
+            let header = &mut self.segs.headers[tail as usize];
+            let fits = header.write_offset as usize + size <= segment_size;
+            let young = now.saturating_sub(header.create_at) < ttl::seal_age(bucket);
+            if header.state == SegState::Active && fits && young && !header.is_expired(now) {
+                let offset = header.write_offset;
+                header.write_offset += size as u32;
+                return Ok(Location { seg: tail, offset });
+            }
+            if header.state == SegState::Active {
+                header.state = SegState::Sealed;
+            }
+        }
+        let id = self.alloc_segment(bucket, now)?;
+        self.ttl.push_tail(&mut self.segs.headers, bucket, id);
+        self.segs.headers[id as usize].write_offset = size as u32;
+        Ok(Location { seg: id, offset: 0 })
+    }
+
+    /// A free segment: from the free list, else by expiring, else by evicting.
+    fn alloc_segment(&mut self, bucket: usize, now: u32) -> Result<u32, Error> {
+        for _ in 0..self.segs.count() + 2 {
+            if let Some(id) = self.segs.alloc(now, bucket as u16) {
+                return Ok(id);
+            }
+            if self.expire_at(now).segments == 0 {
+                self.evict(now)?;
+            }
+        }
+        Err(Error::OutOfMemory)
+    }
+
+    /// Updates segment and cache counters for an item the table no longer
+    /// points at.
+    pub(crate) fn account_unlinked(&mut self, loc: Location) {
+        let size = self.segs.item(loc).size() as u32;
+        let header = &mut self.segs.headers[loc.seg as usize];
+        header.live_bytes -= size;
+        header.live_items -= 1;
+        self.counters.items -= 1;
+        self.counters.live_bytes -= size as u64;
+    }
+
+    /// Unlinks every live item of a segment from the table; returns how many.
+    pub(crate) fn unlink_segment(&mut self, id: u32) -> usize {
+        let segs = &self.segs;
+        let table = &mut self.table;
+        let mut unlinked = 0;
+        let mut left = segs.headers[id as usize].live_items;
+        for (offset, item) in segs.item_offsets(id) {
+            if left == 0 {
+                break;
+            }
+            let hash = table.hash(item.key());
+            if table
+                .remove_at(hash, Location { seg: id, offset })
+                .is_some()
+            {
+                unlinked += 1;
+                left -= 1;
+            }
+        }
+        let header = &mut self.segs.headers[id as usize];
+        debug_assert_eq!(header.live_items as usize, unlinked);
+        self.counters.items -= unlinked as u64;
+        self.counters.live_bytes -= header.live_bytes as u64;
+        header.live_items = 0;
+        header.live_bytes = 0;
+        unlinked
+    }
+
+    /// Takes an emptied segment out of its TTL bucket and frees it.
+    pub(crate) fn retire_segment(&mut self, id: u32) {
+        self.ttl.remove(&mut self.segs.headers, id);
+        self.segs.release(id);
+    }
+
+    /// Checks internal invariants (tests only): counters agree with the
+    /// segments, the table and the TTL lists.
+    #[cfg(test)]
+    pub(crate) fn check_invariants(&mut self) {
+        let mut items = 0u64;
+        let mut bytes = 0u64;
+        let mut linked = 0usize;
+        for bucket in 0..ttl::BUCKETS {
+            let mut at = self.ttl.buckets[bucket].head;
+            let mut n = 0;
+            while at != NONE {
+                let h = &self.segs.headers[at as usize];
+                assert_eq!(h.ttl_bucket as usize, bucket);
+                assert_ne!(h.state, SegState::Free);
+                n += 1;
+                at = h.next;
+            }
+            assert_eq!(n, self.ttl.buckets[bucket].segments);
+            linked += n as usize;
+        }
+        assert_eq!(linked + self.segs.free_count(), self.segs.count());
+        for id in 0..self.segs.count() as u32 {
+            let h = &self.segs.headers[id as usize];
+            assert!(h.write_offset as usize <= self.segs.segment_size());
+            if h.state == SegState::Free {
+                assert_eq!((h.live_items, h.live_bytes), (0, 0));
+                continue;
+            }
+            let (mut live, mut live_bytes) = (0u32, 0u32);
+            for (offset, item) in self.segs.item_offsets(id) {
+                let hash = self.table.hash(item.key());
+                if self
+                    .table
+                    .info_at(hash, Location { seg: id, offset })
+                    .is_some()
+                {
+                    live += 1;
+                    live_bytes += item.size() as u32;
+                }
+            }
+            assert_eq!(
+                (live, live_bytes),
+                (h.live_items, h.live_bytes),
+                "segment {id}"
+            );
+            items += live as u64;
+            bytes += live_bytes as u64;
+        }
+        assert_eq!(items, self.counters.items);
+        assert_eq!(bytes, self.counters.live_bytes);
+        assert_eq!(self.table.count_items() as u64, items);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+
+    fn small(eviction: Eviction) -> (Segcache, ManualClock) {
+        let clock = ManualClock::new();
+        let cache = Segcache::builder()
+            .heap_size(64 << 10)
+            .segment_size(4 << 10)
+            .hash_power(8)
+            .eviction(eviction)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        (cache, clock)
+    }
+
+    fn secs(s: u64) -> Option<Duration> {
+        Some(Duration::from_secs(s))
+    }
+
+    #[test]
+    fn set_get_overwrite_delete() {
+        let (mut c, _) = small(Eviction::Merge);
+        c.set(b"a", b"1", 5, None).unwrap();
+        c.set(b"b", b"2", 0, None).unwrap();
+        c.set(b"a", b"11", 6, None).unwrap();
+        let a = c.get(b"a").unwrap();
+        assert_eq!((a.key(), a.value(), a.flags()), (&b"a"[..], &b"11"[..], 6));
+        assert_eq!(c.len(), 2);
+        assert!(c.delete(b"a"));
+        assert!(!c.delete(b"a"));
+        assert!(c.get(b"a").is_none());
+        assert_eq!(c.get(b"b").unwrap().value(), b"2");
+        let s = c.stats();
+        assert_eq!((s.items, s.hits, s.misses), (1, 2, 1));
+        c.check_invariants();
+    }
+
+    #[test]
+    fn add_replace_cas_semantics() {
+        let (mut c, _) = small(Eviction::Merge);
+        assert_eq!(c.replace(b"k", b"x", 0, None), Err(Error::NotStored));
+        c.add(b"k", b"1", 0, None).unwrap();
+        assert_eq!(c.add(b"k", b"2", 0, None), Err(Error::NotStored));
+        assert_eq!(c.get(b"k").unwrap().value(), b"1");
+        c.replace(b"k", b"3", 0, None).unwrap();
+        let token = c.get(b"k").unwrap().cas();
+        assert_eq!(c.cas(b"k", b"4", 0, None, token + 1), Err(Error::Exists));
+        assert_eq!(c.cas(b"nope", b"4", 0, None, token), Err(Error::NotFound));
+        c.cas(b"k", b"4", 0, None, token).unwrap();
+        assert_eq!(c.cas(b"k", b"5", 0, None, token), Err(Error::Exists));
+        assert_eq!(c.get(b"k").unwrap().value(), b"4");
+    }
+
+    #[test]
+    fn cas_is_per_item_not_per_bucket() {
+        // One primary bucket: every key shares it, as in Pelikan's false
+        // conflicts. Writing one key must not invalidate another's token.
+        let clock = ManualClock::new();
+        let mut c = Segcache::builder()
+            .heap_size(64 << 10)
+            .segment_size(4 << 10)
+            .hash_power(1)
+            .overflow_factor(4.0)
+            .clock(clock)
+            .build()
+            .unwrap();
+        c.set(b"x", b"1", 0, None).unwrap();
+        c.set(b"y", b"1", 0, None).unwrap();
+        let tx = c.get(b"x").unwrap().cas();
+        let ty = c.get(b"y").unwrap().cas();
+        assert_ne!(tx, ty);
+        c.set(b"y", b"2", 0, None).unwrap();
+        c.cas(b"x", b"2", 0, None, tx).unwrap();
+    }
+
+    #[test]
+    fn append_prepend_incr_decr_touch() {
+        let (mut c, clock) = small(Eviction::Merge);
+        assert_eq!(c.append(b"k", b"x"), Err(Error::NotStored));
+        c.set(b"k", b"mid", 9, secs(100)).unwrap();
+        c.append(b"k", b"-end").unwrap();
+        c.prepend(b"k", b"start-").unwrap();
+        let item = c.get(b"k").unwrap();
+        assert_eq!((item.value(), item.flags()), (&b"start-mid-end"[..], 9));
+        assert!(item.ttl().unwrap() <= Duration::from_secs(100));
+        assert_eq!(c.incr(b"k", 1), Err(Error::NotNumeric));
+        assert_eq!(c.incr(b"n", 1), Err(Error::NotFound));
+        c.set(b"n", b"18446744073709551615", 0, None).unwrap();
+        assert_eq!(c.incr(b"n", 2), Ok(1), "wraps at 2^64");
+        assert_eq!(c.decr(b"n", 5), Ok(0), "floors at 0");
+        assert_eq!(c.incr(b"n", 123), Ok(123));
+        assert_eq!(c.get(b"n").unwrap().value(), b"123");
+        c.set(b"big", b"99999999999999999999", 0, None).unwrap();
+        assert_eq!(c.incr(b"big", 1), Err(Error::NotNumeric), "over u64");
+        c.set(b"t", b"v", 0, secs(10)).unwrap();
+        c.touch(b"t", secs(1000)).unwrap();
+        clock.advance(Duration::from_secs(500));
+        assert_eq!(c.get(b"t").unwrap().value(), b"v");
+        c.touch(b"t", None).unwrap();
+        assert_eq!(c.ttl(b"t"), Some(None));
+        assert_eq!(c.touch(b"gone", secs(1)), Err(Error::NotFound));
+        c.check_invariants();
+    }
+
+    #[test]
+    fn items_expire_never_late_and_zero_means_never() {
+        let (mut c, clock) = small(Eviction::Merge);
+        c.set(b"short", b"v", 0, secs(10)).unwrap();
+        c.set(b"forever", b"v", 0, None).unwrap();
+        c.set(b"zero", b"v", 0, Some(Duration::ZERO)).unwrap();
+        let left = c.ttl(b"short").unwrap().unwrap();
+        assert!(left <= Duration::from_secs(10) && left >= Duration::from_secs(9));
+        clock.advance(Duration::from_secs(9));
+        assert!(c.get(b"short").is_some());
+        clock.advance(Duration::from_secs(1));
+        assert!(c.get(b"short").is_none(), "at the deadline it is gone");
+        clock.advance(Duration::from_secs(ttl::MAX_TTL as u64 * 3));
+        assert_eq!(c.expire().items, 0);
+        assert_eq!(c.get(b"forever").unwrap().value(), b"v");
+        assert_eq!(c.get(b"zero").unwrap().ttl(), None);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn expire_frees_whole_segments() {
+        let (mut c, clock) = small(Eviction::Merge);
+        for i in 0..200u32 {
+            c.set(format!("k{i}").as_bytes(), &[7u8; 40], 0, secs(60))
+                .unwrap();
+        }
+        let used = c.stats().segments_used;
+        assert!(used >= 2);
+        assert_eq!(c.expire(), Expired::default());
+        clock.advance(Duration::from_secs(60));
+        let freed = c.expire();
+        assert_eq!(freed.items, 200);
+        assert_eq!(freed.segments as u64, used);
+        let s = c.stats();
+        assert_eq!((s.items, s.segments_used, s.expirations), (0, 0, 200));
+        c.check_invariants();
+    }
+
+    #[test]
+    fn delayed_flush_drops_only_older_items() {
+        let (mut c, clock) = small(Eviction::Merge);
+        c.set(b"old", b"v", 0, None).unwrap();
+        c.flush_after(Duration::from_secs(5));
+        assert!(c.get(b"old").is_some());
+        clock.advance(Duration::from_secs(5));
+        assert!(c.get(b"old").is_none());
+        c.set(b"new", b"v", 0, None).unwrap();
+        assert!(c.get(b"new").is_some());
+        c.flush();
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn bad_input_is_a_clear_error_and_keeps_the_old_value() {
+        let (mut c, _) = small(Eviction::Merge);
+        c.set(b"k", b"old", 0, None).unwrap();
+        assert_eq!(c.set(b"", b"v", 0, None), Err(Error::EmptyKey));
+        let long = [b'x'; 251];
+        assert_eq!(
+            c.set(&long, b"v", 0, None),
+            Err(Error::KeyTooLong { len: 251 })
+        );
+        assert!(c.set(&long[..250], b"v", 0, None).is_ok());
+        let huge = vec![0u8; 5000];
+        assert!(matches!(
+            c.set(b"k", &huge, 0, None),
+            Err(Error::ValueTooLarge { len: 5000, .. })
+        ));
+        assert!(matches!(
+            c.replace(b"k", &huge, 0, None),
+            Err(Error::ValueTooLarge { .. })
+        ));
+        assert!(matches!(
+            c.append(b"k", &huge),
+            Err(Error::ValueTooLarge { .. })
+        ));
+        assert_eq!(
+            c.set(b"k", b"v", 0, secs(ttl::MAX_TTL as u64 + 1)),
+            Err(Error::TtlOutOfRange {
+                secs: ttl::MAX_TTL as u64 + 1
+            })
+        );
+        assert_eq!(c.get(b"k").unwrap().value(), b"old");
+        // The largest value the error reports as allowed really fits.
+        let max = c.max_value_len(1);
+        c.set(b"m", &vec![1u8; max], 0, None).unwrap();
+        let err = c.set(b"m", &vec![1u8; max + 1], 0, None).unwrap_err();
+        assert_eq!(err, Error::ValueTooLarge { len: max + 1, max });
+        c.check_invariants();
+    }
+
+    #[test]
+    fn full_hash_table_gives_back_the_reserved_space() {
+        let (mut c, _) = {
+            let clock = ManualClock::new();
+            let c = Segcache::builder()
+                .heap_size(64 << 10)
+                .segment_size(4 << 10)
+                .hash_power(1)
+                .overflow_factor(0.0)
+                .clock(clock.clone())
+                .build()
+                .unwrap();
+            (c, clock)
+        };
+        let mut stored = 0;
+        let mut full = 0;
+        for i in 0..100u32 {
+            match c.set(format!("key{i}").as_bytes(), b"value", 0, None) {
+                Ok(()) => stored += 1,
+                Err(Error::HashTableFull) => full += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!((stored, full), (14, 86));
+        let s = c.stats();
+        // Only the stored items' bytes were consumed.
+        let used: u32 = c.segs.headers.iter().map(|h| h.write_offset).sum();
+        assert_eq!(used as u64, s.live_bytes);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn eviction_none_refuses_writes_when_full() {
+        let (mut c, _) = small(Eviction::None);
+        let mut i = 0u32;
+        let err = loop {
+            if let Err(e) = c.set(format!("k{i}").as_bytes(), &[1u8; 100], 0, None) {
+                break e;
+            }
+            i += 1;
+        };
+        assert_eq!(err, Error::OutOfMemory);
+        assert!(c.get(b"k0").is_some(), "nothing was evicted");
+        assert_eq!(c.stats().evictions, 0);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn parse_u64_is_strict() {
+        assert_eq!(parse_u64(b"0"), Some(0));
+        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_u64(b"18446744073709551616"), None);
+        assert_eq!(parse_u64(b""), None);
+        assert_eq!(parse_u64(b"12a"), None);
+        assert_eq!(parse_u64(b"-1"), None);
+        assert_eq!(parse_u64(b" 1"), None);
+    }
+}

@@ -1,0 +1,70 @@
+//! The one error type every fallible operation returns.
+//!
+//! Each variant says what went wrong in terms a caller can act on; none of
+//! them leaves a half-written item behind: the operation that failed
+//! changed nothing.
+
+use std::fmt;
+
+/// Why an operation or a build failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Error {
+    /// Keys must be at least one byte long.
+    EmptyKey,
+    /// Keys are at most [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes.
+    KeyTooLong { len: usize },
+    /// The item (header, key and value) does not fit in one segment.
+    ValueTooLarge { len: usize, max: usize },
+    /// TTLs are at most [`MAX_TTL`](crate::MAX_TTL) seconds.
+    TtlOutOfRange { secs: u64 },
+    /// The key's hash bucket chain is full; raise `hash_power` or
+    /// `overflow_factor`.
+    HashTableFull,
+    /// No free segment and the eviction policy is [`Eviction::None`](crate::Eviction::None)
+    /// (or nothing could be evicted).
+    OutOfMemory,
+    /// `add` found the key, or `replace`/`append`/`prepend` did not.
+    NotStored,
+    /// `cas` found the key at another version.
+    Exists,
+    /// The key is not in the cache.
+    NotFound,
+    /// `incr`/`decr` on a value that is not a decimal `u64`.
+    NotNumeric,
+    /// A builder setting is out of range; `field` names it.
+    InvalidConfig { field: &'static str, reason: String },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::EmptyKey => write!(f, "key is empty"),
+            Error::KeyTooLong { len } => write!(
+                f,
+                "key is {len} bytes, longer than the limit of {}",
+                crate::MAX_KEY_LEN
+            ),
+            Error::ValueTooLarge { len, max } => {
+                write!(
+                    f,
+                    "value of {len} bytes is too large (at most {max} with this key)"
+                )
+            }
+            Error::TtlOutOfRange { secs } => write!(
+                f,
+                "ttl of {secs} s is out of range (at most {} s)",
+                crate::MAX_TTL
+            ),
+            Error::HashTableFull => write!(f, "hash table is full"),
+            Error::OutOfMemory => write!(f, "out of memory: no segment could be freed"),
+            Error::NotStored => write!(f, "not stored"),
+            Error::Exists => write!(f, "item exists at another version"),
+            Error::NotFound => write!(f, "not found"),
+            Error::NotNumeric => write!(f, "value is not a decimal u64"),
+            Error::InvalidConfig { field, reason } => write!(f, "invalid {field}: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}

@@ -1,0 +1,276 @@
+//! Segments: the heap, cut into fixed-size append-only logs, and their
+//! headers.
+//!
+//! Owns the heap bytes, one [`SegmentHeader`] per segment (kept apart from
+//! the data, so items carry no per-item metadata beyond their 5-byte header)
+//! and the free list. Items are addressed by (segment id, offset), never by
+//! pointer, so the heap can later live in a file and be mapped anywhere.
+//! This module must never touch the hash table: deciding which items are
+//! live is the cache's job.
+
+use crate::hashtable::Location;
+use crate::item::RawItem;
+
+/// "No segment" in the prev/next links.
+pub(crate) const NONE: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SegState {
+    /// On the free list.
+    Free,
+    /// The tail of its TTL bucket: takes new writes.
+    Active,
+    /// Full or aged out: read-only until evicted or expired.
+    Sealed,
+}
+
+/// Per-segment metadata.
+#[derive(Clone, Debug)]
+pub(crate) struct SegmentHeader {
+    /// When the segment was taken from the free list (cache seconds).
+    pub create_at: u32,
+    /// Earliest deadline of any item written into it; 0 means never.
+    pub expire_at: u32,
+    /// Bytes written so far; the next item goes here.
+    pub write_offset: u32,
+    /// Bytes of items the hash table still points at.
+    pub live_bytes: u32,
+    /// Number of items the hash table still points at.
+    pub live_items: u32,
+    /// Neighbours in the TTL bucket's list (older, newer).
+    pub prev: u32,
+    pub next: u32,
+    /// Bumped whenever the segment's contents are discarded or rewritten,
+    /// so (generation, segment, offset) names one item version forever.
+    pub generation: u32,
+    /// The TTL bucket this segment belongs to.
+    pub ttl_bucket: u16,
+    pub state: SegState,
+}
+
+impl SegmentHeader {
+    fn free(generation: u32) -> Self {
+        SegmentHeader {
+            create_at: 0,
+            expire_at: 0,
+            write_offset: 0,
+            live_bytes: 0,
+            live_items: 0,
+            prev: NONE,
+            next: NONE,
+            generation,
+            ttl_bucket: 0,
+            state: SegState::Free,
+        }
+    }
+
+    /// True once the segment's earliest item deadline has passed.
+    #[inline]
+    pub(crate) fn is_expired(&self, now: u32) -> bool {
+        self.expire_at != 0 && self.expire_at <= now
+    }
+}
+
+pub(crate) struct Segments {
+    pub(crate) headers: Box<[SegmentHeader]>,
+    data: Box<[u8]>,
+    segment_size: usize,
+    free: Vec<u32>,
+}
+
+impl Segments {
+    pub(crate) fn new(segment_size: usize, count: usize) -> Self {
+        Segments {
+            headers: (0..count).map(|_| SegmentHeader::free(1)).collect(),
+            // `vec![0; n]` asks the allocator for zeroed memory, so pages are
+            // only made resident as segments are first written.
+            data: vec![0u8; segment_size * count].into_boxed_slice(),
+            segment_size,
+            free: (0..count as u32).rev().collect(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn segment_size(&self) -> usize {
+        self.segment_size
+    }
+
+    pub(crate) fn count(&self) -> usize {
+        self.headers.len()
+    }
+
+    pub(crate) fn free_count(&self) -> usize {
+        self.free.len()
+    }
+
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    pub(crate) fn header_bytes(&self) -> usize {
+        self.headers.len() * std::mem::size_of::<SegmentHeader>()
+            + self.free.capacity() * std::mem::size_of::<u32>()
+    }
+
+    /// Takes a segment off the free list, ready for writes.
+    pub(crate) fn alloc(&mut self, now: u32, ttl_bucket: u16) -> Option<u32> {
+        let id = self.free.pop()?;
+        let h = &mut self.headers[id as usize];
+        debug_assert_eq!(h.state, SegState::Free);
+        *h = SegmentHeader {
+            create_at: now,
+            ttl_bucket,
+            state: SegState::Active,
+            ..SegmentHeader::free(h.generation)
+        };
+        Some(id)
+    }
+
+    /// Returns a segment whose items are all unlinked to the free list.
+    pub(crate) fn release(&mut self, id: u32) {
+        let h = &mut self.headers[id as usize];
+        debug_assert_ne!(h.state, SegState::Free);
+        debug_assert_eq!(h.live_items, 0);
+        debug_assert_eq!(h.live_bytes, 0);
+        *h = SegmentHeader::free(h.generation.wrapping_add(1));
+        self.free.push(id);
+    }
+
+    /// Frees every segment at once (the caller has emptied the table).
+    pub(crate) fn release_all(&mut self) {
+        for h in self.headers.iter_mut() {
+            let generation = if h.state == SegState::Free {
+                h.generation
+            } else {
+                h.generation.wrapping_add(1)
+            };
+            *h = SegmentHeader::free(generation);
+        }
+        self.free = (0..self.headers.len() as u32).rev().collect();
+    }
+
+    /// The bytes of one segment.
+    #[inline]
+    pub(crate) fn data(&self, id: u32) -> &[u8] {
+        let start = id as usize * self.segment_size;
+        &self.data[start..start + self.segment_size]
+    }
+
+    #[inline]
+    pub(crate) fn data_mut(&mut self, id: u32) -> &mut [u8] {
+        let start = id as usize * self.segment_size;
+        &mut self.data[start..start + self.segment_size]
+    }
+
+    /// The item stored at `loc`.
+    #[inline]
+    pub(crate) fn item(&self, loc: Location) -> RawItem<'_> {
+        RawItem::at(&self.data(loc.seg)[loc.offset as usize..])
+    }
+
+    /// Copies `len` bytes from one location to another (the ranges may
+    /// overlap when both are in one segment).
+    pub(crate) fn copy(&mut self, from: Location, to: Location, len: usize) {
+        let src = from.seg as usize * self.segment_size + from.offset as usize;
+        let dst = to.seg as usize * self.segment_size + to.offset as usize;
+        self.data.copy_within(src..src + len, dst);
+    }
+
+    /// Offsets of every item written to a segment, oldest first.
+    pub(crate) fn item_offsets(&self, id: u32) -> ItemOffsets<'_> {
+        ItemOffsets {
+            data: self.data(id),
+            at: 0,
+            end: self.headers[id as usize].write_offset as usize,
+        }
+    }
+}
+
+/// Walks the items of one segment in write order.
+pub(crate) struct ItemOffsets<'a> {
+    data: &'a [u8],
+    at: usize,
+    end: usize,
+}
+
+impl<'a> Iterator for ItemOffsets<'a> {
+    /// (offset, item)
+    type Item = (u32, RawItem<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.at >= self.end {
+            return None;
+        }
+        let item = RawItem::at(&self.data[self.at..]);
+        let at = self.at;
+        self.at += item.size();
+        Some((at as u32, item))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::item;
+
+    #[test]
+    fn alloc_release_cycles_bump_generation() {
+        let mut segs = Segments::new(4096, 3);
+        assert_eq!(segs.free_count(), 3);
+        let a = segs.alloc(5, 7).unwrap();
+        assert_eq!(a, 0, "lowest id first");
+        let h = &segs.headers[a as usize];
+        assert_eq!(
+            (h.create_at, h.ttl_bucket, h.state),
+            (5, 7, SegState::Active)
+        );
+        let gen = h.generation;
+        segs.alloc(5, 7).unwrap();
+        segs.alloc(5, 7).unwrap();
+        assert!(segs.alloc(5, 7).is_none());
+        segs.release(a);
+        assert_eq!(segs.headers[a as usize].generation, gen + 1);
+        assert_eq!(segs.alloc(6, 1), Some(a));
+        segs.release_all();
+        assert_eq!(segs.free_count(), 3);
+        assert_eq!(segs.headers[a as usize].generation, gen + 2);
+    }
+
+    #[test]
+    fn items_walk_in_write_order() {
+        let mut segs = Segments::new(4096, 1);
+        let id = segs.alloc(0, 0).unwrap();
+        let mut at = 0usize;
+        for i in 0..10u32 {
+            let key = format!("k{i}");
+            let size = item::item_size(key.len(), i as usize, i);
+            let value = vec![b'x'; i as usize];
+            item::write(
+                &mut segs.data_mut(id)[at..at + size],
+                key.as_bytes(),
+                [&value, &[]],
+                i,
+            );
+            at += size;
+        }
+        segs.headers[id as usize].write_offset = at as u32;
+        let seen: Vec<_> = segs
+            .item_offsets(id)
+            .map(|(_, it)| (it.key().to_vec(), it.value().len(), it.client_flags()))
+            .collect();
+        assert_eq!(seen.len(), 10);
+        for (i, (k, vlen, flags)) in seen.into_iter().enumerate() {
+            assert_eq!(k, format!("k{i}").into_bytes());
+            assert_eq!((vlen, flags), (i, i as u32));
+        }
+    }
+
+    #[test]
+    fn expiry_is_never_for_zero() {
+        let mut h = SegmentHeader::free(1);
+        assert!(!h.is_expired(u32::MAX));
+        h.expire_at = 10;
+        assert!(!h.is_expired(9));
+        assert!(h.is_expired(10));
+    }
+}
