@@ -125,6 +125,7 @@ impl moka::Expiry<Box<[u8]>, Arc<Val>> for WallTtl {
 }
 
 impl MokaSim {
+    #[allow(clippy::borrowed_box)] // moka's weigher takes `&K`
     pub fn new(sizing: Sizing) -> MokaSim {
         let per_item = sizing.per_item;
         let cache = moka::sync::Cache::builder()
@@ -314,10 +315,10 @@ impl SegcacheSim {
         })
     }
 
-    /// Bytes of the cache's fixed structures as reported by `stats()`.
+    /// All bytes the cache allocated (heap + hash table + segment headers)
+    /// as reported by `stats()`.
     pub fn reported_bytes(&self) -> usize {
-        let s = self.cache.stats();
-        s.heap_bytes as usize + s.hash_table_bytes as usize
+        self.cache.stats().total_bytes as usize
     }
 
     /// The inner cache.
@@ -330,7 +331,13 @@ impl SegcacheSim {
     /// Uses the counting allocator when installed, else `stats()`.
     pub fn for_budget(budget: usize, segment_size: usize) -> Result<SegcacheSim, String> {
         let err = |e: segcache::Error| format!("segcache build: {e:?}");
-        let segment_size = segment_size.min(budget / 8).max(4096).next_power_of_two();
+        // At least ~64 segments: every TTL bucket in use keeps an open segment,
+        // so a heap of a handful of segments thrashes on multi-TTL workloads.
+        let segment_size = if budget / 64 >= segment_size {
+            segment_size
+        } else {
+            ((budget / 64).max(4096).next_power_of_two() / 2).max(4096)
+        };
         // Probe: table bytes per bucket and fixed bytes at a known size.
         let probe_hp = 10u8;
         let probe_heap = segment_size * 4;
@@ -360,7 +367,7 @@ impl SegcacheSim {
             / probe_heap as f64;
         let table = table_per_bucket << hp;
         let heap = ((budget.saturating_sub(table)) as f64 / (1.0 + other)) as usize;
-        let heap = (heap / segment_size).max(2) * segment_size;
+        let heap = (heap / segment_size).max(segcache::MIN_SEGMENTS) * segment_size;
         let mut sim =
             Self::with_params(heap, segment_size, hp, segcache::Eviction::Merge).map_err(err)?;
         sim.label = "segcache".into();
@@ -884,6 +891,25 @@ mod tests {
             c.delete(b"forever");
             assert!(!c.get(b"forever", 1_000_000), "{}", c.name());
         }
+    }
+
+    #[cfg(feature = "segcache-adapter")]
+    #[test]
+    fn segcache_adapter_follows_simulated_ttl_and_budget() {
+        let budget = 16 << 20;
+        let mut c = SegcacheSim::for_budget(budget, SEGMENT_SIZE).unwrap();
+        let total = c.reported_bytes();
+        assert!(
+            total <= budget && total > budget * 8 / 10,
+            "{total} vs {budget}"
+        );
+        c.set(b"short", 10, Some(5), 100);
+        c.set(b"forever", 10, None, 100);
+        assert!(c.get(b"short", 104));
+        assert!(!c.get(b"short", 105));
+        assert!(c.get(b"forever", 1_000_000));
+        c.delete(b"forever");
+        assert!(!c.get(b"forever", 1_000_000));
     }
 
     #[test]
