@@ -327,8 +327,8 @@ impl SegcacheSim {
     }
 
     /// Build a cache whose total allocated bytes (heap, hash table, segment
-    /// headers) come to about `budget`, with the hash table about 10% of it.
-    /// Uses the counting allocator when installed, else `stats()`.
+    /// headers, per `stats().total_bytes`) come to about `budget`, with the
+    /// hash table about 10% of it.
     pub fn for_budget(budget: usize, segment_size: usize) -> Result<SegcacheSim, String> {
         let err = |e: segcache::Error| format!("segcache build: {e:?}");
         // At least ~64 segments: every TTL bucket in use keeps an open segment,
@@ -341,7 +341,6 @@ impl SegcacheSim {
         // Probe: table bytes per bucket and fixed bytes at a known size.
         let probe_hp = 10u8;
         let probe_heap = segment_size * 4;
-        let before = alloc::live_bytes();
         let probe = Self::with_params(
             probe_heap,
             segment_size,
@@ -349,11 +348,9 @@ impl SegcacheSim {
             segcache::Eviction::Merge,
         )
         .map_err(err)?;
-        let probe_total = if alloc::installed() {
-            alloc::live_bytes() - before
-        } else {
-            probe.reported_bytes()
-        };
+        // `total_bytes` is everything the cache allocated; unlike a counting-
+        // allocator delta it is not disturbed by other threads.
+        let probe_total = probe.reported_bytes();
         let table_per_bucket = (probe.cache.stats().hash_table_bytes as usize >> probe_hp).max(1);
         drop(probe);
         let mut hp = probe_hp;
