@@ -47,6 +47,9 @@ mod item;
 mod segments;
 mod ttl;
 
+#[cfg(test)]
+mod model_tests;
+
 pub use builder::{Builder, Eviction, MAX_HASH_POWER, MIN_SEGMENTS, MIN_SEGMENT_SIZE};
 pub use cache::{Expired, Item, Segcache, Stats};
 pub use clock::ManualClock;
