@@ -227,6 +227,40 @@ impl Builder {
     }
 }
 
+impl Builder {
+    /// Builds a [`ShardedCache`](crate::ShardedCache): `shards` independent
+    /// caches (a power of two, at most 1024), each with `1/shards` of the
+    /// heap and of the hash table, behind its own lock.
+    pub fn build_sharded(self, shards: usize) -> Result<crate::ShardedCache, Error> {
+        if !shards.is_power_of_two() || shards > 1024 {
+            return Err(Self::invalid(
+                "shards",
+                format!("{shards}; must be a power of two from 1 to 1024"),
+            ));
+        }
+        let bits = shards.trailing_zeros() as u8;
+        let per_shard = Builder {
+            heap_size: self.heap_size / shards,
+            hash_power: self.hash_power.map(|p| p.saturating_sub(bits).max(1)),
+            ..self
+        };
+        let caches = (0..shards)
+            .map(|_| per_shard.clone().build())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| match e {
+                Error::InvalidConfig {
+                    field: "heap_size",
+                    reason,
+                } => Self::invalid(
+                    "heap_size",
+                    format!("per shard ({shards} shards): {reason}"),
+                ),
+                other => other,
+            })?;
+        Ok(crate::ShardedCache::from_shards(caches))
+    }
+}
+
 /// Enough buckets for ~100-byte items filling `heap` at ~6 per bucket.
 fn default_hash_power(heap: usize) -> u8 {
     let buckets = (heap / 600).max(16);

@@ -57,11 +57,40 @@ impl<'a> Item<'a> {
     }
 }
 
+/// An item copied out of the cache, for callers that cannot hold a borrow
+/// (the sharded and storage-thread handles).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedItem {
+    pub value: Vec<u8>,
+    pub flags: u32,
+    pub cas: u64,
+    /// Time left; `None` if the item never expires.
+    pub ttl: Option<Duration>,
+}
+
+impl From<Item<'_>> for OwnedItem {
+    fn from(item: Item<'_>) -> Self {
+        OwnedItem {
+            value: item.value.to_vec(),
+            flags: item.flags,
+            cas: item.cas,
+            ttl: item.ttl(),
+        }
+    }
+}
+
 /// What one call to [`Segcache::expire`] freed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Expired {
     pub segments: usize,
     pub items: usize,
+}
+
+impl std::ops::AddAssign for Expired {
+    fn add_assign(&mut self, other: Expired) {
+        self.segments += other.segments;
+        self.items += other.items;
+    }
 }
 
 /// A snapshot of the cache's counters and memory.
@@ -91,6 +120,27 @@ pub struct Stats {
     pub segment_header_bytes: u64,
     /// Everything above together: all the memory the cache allocated.
     pub total_bytes: u64,
+}
+
+impl std::ops::AddAssign<&Stats> for Stats {
+    /// Sums two snapshots (the shards of a sharded cache).
+    fn add_assign(&mut self, o: &Stats) {
+        self.items += o.items;
+        self.live_bytes += o.live_bytes;
+        self.segments_used += o.segments_used;
+        self.segments_free += o.segments_free;
+        self.hits += o.hits;
+        self.misses += o.misses;
+        self.evictions += o.evictions;
+        self.evicted_segments += o.evicted_segments;
+        self.expirations += o.expirations;
+        self.expired_segments += o.expired_segments;
+        self.merges += o.merges;
+        self.heap_bytes += o.heap_bytes;
+        self.hash_table_bytes += o.hash_table_bytes;
+        self.segment_header_bytes += o.segment_header_bytes;
+        self.total_bytes += o.total_bytes;
+    }
 }
 
 #[derive(Default)]

@@ -45,14 +45,16 @@ mod eviction;
 mod hashtable;
 mod item;
 mod segments;
+mod sharded;
 mod ttl;
 
 #[cfg(test)]
 mod model_tests;
 
 pub use builder::{Builder, Eviction, MAX_HASH_POWER, MIN_SEGMENTS, MIN_SEGMENT_SIZE};
-pub use cache::{Expired, Item, Segcache, Stats};
+pub use cache::{Expired, Item, OwnedItem, Segcache, Stats};
 pub use clock::ManualClock;
 pub use error::Error;
 pub use item::MAX_KEY_LEN;
+pub use sharded::ShardedCache;
 pub use ttl::MAX_TTL;

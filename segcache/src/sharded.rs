@@ -1,0 +1,327 @@
+//! [`ShardedCache`]: `&self` access from many threads, without a storage
+//! thread.
+//!
+//! Keys are spread over N independent [`Segcache`] shards by a hash of
+//! their own (independent of the hash table's, so every shard uses all of
+//! its buckets); each shard has its own segments, TTL buckets and
+//! `parking_lot` lock, so writes to different shards never contend. Every
+//! operation takes exactly one shard lock, for as short as the operation
+//! itself; nothing here holds two locks at once.
+
+use crate::cache::{Expired, OwnedItem, Stats};
+use crate::{Error, Item, Segcache};
+use parking_lot::Mutex;
+use std::time::Duration;
+
+/// One shard, padded to its own cache lines so locks do not false-share.
+#[repr(align(128))]
+struct Shard(Mutex<Segcache>);
+
+/// A thread-safe cache made of independently locked shards.
+///
+/// ```
+/// use std::sync::Arc;
+/// use segcache::Segcache;
+///
+/// let cache = Arc::new(Segcache::builder().heap_size(64 << 20).build_sharded(8)?);
+/// let writers: Vec<_> = (0..4)
+///     .map(|t| {
+///         let cache = Arc::clone(&cache);
+///         std::thread::spawn(move || {
+///             for i in 0..1000 {
+///                 cache.set(format!("{t}:{i}").as_bytes(), b"v", 0, None).unwrap();
+///             }
+///         })
+///     })
+///     .collect();
+/// for w in writers {
+///     w.join().unwrap();
+/// }
+/// assert_eq!(cache.len(), 4000);
+/// assert_eq!(cache.get(b"3:999").unwrap().value, b"v");
+/// # Ok::<(), segcache::Error>(())
+/// ```
+pub struct ShardedCache {
+    shards: Box<[Shard]>,
+    mask: u64,
+    hasher: ahash::RandomState,
+}
+
+impl std::fmt::Debug for ShardedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardedCache")
+            .field("shards", &self.shards.len())
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl ShardedCache {
+    pub(crate) fn from_shards(caches: Vec<Segcache>) -> Self {
+        debug_assert!(caches.len().is_power_of_two());
+        ShardedCache {
+            mask: caches.len() as u64 - 1,
+            shards: caches.into_iter().map(|c| Shard(Mutex::new(c))).collect(),
+            hasher: ahash::RandomState::with_seeds(
+                0x4528_21e6_38d0_1377,
+                0xbe54_66cf_34e9_0c6c,
+                0xc0ac_29b7_c97c_50dd,
+                0x3f84_d5b5_b547_0917,
+            ),
+        }
+    }
+
+    /// Number of shards.
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+
+    #[inline]
+    fn shard(&self, key: &[u8]) -> parking_lot::MutexGuard<'_, Segcache> {
+        let i = (self.hasher.hash_one(key) & self.mask) as usize;
+        self.shards[i].0.lock()
+    }
+
+    /// Looks a key up and copies the item out.
+    pub fn get(&self, key: &[u8]) -> Option<OwnedItem> {
+        self.shard(key).get(key).map(OwnedItem::from)
+    }
+
+    /// Looks a key up and hands the borrowed item to `f` while the shard is
+    /// locked: no copy. Keep `f` short; it blocks the shard.
+    pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Option<Item<'_>>) -> R) -> R {
+        f(self.shard(key).get(key))
+    }
+
+    /// See [`Segcache::contains`].
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.shard(key).contains(key)
+    }
+
+    /// See [`Segcache::set`].
+    pub fn set(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.shard(key).set(key, value, flags, ttl)
+    }
+
+    /// See [`Segcache::add`].
+    pub fn add(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.shard(key).add(key, value, flags, ttl)
+    }
+
+    /// See [`Segcache::replace`].
+    pub fn replace(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.shard(key).replace(key, value, flags, ttl)
+    }
+
+    /// See [`Segcache::cas`].
+    pub fn cas(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Option<Duration>,
+        cas: u64,
+    ) -> Result<(), Error> {
+        self.shard(key).cas(key, value, flags, ttl, cas)
+    }
+
+    /// See [`Segcache::append`].
+    pub fn append(&self, key: &[u8], data: &[u8]) -> Result<(), Error> {
+        self.shard(key).append(key, data)
+    }
+
+    /// See [`Segcache::prepend`].
+    pub fn prepend(&self, key: &[u8], data: &[u8]) -> Result<(), Error> {
+        self.shard(key).prepend(key, data)
+    }
+
+    /// See [`Segcache::incr`].
+    pub fn incr(&self, key: &[u8], delta: u64) -> Result<u64, Error> {
+        self.shard(key).incr(key, delta)
+    }
+
+    /// See [`Segcache::decr`].
+    pub fn decr(&self, key: &[u8], delta: u64) -> Result<u64, Error> {
+        self.shard(key).decr(key, delta)
+    }
+
+    /// See [`Segcache::touch`].
+    pub fn touch(&self, key: &[u8], ttl: Option<Duration>) -> Result<(), Error> {
+        self.shard(key).touch(key, ttl)
+    }
+
+    /// See [`Segcache::delete`].
+    pub fn delete(&self, key: &[u8]) -> bool {
+        self.shard(key).delete(key)
+    }
+
+    /// See [`Segcache::ttl`].
+    pub fn ttl(&self, key: &[u8]) -> Option<Option<Duration>> {
+        self.shard(key).ttl(key)
+    }
+
+    /// Flushes every shard now.
+    pub fn flush(&self) {
+        self.each(|c| c.flush());
+    }
+
+    /// See [`Segcache::flush_after`]; applies to every shard.
+    pub fn flush_after(&self, delay: Duration) {
+        self.each(|c| c.flush_after(delay));
+    }
+
+    /// Proactively expires every shard; returns the total freed.
+    pub fn expire(&self) -> Expired {
+        let mut total = Expired::default();
+        self.each(|c| total += c.expire());
+        total
+    }
+
+    /// Drops every item in every shard.
+    pub fn clear(&self) {
+        self.each(|c| c.clear());
+    }
+
+    /// Counters and memory summed over the shards.
+    pub fn stats(&self) -> Stats {
+        let mut total = Stats::default();
+        self.each(|c| total += &c.stats());
+        total
+    }
+
+    /// Items held over all shards.
+    pub fn len(&self) -> usize {
+        let mut n = 0;
+        self.each(|c| n += c.len());
+        n
+    }
+
+    /// True when no shard holds an item.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The largest value storable under a key of `key_len` bytes.
+    pub fn max_value_len(&self, key_len: usize) -> usize {
+        self.shards[0].0.lock().max_value_len(key_len)
+    }
+
+    /// Runs `f` on each shard in turn, one lock at a time.
+    fn each(&self, mut f: impl FnMut(&mut Segcache)) {
+        for shard in self.shards.iter() {
+            f(&mut shard.0.lock());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Error, ManualClock, Segcache};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn shards_split_the_heap_and_share_the_clock() {
+        let clock = ManualClock::new();
+        let c = Segcache::builder()
+            .heap_size(8 << 20)
+            .segment_size(64 << 10)
+            .hash_power(16)
+            .clock(clock.clone())
+            .build_sharded(4)
+            .unwrap();
+        let s = c.stats();
+        assert_eq!(s.heap_bytes, 8 << 20);
+        assert_eq!(
+            s.hash_table_bytes,
+            (1 << 16) * 64 + (1 << 16) * 16,
+            "2^14 x 4 shards + 25% overflow"
+        );
+        for i in 0..1000u32 {
+            c.set(&i.to_le_bytes(), b"x", i, Some(Duration::from_secs(30)))
+                .unwrap();
+        }
+        assert_eq!(c.len(), 1000);
+        assert_eq!(c.get(&7u32.to_le_bytes()).unwrap().flags, 7);
+        clock.advance(Duration::from_secs(30));
+        assert_eq!(c.expire().items, 1000);
+        assert!(c.is_empty());
+    }
+
+    #[test]
+    fn bad_shard_counts_are_config_errors() {
+        for n in [0, 3, 2048] {
+            assert!(matches!(
+                Segcache::builder().build_sharded(n),
+                Err(Error::InvalidConfig {
+                    field: "shards",
+                    ..
+                })
+            ));
+        }
+        let err = Segcache::builder()
+            .heap_size(4 << 20)
+            .build_sharded(4)
+            .unwrap_err();
+        assert!(err.to_string().contains("per shard"), "{err}");
+    }
+
+    #[test]
+    fn threads_hammering_one_cache_read_their_own_writes() {
+        let c = Arc::new(
+            Segcache::builder()
+                .heap_size(32 << 20)
+                .build_sharded(8)
+                .unwrap(),
+        );
+        let threads: Vec<_> = (0..4u8)
+            .map(|t| {
+                let c = Arc::clone(&c);
+                std::thread::spawn(move || {
+                    for i in 0..20_000u32 {
+                        let key = [&[t][..], &(i % 500).to_le_bytes()].concat();
+                        let value = i.to_le_bytes();
+                        c.set(&key, &value, 0, None).unwrap();
+                        assert_eq!(c.get(&key).unwrap().value, value);
+                        if i % 7 == 0 {
+                            assert!(c.delete(&key));
+                        }
+                        c.incr(b"shared", 1).ok();
+                        c.get_with(b"shared", |item| {
+                            if let Some(item) = item {
+                                assert!(item.value().iter().all(u8::is_ascii_digit));
+                            }
+                        });
+                    }
+                })
+            })
+            .collect();
+        c.set(b"shared", b"0", 0, None).unwrap();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let n: u64 = std::str::from_utf8(&c.get(b"shared").unwrap().value)
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(n <= 80_000);
+    }
+}
