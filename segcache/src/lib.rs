@@ -46,6 +46,7 @@ mod hashtable;
 mod item;
 mod segments;
 mod sharded;
+mod storage;
 mod ttl;
 
 #[cfg(test)]
@@ -57,4 +58,7 @@ pub use clock::ManualClock;
 pub use error::Error;
 pub use item::MAX_KEY_LEN;
 pub use sharded::ShardedCache;
+pub use storage::{
+    Client, Request, Response, StorageConfig, StorageHandle, StorageThread, TrySubmitError,
+};
 pub use ttl::MAX_TTL;
