@@ -5,7 +5,7 @@
 //! allocates the cache's memory until [`Builder::build`] has checked it all.
 
 use crate::clock::{Clock, ManualClock};
-use crate::hashtable::{MAX_SEGMENTS, MAX_SEGMENT_SIZE};
+use crate::hashtable::{MAX_SEGMENTS, MAX_SEGMENT_SIZE, MIN_HASH_POWER};
 use crate::{Error, Segcache};
 use std::str::FromStr;
 
@@ -96,7 +96,7 @@ impl FromStr for Eviction {
 /// assert_eq!(cache.stats().heap_bytes, 16 << 20);
 ///
 /// // Bad settings are errors that name the setting.
-/// let err = Segcache::builder().segment_size(16 << 20).build().unwrap_err();
+/// let err = Segcache::builder().segment_size(4 << 20).build().unwrap_err();
 /// assert!(err.to_string().contains("segment_size"));
 /// # Ok::<(), segcache::Error>(())
 /// ```
@@ -105,7 +105,6 @@ pub struct Builder {
     heap_size: usize,
     segment_size: usize,
     hash_power: Option<u8>,
-    overflow_factor: f64,
     eviction: Eviction,
     clock: Option<ManualClock>,
 }
@@ -116,7 +115,6 @@ impl Default for Builder {
             heap_size: 64 << 20,
             segment_size: 1 << 20,
             hash_power: None,
-            overflow_factor: 0.25,
             eviction: Eviction::Merge,
             clock: None,
         }
@@ -133,23 +131,20 @@ impl Builder {
     }
 
     /// Bytes per segment (default 1 MiB; a multiple of 8 between 1 KiB and
-    /// 8 MiB). The largest item must fit in one segment.
+    /// 2 MiB, the reach of the table's 21-bit offsets). The largest item must
+    /// fit in one segment.
     pub fn segment_size(mut self, bytes: usize) -> Self {
         self.segment_size = bytes;
         self
     }
 
     /// The hash table has `2^hash_power` buckets of seven items each
-    /// (1..=30). By default it is sized for ~100-byte items filling the heap.
+    /// (3..=30), 64 bytes per bucket. By default it is sized for ~100-byte
+    /// items filling the heap. When a key's neighbourhood of buckets is
+    /// full, the least-read item there is evicted (or, under
+    /// [`Eviction::None`], the write fails with [`Error::HashTableFull`]).
     pub fn hash_power(mut self, power: u8) -> Self {
         self.hash_power = Some(power);
-        self
-    }
-
-    /// Overflow buckets, as a fraction of the primary buckets (default 0.25,
-    /// at most 16), for chains when a bucket's seven slots are full.
-    pub fn overflow_factor(mut self, factor: f64) -> Self {
-        self.overflow_factor = factor;
         self
     }
 
@@ -197,21 +192,15 @@ impl Builder {
             ));
         }
         let hash_power = match self.hash_power {
-            Some(p) if (1..=MAX_HASH_POWER).contains(&p) => p,
+            Some(p) if (MIN_HASH_POWER..=MAX_HASH_POWER).contains(&p) => p,
             Some(p) => {
                 return Err(Self::invalid(
                     "hash_power",
-                    format!("{p}; must be from 1 to {MAX_HASH_POWER}"),
+                    format!("{p}; must be from {MIN_HASH_POWER} to {MAX_HASH_POWER}"),
                 ))
             }
             None => default_hash_power(segments * seg),
         };
-        if !(self.overflow_factor.is_finite() && (0.0..=16.0).contains(&self.overflow_factor)) {
-            return Err(Self::invalid(
-                "overflow_factor",
-                format!("{}; must be from 0 to 16", self.overflow_factor),
-            ));
-        }
         let clock = match self.clock {
             Some(manual) => Clock::Manual(manual),
             None => Clock::system(),
@@ -220,7 +209,6 @@ impl Builder {
             seg,
             segments,
             hash_power,
-            self.overflow_factor,
             self.eviction,
             clock,
         ))
@@ -241,7 +229,9 @@ impl Builder {
         let bits = shards.trailing_zeros() as u8;
         let per_shard = Builder {
             heap_size: self.heap_size / shards,
-            hash_power: self.hash_power.map(|p| p.saturating_sub(bits).max(1)),
+            hash_power: self
+                .hash_power
+                .map(|p| p.saturating_sub(bits).max(MIN_HASH_POWER)),
             ..self
         };
         let caches = (0..shards)
@@ -261,10 +251,11 @@ impl Builder {
     }
 }
 
-/// Enough buckets for ~100-byte items filling `heap` at ~6 per bucket.
+/// The power of two nearest to the bucket count that puts ~100-byte items
+/// filling `heap` at 80% of the table's seven slots per bucket.
 fn default_hash_power(heap: usize) -> u8 {
-    let buckets = (heap / 600).max(16);
-    (usize::BITS - (buckets - 1).leading_zeros()).clamp(4, MAX_HASH_POWER as u32) as u8
+    let buckets = (heap as f64 / (100.0 * 7.0 * 0.8)).max(1.0);
+    (buckets.log2().round() as u8).clamp(MIN_HASH_POWER, MAX_HASH_POWER)
 }
 
 #[cfg(test)]
@@ -282,7 +273,7 @@ mod tests {
     fn bad_values_name_their_setting() {
         let b = Segcache::builder;
         assert_eq!(
-            field(b().segment_size(16 << 20).build().unwrap_err()),
+            field(b().segment_size(4 << 20).build().unwrap_err()),
             "segment_size"
         );
         assert_eq!(
@@ -299,18 +290,11 @@ mod tests {
         );
         assert_eq!(field(b().heap_size(0).build().unwrap_err()), "heap_size");
         assert_eq!(field(b().hash_power(0).build().unwrap_err()), "hash_power");
+        assert_eq!(field(b().hash_power(2).build().unwrap_err()), "hash_power");
         assert_eq!(field(b().hash_power(31).build().unwrap_err()), "hash_power");
-        assert_eq!(
-            field(b().overflow_factor(-1.0).build().unwrap_err()),
-            "overflow_factor"
-        );
-        assert_eq!(
-            field(b().overflow_factor(f64::NAN).build().unwrap_err()),
-            "overflow_factor"
-        );
         assert_eq!(field("lru".parse::<Eviction>().unwrap_err()), "eviction");
         assert!(b()
-            .segment_size(8 << 20)
+            .segment_size(2 << 20)
             .heap_size(24 << 20)
             .build()
             .is_ok());
@@ -335,7 +319,8 @@ mod tests {
     #[test]
     fn default_hash_power_scales_with_heap() {
         assert_eq!(default_hash_power(64 << 20), 17);
+        assert_eq!(default_hash_power(160 << 20), 18);
         assert_eq!(default_hash_power(1 << 30), 21);
-        assert_eq!(default_hash_power(4096), 4);
+        assert_eq!(default_hash_power(4096), MIN_HASH_POWER);
     }
 }

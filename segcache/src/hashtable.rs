@@ -1,54 +1,62 @@
 //! The hash table: key -> (segment id, offset), one cache line per bucket.
 //!
-//! A bucket is eight `u64` slots, 64-byte aligned. Slot 0 of a primary
-//! bucket is the *bucket info* (overflow chain length, a 16-bit timestamp
-//! for the frequency counter); slots 1..=7 hold *item info*:
+//! A bucket is eight `u64` slots, 64-byte aligned. Slot 0 is the *bucket
+//! info*: the *reach* of the bucket as a home (how many buckets past it
+//! hold items whose hash lands here, 0..=7) and a 16-bit timestamp for the
+//! frequency counters of the items stored in it. Slots 1..=7 hold *item
+//! info*:
 //!
 //! ```text
-//!  63        52 51     44 43                20 19              0
-//! +------------+---------+--------------------+-----------------+
-//! |  tag (12)  | freq (8)| segment id (24)    | offset/8 (20)   |
-//! +------------+---------+--------------------+-----------------+
+//!  63      52 51    44 43  41 40          21 20            0
+//! +----------+--------+------+--------------+---------------+
+//! | tag (12) |freq (8)|disp 3| segment (20) | offset (21)   |
+//! +----------+--------+------+--------------+---------------+
 //! ```
 //!
-//! A full bucket chains to an overflow bucket taken from a preallocated
-//! pool: the chain's last slot becomes the index of the next bucket, and an
-//! overflow bucket uses all eight slots for item info (the last one for the
-//! next link when it is not the end). Chains are bounded; an overflow
-//! bucket that empties at the end of a chain goes back to the pool.
+//! An item lives in its home bucket (`hash & mask`) or up to
+//! [`MAX_DISPLACEMENT`] buckets after it; `disp` says how far, so the home's
+//! reach can shrink again when its farthest item leaves. Lookups scan the
+//! home and its reach: one cache line in the common case. This neighbourhood
+//! probing fills ~95% of slots before a window is full (chained overflow
+//! buckets sit mostly empty), which is most of what keeps the per-item
+//! overhead near 5 + 9 bytes.
 //!
-//! The tag (top 12 bits of the hash, never zero) lets lookups skip most key
-//! comparisons; an all-zero slot is empty. The table never reads item
-//! bytes itself: callers pass a `matches` closure that compares keys.
-//! It must never hold a pointer: locations are (segment id, offset).
+//! The tag (top 12 bits of the hash, never zero) lets lookups skip most
+//! key comparisons; an all-zero slot is empty. The table never reads item
+//! bytes itself: callers pass a `matches` closure that compares keys. It
+//! never holds a pointer: locations are (segment id, byte offset).
 
 use std::alloc::{alloc_zeroed, handle_alloc_error, Layout};
 
 /// Where an item lives: segment id and byte offset inside the segment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Location {
     pub seg: u32,
     pub offset: u32,
 }
 
-/// Largest number of segments a 24-bit segment id can name.
-pub(crate) const MAX_SEGMENTS: usize = 1 << 24;
-/// Largest segment a 20-bit offset in 8-byte units can address.
-pub(crate) const MAX_SEGMENT_SIZE: usize = (1 << 20) * 8;
-/// Longest overflow chain a primary bucket may grow.
-const MAX_CHAIN: u64 = 16;
+/// Largest number of segments a 20-bit segment id can name.
+pub(crate) const MAX_SEGMENTS: usize = 1 << 20;
+/// Largest segment a 21-bit byte offset can address.
+pub(crate) const MAX_SEGMENT_SIZE: usize = 1 << 21;
+/// Farthest an item may live from its home bucket.
+pub(crate) const MAX_DISPLACEMENT: usize = 7;
+/// Fewest buckets: a probe window never wraps onto itself.
+pub(crate) const MIN_HASH_POWER: u8 = 3;
 
 const SLOTS: usize = 8;
 const TAG_SHIFT: u32 = 52;
 const FREQ_SHIFT: u32 = 44;
-const SEG_SHIFT: u32 = 20;
-const SEG_MASK: u64 = (1 << 24) - 1;
-const OFFSET_MASK: u64 = (1 << 20) - 1;
+const DISP_SHIFT: u32 = 41;
+const SEG_SHIFT: u32 = 21;
+const SEG_MASK: u64 = (1 << 20) - 1;
+const OFFSET_MASK: u64 = (1 << 21) - 1;
+const DISP_MASK: u64 = 0x7;
 const FREQ_MASK: u64 = 0xff << FREQ_SHIFT;
 /// Frequency bit meaning "already counted during the bucket's current second".
 const FREQ_COUNTED: u64 = 0x80;
 const FREQ_MAX: u64 = 0x7f;
-const CHAIN_MASK: u64 = 0xff;
+const REACH_MASK: u64 = 0x7;
 const TIME_SHIFT: u32 = 8;
 const TIME_MASK: u64 = 0xffff << TIME_SHIFT;
 
@@ -56,17 +64,23 @@ const TIME_MASK: u64 = 0xffff << TIME_SHIFT;
 #[repr(C, align(64))]
 struct Bucket([u64; SLOTS]);
 
-/// The table is full: the key's chain is at its bound or the overflow pool
-/// is empty.
+/// The key's probe window is full and the caller did not allow evicting
+/// from it.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct TableFull;
 
+/// What an insert displaced.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Inserted {
+    /// The key's previous item info, if it was present.
+    pub replaced: Option<u64>,
+    /// The item info evicted to make room in a full window.
+    pub evicted: Option<u64>,
+}
+
 pub(crate) struct HashTable {
-    /// Primary buckets first, then the overflow pool.
     buckets: Box<[Bucket]>,
-    mask: u64,
-    primary: usize,
-    free_overflow: Vec<u32>,
+    mask: usize,
     hasher: ahash::RandomState,
     rng: u64,
 }
@@ -82,13 +96,14 @@ fn tag_of(hash: u64) -> u64 {
 }
 
 #[inline]
-fn pack(tag: u64, freq: u64, loc: Location) -> u64 {
-    debug_assert!(loc.offset as usize % crate::item::ALIGN == 0);
-    debug_assert!((loc.seg as u64) <= SEG_MASK);
+fn pack(tag: u64, freq: u64, disp: usize, loc: Location) -> u64 {
+    debug_assert!((loc.seg as u64) <= SEG_MASK && (loc.offset as u64) <= OFFSET_MASK);
+    debug_assert!(disp <= MAX_DISPLACEMENT);
     (tag << TAG_SHIFT)
         | (freq << FREQ_SHIFT)
+        | ((disp as u64) << DISP_SHIFT)
         | ((loc.seg as u64) << SEG_SHIFT)
-        | (loc.offset as u64 / crate::item::ALIGN as u64)
+        | loc.offset as u64
 }
 
 /// Decodes the location part of an item info slot.
@@ -96,7 +111,7 @@ fn pack(tag: u64, freq: u64, loc: Location) -> u64 {
 pub(crate) fn location(info: u64) -> Location {
     Location {
         seg: ((info >> SEG_SHIFT) & SEG_MASK) as u32,
-        offset: ((info & OFFSET_MASK) as u32) * crate::item::ALIGN as u32,
+        offset: (info & OFFSET_MASK) as u32,
     }
 }
 
@@ -104,6 +119,11 @@ pub(crate) fn location(info: u64) -> Location {
 #[inline]
 pub(crate) fn frequency(info: u64) -> u8 {
     ((info >> FREQ_SHIFT) & FREQ_MAX) as u8
+}
+
+#[inline]
+fn displacement(info: u64) -> usize {
+    ((info >> DISP_SHIFT) & DISP_MASK) as usize
 }
 
 #[inline]
@@ -128,16 +148,13 @@ fn zeroed_buckets(n: usize) -> Box<[Bucket]> {
 }
 
 impl HashTable {
-    /// A table of `2^hash_power` primary buckets plus
-    /// `overflow_factor * 2^hash_power` overflow buckets.
-    pub(crate) fn new(hash_power: u8, overflow_factor: f64) -> Self {
-        let primary = 1usize << hash_power;
-        let overflow = (primary as f64 * overflow_factor) as usize;
-        let mut table = HashTable {
-            buckets: zeroed_buckets(primary + overflow),
-            mask: primary as u64 - 1,
-            primary,
-            free_overflow: Vec::new(),
+    /// A table of `2^hash_power` buckets (`hash_power >= MIN_HASH_POWER`).
+    pub(crate) fn new(hash_power: u8) -> Self {
+        debug_assert!(hash_power >= MIN_HASH_POWER);
+        let n = 1usize << hash_power;
+        HashTable {
+            buckets: zeroed_buckets(n),
+            mask: n - 1,
             hasher: ahash::RandomState::with_seeds(
                 0x243f_6a88_85a3_08d3,
                 0x1319_8a2e_0370_7344,
@@ -145,19 +162,10 @@ impl HashTable {
                 0x082e_fa98_ec4e_6c89,
             ),
             rng: 0x9e37_79b9_7f4a_7c15,
-        };
-        table.reset_pool();
-        table
+        }
     }
 
-    fn reset_pool(&mut self) {
-        self.free_overflow = (self.primary..self.buckets.len())
-            .rev()
-            .map(|b| b as u32)
-            .collect();
-    }
-
-    /// Bytes the table occupies (primary buckets and the overflow pool).
+    /// Bytes the table occupies.
     pub(crate) fn bytes(&self) -> usize {
         self.buckets.len() * std::mem::size_of::<Bucket>()
     }
@@ -165,7 +173,6 @@ impl HashTable {
     /// Empties the table.
     pub(crate) fn clear(&mut self) {
         self.buckets.fill(Bucket([0; SLOTS]));
-        self.reset_pool();
     }
 
     #[inline]
@@ -174,32 +181,29 @@ impl HashTable {
     }
 
     #[inline]
-    fn primary_of(&self, hash: u64) -> usize {
-        (hash & self.mask) as usize
+    fn home(&self, hash: u64) -> usize {
+        hash as usize & self.mask
     }
 
-    /// First slot in the chain of `primary` whose nonzero item info
-    /// satisfies `pred`.
     #[inline]
-    fn find(&self, primary: usize, mut pred: impl FnMut(u64) -> bool) -> Option<(usize, usize)> {
-        let mut bucket = primary;
-        let mut links = self.buckets[primary].0[0] & CHAIN_MASK;
-        let mut first = 1;
-        loop {
-            let slots = &self.buckets[bucket].0;
-            let end = if links > 0 { SLOTS - 1 } else { SLOTS };
-            for (i, &info) in slots.iter().enumerate().take(end).skip(first) {
-                if info != 0 && pred(info) {
-                    return Some((bucket, i));
+    fn reach(&self, home: usize) -> usize {
+        (self.buckets[home].0[0] & REACH_MASK) as usize
+    }
+
+    /// The first item slot in `home`'s window (up to its reach) whose item
+    /// info satisfies `pred`.
+    #[inline]
+    fn find(&self, home: usize, mut pred: impl FnMut(u64) -> bool) -> Option<(usize, usize)> {
+        for d in 0..=self.reach(home) {
+            let b = (home + d) & self.mask;
+            let slots = &self.buckets[b].0;
+            for (s, &info) in slots.iter().enumerate().skip(1) {
+                if info != 0 && displacement(info) == d && pred(info) {
+                    return Some((b, s));
                 }
             }
-            if links == 0 {
-                return None;
-            }
-            links -= 1;
-            bucket = slots[SLOTS - 1] as usize;
-            first = 0;
         }
+        None
     }
 
     /// Finds the item info for a key. `matches` compares the key stored at a
@@ -211,8 +215,7 @@ impl HashTable {
         mut matches: impl FnMut(Location) -> bool,
     ) -> Option<(usize, usize, u64)> {
         let tag = tag_of(hash);
-        let primary = self.primary_of(hash);
-        self.find(primary, |info| {
+        self.find(self.home(hash), |info| {
             info >> TAG_SHIFT == tag && matches(location(info))
         })
         .map(|(b, s)| (b, s, self.buckets[b].0[s]))
@@ -222,67 +225,99 @@ impl HashTable {
     #[inline]
     pub(crate) fn info_at(&self, hash: u64, loc: Location) -> Option<u64> {
         let tag = tag_of(hash);
-        self.find(self.primary_of(hash), |info| same_location(info, tag, loc))
+        self.find(self.home(hash), |info| same_location(info, tag, loc))
             .map(|(b, s)| self.buckets[b].0[s])
     }
 
-    /// Points the key at `loc`. Returns the item info it replaced, if the key
-    /// was present (the access counter carries over to the new item).
+    /// Points the key at `loc`. A present key keeps its access counter.
+    /// When the key's window is full, the least-read item in it is evicted
+    /// to make room if `may_evict`, else the insert fails.
     pub(crate) fn insert(
         &mut self,
         hash: u64,
         loc: Location,
+        may_evict: bool,
         mut matches: impl FnMut(Location) -> bool,
-    ) -> Result<Option<u64>, TableFull> {
+    ) -> Result<Inserted, TableFull> {
         let tag = tag_of(hash);
-        let primary = self.primary_of(hash);
-        if let Some((b, s)) = self.find(primary, |info| {
+        let home = self.home(hash);
+        if let Some((b, s)) = self.find(home, |info| {
             info >> TAG_SHIFT == tag && matches(location(info))
         }) {
             let old = self.buckets[b].0[s];
             let freq = (old >> FREQ_SHIFT) & FREQ_MAX;
-            self.buckets[b].0[s] = pack(tag, freq, loc);
-            return Ok(Some(old));
+            self.buckets[b].0[s] = pack(tag, freq, displacement(old), loc);
+            return Ok(Inserted {
+                replaced: Some(old),
+                evicted: None,
+            });
         }
-        let info = pack(tag, 0, loc);
-        // An empty slot anywhere in the chain.
-        let mut bucket = primary;
-        let mut links = self.buckets[primary].0[0] & CHAIN_MASK;
-        let mut first = 1;
-        loop {
-            let end = if links > 0 { SLOTS - 1 } else { SLOTS };
-            if let Some(s) = (first..end).find(|&s| self.buckets[bucket].0[s] == 0) {
-                self.buckets[bucket].0[s] = info;
-                return Ok(None);
+        for d in 0..=MAX_DISPLACEMENT {
+            let b = (home + d) & self.mask;
+            if let Some(s) = (1..SLOTS).find(|&s| self.buckets[b].0[s] == 0) {
+                self.place(home, b, s, d, pack(tag, 0, d, loc));
+                return Ok(Inserted::default());
             }
-            if links == 0 {
-                break;
-            }
-            links -= 1;
-            bucket = self.buckets[bucket].0[SLOTS - 1] as usize;
-            first = 0;
         }
-        // Grow the chain: `bucket` is its last bucket and is full.
-        let chain = self.buckets[primary].0[0] & CHAIN_MASK;
-        if chain >= MAX_CHAIN {
+        if !may_evict {
             return Err(TableFull);
         }
-        let next = self.free_overflow.pop().ok_or(TableFull)? as usize;
-        debug_assert!(self.buckets[next].0.iter().all(|&s| s == 0));
-        self.buckets[next].0[0] = self.buckets[bucket].0[SLOTS - 1];
-        self.buckets[next].0[1] = info;
-        self.buckets[bucket].0[SLOTS - 1] = next as u64;
-        self.buckets[primary].0[0] += 1;
-        Ok(None)
+        // Evict the least-read item of the window.
+        let mut victim = (usize::MAX, 0, 0, 0);
+        for d in 0..=MAX_DISPLACEMENT {
+            let b = (home + d) & self.mask;
+            for s in 1..SLOTS {
+                let freq = frequency(self.buckets[b].0[s]) as usize;
+                if freq < victim.0 {
+                    victim = (freq, b, s, d);
+                }
+            }
+        }
+        let (_, b, s, d) = victim;
+        let evicted = self.clear_slot(b, s);
+        self.place(home, b, s, d, pack(tag, 0, d, loc));
+        Ok(Inserted {
+            replaced: None,
+            evicted: Some(evicted),
+        })
+    }
+
+    fn place(&mut self, home: usize, bucket: usize, slot: usize, disp: usize, info: u64) {
+        self.buckets[bucket].0[slot] = info;
+        if disp > self.reach(home) {
+            let head = &mut self.buckets[home].0[0];
+            *head = (*head & !REACH_MASK) | disp as u64;
+        }
     }
 
     /// Removes the entry pointing at `loc` (no key comparison: a location
     /// names one item). Returns its item info if the table pointed there.
     pub(crate) fn remove_at(&mut self, hash: u64, loc: Location) -> Option<u64> {
         let tag = tag_of(hash);
-        let primary = self.primary_of(hash);
-        let (b, s) = self.find(primary, |info| same_location(info, tag, loc))?;
-        Some(self.clear_slot(primary, b, s))
+        let (b, s) = self.find(self.home(hash), |info| same_location(info, tag, loc))?;
+        Some(self.clear_slot(b, s))
+    }
+
+    /// Empties a slot and, if it held its home's farthest item, shrinks the
+    /// home's reach to the farthest one left.
+    fn clear_slot(&mut self, bucket: usize, slot: usize) -> u64 {
+        let old = std::mem::replace(&mut self.buckets[bucket].0[slot], 0);
+        let disp = displacement(old);
+        let home = bucket.wrapping_sub(disp) & self.mask;
+        if disp > 0 && disp == self.reach(home) {
+            let farthest = (0..=disp)
+                .rev()
+                .find(|&d| {
+                    let b = (home + d) & self.mask;
+                    self.buckets[b].0[1..]
+                        .iter()
+                        .any(|&i| i != 0 && displacement(i) == d)
+                })
+                .unwrap_or(0);
+            let head = &mut self.buckets[home].0[0];
+            *head = (*head & !REACH_MASK) | farthest as u64;
+        }
+        old
     }
 
     /// Moves the entry pointing at `from` to `to`, halving its access
@@ -290,48 +325,30 @@ impl HashTable {
     /// point at `from`.
     pub(crate) fn relocate(&mut self, hash: u64, from: Location, to: Location) -> bool {
         let tag = tag_of(hash);
-        match self.find(self.primary_of(hash), |info| same_location(info, tag, from)) {
+        match self.find(self.home(hash), |info| same_location(info, tag, from)) {
             Some((b, s)) => {
-                let freq = ((self.buckets[b].0[s] >> FREQ_SHIFT) & FREQ_MAX) / 2;
-                self.buckets[b].0[s] = pack(tag, freq, to);
+                let old = self.buckets[b].0[s];
+                let freq = ((old >> FREQ_SHIFT) & FREQ_MAX) / 2;
+                self.buckets[b].0[s] = pack(tag, freq, displacement(old), to);
                 true
             }
             None => false,
         }
     }
 
-    fn clear_slot(&mut self, primary: usize, bucket: usize, slot: usize) -> u64 {
-        let old = std::mem::replace(&mut self.buckets[bucket].0[slot], 0);
-        // Give back overflow buckets that are empty at the end of the chain.
-        while self.buckets[primary].0[0] & CHAIN_MASK > 0 {
-            let links = self.buckets[primary].0[0] & CHAIN_MASK;
-            let mut prev = primary;
-            for _ in 1..links {
-                prev = self.buckets[prev].0[SLOTS - 1] as usize;
-            }
-            let last = self.buckets[prev].0[SLOTS - 1] as usize;
-            if self.buckets[last].0.iter().any(|&s| s != 0) {
-                break;
-            }
-            self.buckets[prev].0[SLOTS - 1] = 0;
-            self.buckets[primary].0[0] -= 1;
-            self.free_overflow.push(last as u32);
-        }
-        old
-    }
-
-    /// Counts an access to the item at (`bucket`, `slot`) found for `hash`:
-    /// at most once per second per item, probabilistically past 16.
+    /// Counts an access to the item at (`bucket`, `slot`): at most once per
+    /// second per item, probabilistically past 16.
     #[inline]
-    pub(crate) fn record_access(&mut self, hash: u64, bucket: usize, slot: usize, now: u32) {
-        let primary = self.primary_of(hash);
+    pub(crate) fn record_access(&mut self, bucket: usize, slot: usize, now: u32) {
         let stamp = (now as u64 & 0xffff) << TIME_SHIFT;
-        if self.buckets[primary].0[0] & TIME_MASK != stamp {
-            let chain_info = &mut self.buckets[primary].0[0];
-            *chain_info = (*chain_info & !TIME_MASK) | stamp;
-            self.for_each_item_slot(primary, |info| *info &= !(FREQ_COUNTED << FREQ_SHIFT));
+        let slots = &mut self.buckets[bucket].0;
+        if slots[0] & TIME_MASK != stamp {
+            slots[0] = (slots[0] & !TIME_MASK) | stamp;
+            for info in slots[1..].iter_mut() {
+                *info &= !(FREQ_COUNTED << FREQ_SHIFT);
+            }
         }
-        let info = self.buckets[bucket].0[slot];
+        let info = slots[slot];
         let freq = (info & FREQ_MASK) >> FREQ_SHIFT;
         if freq & FREQ_COUNTED != 0 {
             return;
@@ -352,33 +369,22 @@ impl HashTable {
         self.buckets[bucket].0[slot] = (info & !FREQ_MASK) | ((FREQ_COUNTED | count) << FREQ_SHIFT);
     }
 
-    fn for_each_item_slot(&mut self, primary: usize, mut f: impl FnMut(&mut u64)) {
-        let mut bucket = primary;
-        let mut links = self.buckets[primary].0[0] & CHAIN_MASK;
-        let mut first = 1;
-        loop {
-            let end = if links > 0 { SLOTS - 1 } else { SLOTS };
-            for s in first..end {
-                let slot = &mut self.buckets[bucket].0[s];
-                if *slot != 0 {
-                    f(slot);
-                }
-            }
-            if links == 0 {
-                return;
-            }
-            links -= 1;
-            bucket = self.buckets[bucket].0[SLOTS - 1] as usize;
-            first = 0;
-        }
-    }
-
-    /// Visits every item info in the table.
+    /// Number of items in the table (tests only), after checking that every
+    /// item lies within its home's reach.
     #[cfg(test)]
     pub(crate) fn count_items(&mut self) -> usize {
         let mut n = 0;
-        for primary in 0..self.primary {
-            self.for_each_item_slot(primary, |_| n += 1);
+        for b in 0..self.buckets.len() {
+            for &info in &self.buckets[b].0[1..] {
+                if info != 0 {
+                    let home = b.wrapping_sub(displacement(info)) & self.mask;
+                    assert!(
+                        displacement(info) <= self.reach(home),
+                        "item beyond its home's reach"
+                    );
+                    n += 1;
+                }
+            }
         }
         n
     }
@@ -389,87 +395,98 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// A toy store: location -> key, so `matches` closures can compare keys.
-    struct Keys(HashMap<(u32, u32), Vec<u8>>);
-
     fn loc(i: u32) -> Location {
         Location {
             seg: i % 1000,
-            offset: (i / 1000) * 8,
+            offset: i / 1000,
         }
     }
 
     #[test]
     fn item_info_round_trips() {
         let l = Location {
-            seg: (1 << 24) - 1,
-            offset: ((1 << 20) - 1) * 8,
+            seg: (1 << 20) - 1,
+            offset: (1 << 21) - 1,
         };
-        let info = pack(0xabc, 0x55, l);
+        let info = pack(0xabc, 0x55, 7, l);
         assert_eq!(location(info), l);
         assert_eq!(frequency(info), 0x55);
+        assert_eq!(displacement(info), 7);
         assert_eq!(info >> TAG_SHIFT, 0xabc);
         assert_eq!(std::mem::size_of::<Bucket>(), 64);
         assert_eq!(std::mem::align_of::<Bucket>(), 64);
     }
 
     #[test]
-    fn insert_lookup_remove_with_chains() {
-        // 16 primary buckets and a pool of 64: room for chains to form.
-        let mut table = HashTable::new(4, 4.0);
-        let mut keys = Keys(HashMap::new());
-        let n = 400u32;
-        for i in 0..n {
+    fn fills_most_slots_then_reports_full_or_evicts() {
+        // 64 buckets x 7 slots = 448 slots.
+        let mut table = HashTable::new(6);
+        let mut keys: HashMap<Location, Vec<u8>> = HashMap::new();
+        let mut first_full = None;
+        for i in 0..448u32 {
             let key = format!("key-{i}").into_bytes();
             let hash = table.hash(&key);
-            let l = loc(i);
-            keys.0.insert((l.seg, l.offset), key.clone());
-            let res = table.insert(hash, l, |at| keys.0.get(&(at.seg, at.offset)) == Some(&key));
-            if res.is_err() {
-                // Past capacity: every earlier key must still be there.
-                assert!(i > 16 * 7);
-                keys.0.remove(&(l.seg, l.offset));
-                break;
+            match table.insert(hash, loc(i), false, |at| keys.get(&at) == Some(&key)) {
+                Ok(ins) => {
+                    assert_eq!(ins, Inserted::default());
+                    keys.insert(loc(i), key);
+                }
+                Err(TableFull) => {
+                    first_full.get_or_insert(i);
+                }
             }
         }
-        let stored = keys.0.len();
+        let fill = keys.len() as f64 / 448.0;
+        assert!(fill > 0.9, "neighbourhood probing fills {fill:.2} of slots");
+        // Measured: the first full window comes at 386 of 448 (86%).
         assert!(
-            stored > 16 * 7,
-            "chains must extend past the primary buckets"
+            first_full.unwrap_or(448) > 350,
+            "first full window at {first_full:?}"
         );
-        assert_eq!(table.count_items(), stored);
-        for (&(seg, offset), key) in &keys.0 {
-            let hash = table.hash(key);
-            let found = table.lookup(hash, |at| keys.0.get(&(at.seg, at.offset)) == Some(key));
-            assert_eq!(location(found.unwrap().2), Location { seg, offset });
+        assert_eq!(table.count_items(), keys.len());
+        for (&at, key) in &keys {
+            let found = table.lookup(table.hash(key), |l| keys.get(&l) == Some(key));
+            assert_eq!(location(found.unwrap().2), at);
         }
-        // Remove everything; the overflow pool must come back whole.
-        let all: Vec<_> = keys.0.iter().map(|(l, k)| (*l, k.clone())).collect();
-        for ((seg, offset), key) in all {
-            let hash = table.hash(&key);
-            assert!(table.remove_at(hash, Location { seg, offset }).is_some());
-            assert!(table.remove_at(hash, Location { seg, offset }).is_none());
+        // With eviction allowed, a full window gives up its least-read item.
+        let key = b"newcomer".to_vec();
+        let hash = table.hash(&key);
+        let at = Location {
+            seg: 999_999,
+            offset: 5,
+        };
+        let ins = table.insert(hash, at, true, |_| false).unwrap();
+        if let Some(victim) = ins.evicted {
+            assert!(keys.remove(&location(victim)).is_some());
+        }
+        keys.insert(at, key);
+        assert_eq!(table.count_items(), keys.len());
+        // Remove everything: every reach shrinks back to zero.
+        for (&at, key) in &keys {
+            assert!(table.remove_at(table.hash(key), at).is_some());
+            assert!(table.remove_at(table.hash(key), at).is_none());
         }
         assert_eq!(table.count_items(), 0);
-        assert_eq!(table.free_overflow.len(), 64);
-        assert!(table.buckets[..16].iter().all(|b| b.0[0] & CHAIN_MASK == 0));
+        assert!(table.buckets.iter().all(|b| b.0[0] & REACH_MASK == 0));
     }
 
     #[test]
     fn insert_replaces_and_keeps_frequency() {
-        let mut table = HashTable::new(4, 0.0);
-        let key = b"k".to_vec();
-        let hash = table.hash(&key);
+        let mut table = HashTable::new(3);
+        let hash = table.hash(b"k");
         let a = Location { seg: 1, offset: 8 };
-        let b = Location { seg: 2, offset: 16 };
-        assert_eq!(table.insert(hash, a, |_| true), Ok(None));
+        let b = Location { seg: 2, offset: 17 };
+        assert_eq!(
+            table.insert(hash, a, false, |_| true),
+            Ok(Inserted::default())
+        );
         let (bucket, slot, _) = table.lookup(hash, |l| l == a).unwrap();
-        table.record_access(hash, bucket, slot, 1);
-        table.record_access(hash, bucket, slot, 1); // same second: no count
-        table.record_access(hash, bucket, slot, 2);
+        table.record_access(bucket, slot, 1);
+        table.record_access(bucket, slot, 1); // same second: no count
+        table.record_access(bucket, slot, 2);
         assert_eq!(frequency(table.info_at(hash, a).unwrap()), 2);
-        let old = table.insert(hash, b, |l| l == a).unwrap().unwrap();
-        assert_eq!(location(old), a);
+        let ins = table.insert(hash, b, false, |l| l == a).unwrap();
+        assert_eq!(location(ins.replaced.unwrap()), a);
         assert_eq!(frequency(table.info_at(hash, b).unwrap()), 2);
         assert!(table.info_at(hash, a).is_none());
         assert!(table.relocate(hash, b, a));
@@ -482,28 +499,42 @@ mod tests {
     }
 
     #[test]
-    fn full_table_reports_full() {
-        let mut table = HashTable::new(1, 0.0);
-        let mut inserted = 0;
-        for i in 0..100u32 {
-            let key = i.to_le_bytes();
-            let hash = table.hash(&key);
-            if table.insert(hash, loc(i), |_| false).is_ok() {
-                inserted += 1;
+    fn eviction_from_a_full_window_takes_the_least_read() {
+        let mut table = HashTable::new(3); // 8 buckets, 56 slots: one window.
+        let mut placed = vec![];
+        for i in 0..56u32 {
+            let hash = table.hash(&i.to_le_bytes());
+            table.insert(hash, loc(i), false, |_| false).unwrap();
+            placed.push((hash, loc(i)));
+        }
+        // Read every item but #13 twice, in two different seconds.
+        for now in [1, 2] {
+            for (i, &(hash, at)) in placed.iter().enumerate() {
+                if i != 13 {
+                    let (b, s, _) = table.lookup(hash, |l| l == at).unwrap();
+                    table.record_access(b, s, now);
+                }
             }
         }
-        assert_eq!(inserted, 14, "two primary buckets of seven slots, no pool");
+        let hash = table.hash(b"one more");
+        assert_eq!(
+            table.insert(hash, loc(99), false, |_| false),
+            Err(TableFull)
+        );
+        let ins = table.insert(hash, loc(99), true, |_| false).unwrap();
+        assert_eq!(location(ins.evicted.unwrap()), loc(13));
+        assert_eq!(table.count_items(), 56);
     }
 
     #[test]
     fn frequency_saturates() {
-        let mut table = HashTable::new(2, 0.0);
+        let mut table = HashTable::new(3);
         let hash = table.hash(b"hot");
         let l = Location { seg: 0, offset: 0 };
-        table.insert(hash, l, |_| false).unwrap();
+        table.insert(hash, l, false, |_| false).unwrap();
         for now in 0..100_000u32 {
             let (b, s, _) = table.lookup(hash, |x| x == l).unwrap();
-            table.record_access(hash, b, s, now);
+            table.record_access(b, s, now);
         }
         let f = frequency(table.info_at(hash, l).unwrap());
         assert!(f > 16 && f <= 127, "got {f}");

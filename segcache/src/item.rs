@@ -1,24 +1,23 @@
 //! Item layout: how one key/value pair is laid out inside a segment.
 //!
 //! ```text
-//! +--------+-----------+--------+-------------+-----+-------+---------+
-//! | klen u8| vlen u24le| flags  | client flags| key | value | padding |
-//! +--------+-----------+--------+-------------+-----+-------+---------+
-//!   5-byte header                 0 or 4 bytes              to 8 bytes
+//! +--------+-----------+--------+-------------+-----+-------+
+//! | klen u8| vlen u24le| flags  | client flags| key | value |
+//! +--------+-----------+--------+-------------+-----+-------+
+//!   5-byte header                 0 or 4 bytes
 //! ```
 //!
 //! The header's flags byte holds the length of the optional data (bits 0-5);
 //! the optional data is the memcache client flags, stored only when nonzero.
-//! Items start at 8-byte boundaries so the hash table can address them in
-//! 8-byte units. This module owns that layout and nothing else: it never
-//! decides where an item goes, nor whether it is live.
+//! Items are packed back to back with no padding (the hash table addresses
+//! them by byte offset), so the header is the whole per-item cost in the
+//! segment. This module owns that layout and nothing else: it never decides
+//! where an item goes, nor whether it is live.
 
 /// Longest key accepted (memcache's limit; the header could hold 255).
 pub const MAX_KEY_LEN: usize = 250;
 /// Item header size in bytes.
 pub(crate) const HEADER_LEN: usize = 5;
-/// Items are aligned to this many bytes; offsets are stored in these units.
-pub(crate) const ALIGN: usize = 8;
 /// Largest value length the 24-bit header field can describe.
 pub(crate) const MAX_VALUE_FIELD: usize = (1 << 24) - 1;
 const OPTIONAL_LEN_MASK: u8 = 0x3f;
@@ -33,11 +32,10 @@ pub(crate) fn optional_len(client_flags: u32) -> usize {
     }
 }
 
-/// Size in the segment (header, optional data, key, value, padding).
+/// Size in the segment (header, optional data, key, value).
 #[inline]
 pub(crate) fn item_size(key_len: usize, value_len: usize, client_flags: u32) -> usize {
-    let raw = HEADER_LEN + optional_len(client_flags) + key_len + value_len;
-    raw.div_ceil(ALIGN) * ALIGN
+    HEADER_LEN + optional_len(client_flags) + key_len + value_len
 }
 
 /// Writes an item whose value is the concatenation of `value_parts` into the
@@ -61,7 +59,7 @@ pub(crate) fn write(dst: &mut [u8], key: &[u8], value_parts: [&[u8]; 2], client_
         dst[at..at + part.len()].copy_from_slice(part);
         at += part.len();
     }
-    dst[at..].fill(0);
+    debug_assert_eq!(at, dst.len());
 }
 
 /// A read-only view of an item in a segment.
@@ -115,11 +113,10 @@ impl<'a> RawItem<'a> {
         }
     }
 
-    /// Bytes this item occupies in its segment, padding included.
+    /// Bytes this item occupies in its segment.
     #[inline]
     pub(crate) fn size(&self) -> usize {
-        (HEADER_LEN + self.optional_len() + self.key_len() + self.value_len()).div_ceil(ALIGN)
-            * ALIGN
+        HEADER_LEN + self.optional_len() + self.key_len() + self.value_len()
     }
 }
 
@@ -132,7 +129,6 @@ mod tests {
         for flags in [0u32, 1, 0xdead_beef] {
             let key = b"a key";
             let size = item_size(key.len(), 11, flags);
-            assert_eq!(size % ALIGN, 0);
             let mut buf = vec![0xffu8; size + 16];
             write(&mut buf[..size], key, [b"hello", b" world"], flags);
             let item = RawItem::at(&buf);
@@ -145,13 +141,11 @@ mod tests {
 
     #[test]
     fn header_is_five_bytes_and_flags_cost_only_when_set() {
-        // 32-byte key + 64-byte value: 101 bytes, padded to 104.
-        assert_eq!(item_size(32, 64, 0), 104);
-        // The same item with client flags needs 4 more bytes: 105 -> 112.
-        assert_eq!(item_size(32, 64, 7), 112);
-        assert_eq!(item_size(1, 0, 0), 8);
-        assert_eq!(item_size(3, 0, 0), 8);
-        assert_eq!(item_size(4, 0, 0), 16);
+        // 32-byte key + 64-byte value: 101 bytes, no padding.
+        assert_eq!(item_size(32, 64, 0), 101);
+        // Client flags cost 4 bytes only when nonzero.
+        assert_eq!(item_size(32, 64, 7), 105);
+        assert_eq!(item_size(1, 0, 0), 6);
     }
 
     #[test]

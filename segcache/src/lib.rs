@@ -6,7 +6,7 @@
 //! whole segment at a time**, with no scanning; and when the heap is full,
 //! **merge eviction** compacts a few segments of one TTL group into one,
 //! keeping the items that were read. Per-item metadata is a 5-byte header
-//! plus an 8-byte hash-table slot.
+//! plus an 8-byte hash-table slot; items are packed without padding.
 //!
 //! ```
 //! use std::time::Duration;

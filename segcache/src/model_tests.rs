@@ -133,7 +133,6 @@ impl Harness {
             .heap_size(heap)
             .segment_size(4 << 10)
             .hash_power(keys_room)
-            .overflow_factor(1.0)
             .eviction(Eviction::Merge)
             .clock(clock.clone())
             .build()

@@ -252,8 +252,8 @@ mod tests {
         assert_eq!(s.heap_bytes, 8 << 20);
         assert_eq!(
             s.hash_table_bytes,
-            (1 << 16) * 64 + (1 << 16) * 16,
-            "2^14 x 4 shards + 25% overflow"
+            (1 << 16) * 64,
+            "2^14 buckets x 4 shards"
         );
         for i in 0..1000u32 {
             c.set(&i.to_le_bytes(), b"x", i, Some(Duration::from_secs(30)))
