@@ -7,7 +7,9 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(not(target_os = "linux"))]
+use std::time::Instant;
 
 /// A clock the caller moves by hand, shared by cloning.
 ///
@@ -59,20 +61,51 @@ impl ManualClock {
 /// The clock a cache reads: the system's monotonic clock or a manual one.
 #[derive(Clone, Debug)]
 pub(crate) enum Clock {
-    System(Instant),
+    /// Whole seconds of the monotonic clock at creation.
+    System(u64),
     Manual(ManualClock),
+}
+
+/// Whole seconds of a monotonic clock. On Linux this is the coarse clock
+/// (a few nanoseconds to read, a few milliseconds of resolution): every
+/// operation reads it, and expiry works in whole seconds.
+#[cfg(target_os = "linux")]
+#[inline]
+fn monotonic_secs() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_COARSE
+    // exists on every Linux since 2.6.32, and the call only writes `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    debug_assert_eq!(rc, 0);
+    ts.tv_sec as u64
+}
+
+#[cfg(not(target_os = "linux"))]
+#[inline]
+fn monotonic_secs() -> u64 {
+    use std::sync::OnceLock;
+    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs()
 }
 
 impl Clock {
     pub(crate) fn system() -> Self {
-        Clock::System(Instant::now())
+        Clock::System(monotonic_secs())
     }
 
     /// Seconds since the clock was created (system) or the manual reading.
     #[inline]
     pub(crate) fn now(&self) -> u32 {
         match self {
-            Clock::System(start) => u32::try_from(start.elapsed().as_secs()).unwrap_or(u32::MAX),
+            Clock::System(start) => {
+                u32::try_from(monotonic_secs().saturating_sub(*start)).unwrap_or(u32::MAX)
+            }
             Clock::Manual(clock) => clock.now(),
         }
     }
@@ -101,8 +134,13 @@ mod tests {
     }
 
     #[test]
-    fn system_clock_starts_at_zero() {
+    fn system_clock_starts_at_zero_and_follows_real_time() {
         let clock = Clock::system();
         assert!(clock.now() <= 1);
+        let start = std::time::Instant::now();
+        let first = clock.now();
+        std::thread::sleep(Duration::from_millis(1100));
+        let passed = start.elapsed().as_secs() as u32;
+        assert!(clock.now() >= first + passed.saturating_sub(1));
     }
 }

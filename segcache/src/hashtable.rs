@@ -152,8 +152,19 @@ impl HashTable {
     pub(crate) fn new(hash_power: u8) -> Self {
         debug_assert!(hash_power >= MIN_HASH_POWER);
         let n = 1usize << hash_power;
+        let buckets = zeroed_buckets(n);
+        // SAFETY: a `Bucket` is 64 bytes of plain `u64`s with no padding, so
+        // the bucket array may be viewed as initialised bytes for the
+        // duration of this borrow.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(
+                buckets.as_ptr() as *const u8,
+                n * std::mem::size_of::<Bucket>(),
+            )
+        };
+        crate::memory::advise_huge_pages(bytes);
         HashTable {
-            buckets: zeroed_buckets(n),
+            buckets,
             mask: n - 1,
             hasher: ahash::RandomState::with_seeds(
                 0x243f_6a88_85a3_08d3,

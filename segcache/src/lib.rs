@@ -44,6 +44,7 @@ mod error;
 mod eviction;
 mod hashtable;
 mod item;
+mod memory;
 mod segments;
 mod sharded;
 mod storage;

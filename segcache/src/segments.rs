@@ -80,11 +80,13 @@ pub(crate) struct Segments {
 
 impl Segments {
     pub(crate) fn new(segment_size: usize, count: usize) -> Self {
+        // `vec![0; n]` asks the allocator for zeroed memory, so pages are
+        // only made resident as segments are first written.
+        let data = vec![0u8; segment_size * count].into_boxed_slice();
+        crate::memory::advise_huge_pages(&data);
         Segments {
             headers: (0..count).map(|_| SegmentHeader::free(1)).collect(),
-            // `vec![0; n]` asks the allocator for zeroed memory, so pages are
-            // only made resident as segments are first written.
-            data: vec![0u8; segment_size * count].into_boxed_slice(),
+            data,
             segment_size,
             free: (0..count as u32).rev().collect(),
         }
