@@ -1,10 +1,15 @@
 //! Evaluation suite for `segcache`: workloads (the CloudPhysics trace and
 //! synthetic Twitter cluster streams), a miss-ratio simulator with adapters
-//! for segcache and peer caches, and a counting allocator for equal-memory
-//! comparisons. The CLI lives in `main.rs`.
+//! for segcache and peer caches, a counting allocator for equal-memory
+//! comparisons, single-thread throughput adapters, the full-heap bytes per
+//! item measurement and the `demo` run. The CLI lives in `main.rs`; the
+//! criterion benches in `benches/`.
 
 pub mod alloc;
+pub mod demo;
+pub mod fullheap;
 pub mod sim;
+pub mod throughput;
 pub mod trace;
 pub mod twitter;
 

@@ -1,6 +1,9 @@
-//! `segcache-bench` CLI: miss ratio on the CloudPhysics trace (`trace`), on
-//! synthetic Twitter cluster workloads (`twitter`), and per-item memory
-//! overhead (`memory`), for segcache and peer caches at equal real memory.
+//! `segcache-bench` CLI: a first look at segcache on a Twitter-like
+//! workload (`demo`), miss ratio on the CloudPhysics trace (`trace`) and on
+//! synthetic Twitter cluster workloads (`twitter`) at equal real memory,
+//! per-item memory overhead (`memory` from the allocator's side,
+//! `full-heap` from the cache's own accounting) and single-thread
+//! operation throughput against peer caches (`throughput`).
 //!
 //! Owns the process's counting `#[global_allocator]` and the markdown
 //! reporting; the machinery lives in the library modules.
@@ -8,7 +11,8 @@
 use clap::{Parser, Subcommand};
 use segcache_bench::alloc::{self, CountingAlloc};
 use segcache_bench::sim::{self, Kind, ObjLru, ReplayStats, SimCache, Typical};
-use segcache_bench::{trace, twitter};
+use segcache_bench::throughput::{self, Contender, Dist, KeySeq, Keys, Op};
+use segcache_bench::{demo, fullheap, trace, twitter};
 use std::collections::HashSet;
 use std::process::Command;
 
@@ -26,6 +30,62 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Drive a default 64 MiB segcache with one Twitter-like cluster as a
+    /// look-aside cache and print what happened.
+    Demo {
+        /// Cluster number from the Twitter stats table.
+        #[arg(long, default_value_t = 52)]
+        cluster: u32,
+        #[arg(long, default_value_t = 2_000_000)]
+        requests: u64,
+        /// Simulated seconds per real second (default: the stream spans
+        /// twice the cluster's most common TTL).
+        #[arg(long)]
+        time_scale: Option<f64>,
+        /// Heap MiB (default: the builder's 64 MiB).
+        #[arg(long)]
+        heap_mib: Option<usize>,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+    },
+    /// Single-thread ops/s of segcache and peers (markdown table).
+    Throughput {
+        /// Resident keys (32 B each).
+        #[arg(long, default_value_t = 1_000_000)]
+        keys: usize,
+        /// Timed operations per case.
+        #[arg(long, default_value_t = 2_000_000)]
+        ops: u64,
+        /// Value sizes in bytes.
+        #[arg(long, value_delimiter = ',', default_value = "64,256")]
+        values: Vec<usize>,
+        /// Caches (segcache,quick_cache-unsync,quick_cache-sync,moka-sync,lru).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "segcache,quick_cache-unsync,quick_cache-sync,moka-sync,lru"
+        )]
+        caches: Vec<String>,
+        /// Threads. Only 1 for now: the concurrent runner is a TODO.
+        #[arg(long, default_value_t = 1)]
+        threads: usize,
+    },
+    /// segcache bytes per item at a full heap (32 B keys, 64 B values) for
+    /// several heap sizes and hash powers.
+    FullHeap {
+        /// `heap_MiB:hash_power` pairs.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "64:16,64:17,64:18,72:17,80:17,84:17,88:17,96:17,160:18,168:18,1024:21,1344:22"
+        )]
+        configs: Vec<String>,
+        /// Write this many heaps' worth of items.
+        #[arg(long, default_value_t = 3.0)]
+        overfill: f64,
+        #[arg(long, default_value_t = 1 << 20)]
+        segment_size: usize,
+    },
     /// Miss ratio on the CloudPhysics block-I/O trace at several budgets.
     Trace {
         /// Memory budgets in MiB.
@@ -85,6 +145,33 @@ fn kinds(names: &[String]) -> Vec<Kind> {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.cmd {
+        Cmd::Demo {
+            cluster,
+            requests,
+            time_scale,
+            heap_mib,
+            seed,
+        } => run_demo(
+            cluster,
+            &demo::DemoConfig {
+                requests,
+                seed,
+                time_scale,
+                heap_size: heap_mib.map(|m| m << 20),
+            },
+        ),
+        Cmd::Throughput {
+            keys,
+            ops,
+            values,
+            caches,
+            threads,
+        } => run_throughput(keys, ops, &values, &caches, threads),
+        Cmd::FullHeap {
+            configs,
+            overfill,
+            segment_size,
+        } => run_full_heap(&configs, overfill, segment_size),
         Cmd::Trace {
             budgets_mib,
             caches,
@@ -115,6 +202,141 @@ fn main() {
         eprintln!("error: {e}");
         std::process::exit(1);
     }
+}
+
+fn run_demo(cluster: u32, cfg: &demo::DemoConfig) -> Result<(), String> {
+    let stats = twitter::load_cluster(cluster).map_err(|e| e.to_string())?;
+    let report = demo::run(stats, cfg)?;
+    println!("{report}");
+    Ok(())
+}
+
+fn run_throughput(
+    n: usize,
+    ops: u64,
+    values: &[usize],
+    caches: &[String],
+    threads: usize,
+) -> Result<(), String> {
+    if threads != 1 {
+        // TODO(concurrent): see the note at the end of throughput.rs.
+        return Err("only --threads 1 is implemented; the concurrent runner is a TODO".into());
+    }
+    let contenders: Vec<Contender> = caches
+        .iter()
+        .map(|c| Contender::parse(c).ok_or(format!("unknown cache {c:?}")))
+        .collect::<Result<_, _>>()?;
+    let keys = Keys::new(n);
+    let dists = [Dist::Uniform, Dist::Zipf(0.99)];
+    let seq_len = (ops as usize).clamp(1 << 16, 1 << 22);
+    let seqs: Vec<KeySeq> = dists
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| KeySeq::new(n, seq_len, d, 7 + i as u64))
+        .collect();
+    // results[value][cache][(op, dist)] = Mops/s
+    let mut rows: Vec<(String, Vec<Option<f64>>)> = Vec::new();
+    for &v in values {
+        let value = vec![b'v'; v];
+        let mut per_cache: Vec<Vec<f64>> = Vec::new();
+        for &c in &contenders {
+            let mut cache = c.build(n, v);
+            throughput::fill(cache.as_mut(), &keys, &value);
+            let held = cache.len();
+            let mut col = Vec::new();
+            for op in Op::ALL {
+                for (d, seq) in dists.iter().zip(&seqs) {
+                    let mut seq = seq.clone();
+                    // Warm-up pass (a tenth), then the timed run.
+                    throughput::run_case(cache.as_mut(), &keys, &value, &mut seq, op, ops / 10);
+                    let r = throughput::run_case(cache.as_mut(), &keys, &value, &mut seq, op, ops);
+                    if op == Op::GetHit && r.hits != r.ops {
+                        eprintln!(
+                            "warning: {} {v} B {}: {} of {} get-hits missed ({held} held)",
+                            c.label(),
+                            d.label(),
+                            r.ops - r.hits,
+                            r.ops
+                        );
+                    }
+                    col.push(r.mops());
+                }
+            }
+            eprintln!("{} {v} B: done ({held} items held)", c.label());
+            per_cache.push(col);
+            drop(cache);
+        }
+        let mut i = 0;
+        for op in Op::ALL {
+            for d in &dists {
+                let cells = per_cache.iter().map(|col| Some(col[i])).collect();
+                rows.push((format!("{} | {v} B | {}", op.label(), d.label()), cells));
+                i += 1;
+            }
+        }
+    }
+    println!(
+        "Single-thread throughput, Mops/s (x = ratio to segcache): {n} resident 32 B keys, {ops} timed ops per cell\n"
+    );
+    let mut header = "| op | value | keys |".to_string();
+    for c in &contenders {
+        header += &format!(" {} |", c.label());
+    }
+    println!("{header}");
+    println!("|---|---|---|{}", "---|".repeat(contenders.len()));
+    let base = contenders.iter().position(|&c| c == Contender::Segcache);
+    for (label, cells) in rows {
+        let mut line = format!("| {label} |");
+        for c in &cells {
+            let v = c.unwrap_or(f64::NAN);
+            match base.and_then(|b| cells[b]) {
+                Some(b) if b > 0.0 => line += &format!(" {v:.2} ({:.2}x) |", v / b),
+                _ => line += &format!(" {v:.2} |"),
+            }
+        }
+        println!("{line}");
+    }
+    println!("\n2-thread numbers: TODO (segcache::ShardedCache runner not written yet).");
+    Ok(())
+}
+
+fn run_full_heap(configs: &[String], overfill: f64, segment_size: usize) -> Result<(), String> {
+    println!(
+        "segcache bytes per item at a full heap: {} B keys + {} B values, merge eviction, {overfill}x heap written, {} KiB segments\n",
+        fullheap::KEY,
+        fullheap::VALUE,
+        segment_size >> 10
+    );
+    println!("| heap MiB | hash_power | table MiB | items held | table load | B/item all-in | overhead B/item | = item header | + table | + seg headers | + unused heap |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    let mut best: Option<(f64, String)> = None;
+    for c in configs {
+        let (heap, hp) = c
+            .split_once(':')
+            .and_then(|(h, p)| Some((h.parse::<usize>().ok()?, p.parse::<u8>().ok()?)))
+            .ok_or(format!("bad config {c:?}; expected HEAP_MIB:HASH_POWER"))?;
+        let r =
+            fullheap::measure(heap << 20, segment_size, hp, overfill).map_err(|e| e.to_string())?;
+        println!(
+            "| {heap} | {hp} | {:.0} | {} | {:.0}% | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} |",
+            r.stats.hash_table_bytes as f64 / MIB,
+            r.stats.items,
+            100.0 * r.table_load(),
+            r.per_item(),
+            r.overhead(),
+            r.item_header(),
+            r.table_share(),
+            r.header_share(),
+            r.slack_share()
+        );
+        if best.as_ref().is_none_or(|b| r.overhead() < b.0) {
+            best = Some((r.overhead(), format!("{heap} MiB heap, hash_power {hp}")));
+        }
+    }
+    if let Some((o, name)) = best {
+        println!("\nBest: {name}: {o:.1} B/item overhead (target <= 16).");
+    }
+    Ok(())
 }
 
 /// Build `kind` for `budget` bytes and replay with `f`; errors become a

@@ -1,0 +1,143 @@
+//! All-in bytes per item of a *full* segcache heap, the number behind the
+//! "<= 16 B overhead per 32 B key + 64 B value item" target.
+//!
+//! [`measure`] builds a cache with a given heap and hash power (merge
+//! eviction on, no TTL), writes distinct 32-byte keys with 64-byte values
+//! until `overfill` times the heap's worth of item bytes have gone in (so
+//! eviction has run for a while and the heap is in steady state), then
+//! reads `stats()`: bytes per item = `total_bytes / items`, overhead = that
+//! minus the 96 payload bytes. The split of the overhead (item header,
+//! hash-table share, segment headers, unused heap) is reported too, so a
+//! gap to the target can be attributed.
+//!
+//! This is the cache's own accounting; the `memory` subcommand's
+//! allocator/RSS view checks it from outside.
+
+use segcache::{Eviction, Segcache};
+
+/// Key length of the measurement.
+pub const KEY: usize = 32;
+/// Value length of the measurement.
+pub const VALUE: usize = 64;
+
+/// One full-heap measurement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FullHeap {
+    pub heap_bytes: u64,
+    pub hash_power: u8,
+    /// Item slots in the table (7 per 64-byte bucket).
+    pub slots: u64,
+    pub writes: u64,
+    pub stats: segcache::Stats,
+}
+
+impl FullHeap {
+    /// All allocated bytes per item held.
+    pub fn per_item(&self) -> f64 {
+        self.stats.total_bytes as f64 / self.stats.items.max(1) as f64
+    }
+
+    /// Bytes per item beyond the 96 key+value bytes.
+    pub fn overhead(&self) -> f64 {
+        self.per_item() - (KEY + VALUE) as f64
+    }
+
+    /// In-segment bytes per item beyond key+value (header and any padding).
+    pub fn item_header(&self) -> f64 {
+        self.stats.live_bytes as f64 / self.stats.items.max(1) as f64 - (KEY + VALUE) as f64
+    }
+
+    /// Hash-table bytes per item held.
+    pub fn table_share(&self) -> f64 {
+        self.stats.hash_table_bytes as f64 / self.stats.items.max(1) as f64
+    }
+
+    /// Segment-header and TTL-bucket bytes per item held.
+    pub fn header_share(&self) -> f64 {
+        self.stats.segment_header_bytes as f64 / self.stats.items.max(1) as f64
+    }
+
+    /// Heap bytes not holding a live item (dead versions, unfilled segment
+    /// tails, free segments), per item held.
+    pub fn slack_share(&self) -> f64 {
+        (self.stats.heap_bytes - self.stats.live_bytes) as f64 / self.stats.items.max(1) as f64
+    }
+
+    /// Fraction of table slots in use.
+    pub fn table_load(&self) -> f64 {
+        self.stats.items as f64 / self.slots.max(1) as f64
+    }
+}
+
+/// Writes the key of item `i` into `buf`.
+pub fn key(i: u64, buf: &mut [u8; KEY]) {
+    buf.fill(b'k');
+    buf[..8].copy_from_slice(&i.to_le_bytes());
+    buf[8..24].copy_from_slice(format!("{:016x}", crate::twitter::mix64(i)).as_bytes());
+}
+
+/// Fills a `heap`-byte cache with `hash_power` past full: `overfill` times
+/// the items the heap could hold.
+pub fn measure(
+    heap: usize,
+    segment_size: usize,
+    hash_power: u8,
+    overfill: f64,
+) -> Result<FullHeap, segcache::Error> {
+    let mut cache = Segcache::builder()
+        .heap_size(heap)
+        .segment_size(segment_size)
+        .hash_power(hash_power)
+        .eviction(Eviction::Merge)
+        .build()?;
+    let value = [b'v'; VALUE];
+    let mut k = [0u8; KEY];
+    let writes = (overfill * heap as f64 / (KEY + VALUE + 5) as f64) as u64;
+    for i in 0..writes {
+        key(i, &mut k);
+        cache.set(&k, &value, 0, None)?;
+    }
+    Ok(FullHeap {
+        heap_bytes: cache.stats().heap_bytes,
+        hash_power,
+        slots: (1u64 << hash_power) * 7,
+        writes,
+        stats: cache.stats(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_heap_accounting_adds_up() {
+        // 4 MiB heap of 64 KiB segments, table with room to spare.
+        let r = measure(4 << 20, 64 << 10, 14, 3.0).unwrap();
+        let s = &r.stats;
+        assert!(s.evictions > 0, "overfilled: {s:?}");
+        assert!(s.items > 0 && s.items <= r.slots);
+        // The shares add up to the overhead.
+        let sum = r.item_header() + r.table_share() + r.header_share() + r.slack_share();
+        assert!(
+            (sum - r.overhead()).abs() < 1e-6,
+            "{sum} vs {}",
+            r.overhead()
+        );
+        // Every item pays at least its 5-byte header in the segment.
+        assert!(r.item_header() >= 5.0 && r.item_header() < 13.0);
+        // A full heap is mostly live items.
+        assert!(s.live_bytes as f64 > 0.7 * s.heap_bytes as f64, "{s:?}");
+    }
+
+    #[test]
+    fn a_too_small_table_costs_bytes_per_item() {
+        let roomy = measure(4 << 20, 64 << 10, 14, 2.0).unwrap();
+        let tight = measure(4 << 20, 64 << 10, 12, 2.0).unwrap();
+        // 4096 buckets x 7 = 28672 slots for ~41k items' worth of heap: the
+        // table caps the items and the heap sits partly unused.
+        assert!(tight.stats.items <= tight.slots);
+        assert!(tight.stats.items < roomy.stats.items);
+        assert!(tight.slack_share() > roomy.slack_share());
+    }
+}
