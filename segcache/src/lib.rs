@@ -53,6 +53,11 @@ mod ttl;
 #[cfg(test)]
 mod model_tests;
 
+/// The README's Rust example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;
+
 pub use builder::{Builder, Eviction, MAX_HASH_POWER, MIN_SEGMENTS, MIN_SEGMENT_SIZE};
 pub use cache::{Expired, Item, OwnedItem, Segcache, Stats};
 pub use clock::ManualClock;
