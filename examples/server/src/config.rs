@@ -1,0 +1,514 @@
+//! Server configuration: a Pelikan-style TOML file overridden by command
+//! line flags.
+//!
+//! File sections (every key optional, unknown keys are errors):
+//!
+//! ```toml
+//! [server]
+//! host = "127.0.0.1"
+//! port = 12321
+//! max_connections = 1024
+//! max_value = "1MiB"
+//!
+//! [worker]
+//! threads = 2
+//! pin = "0-2"          # optional: one core per worker, then the storage thread
+//!
+//! [seg]
+//! heap_size = "64MiB"
+//! segment_size = "1MiB"
+//! hash_power = 16
+//! eviction = "merge"
+//!
+//! [admin]
+//! host = "127.0.0.1"
+//! port = 9999
+//! ```
+//!
+//! Every bad value, from the file or a flag, is a [`ConfigError`] naming
+//! the key (`seg.heap_size`) and, when it came from a flag, the flag.
+//! `main` turns it into exit code 2.
+
+use clap::Parser;
+use serde::Deserialize;
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+
+/// Command line of `segcache-server`.
+#[derive(Parser, Debug, Default)]
+#[command(
+    name = "segcache-server",
+    version,
+    about = "Memcache-protocol server (ASCII and meta commands) backed by segcache"
+)]
+pub struct Cli {
+    /// TOML config file ([server], [worker], [seg], [admin] sections).
+    pub config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1].
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Port to listen on; 0 picks a free one [default: 12321].
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Worker (network) threads [default: 2].
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Bytes of item storage, e.g. 64MiB or 1GiB [default: 64MiB].
+    #[arg(long, value_parser = parse_size_arg)]
+    pub heap_size: Option<u64>,
+    /// Segment size, e.g. 1MiB [default: 1MiB].
+    #[arg(long, value_parser = parse_size_arg)]
+    pub segment_size: Option<u64>,
+    /// Hash table size as a power of two (buckets of 7 items).
+    #[arg(long)]
+    pub hash_power: Option<u8>,
+    /// Eviction policy: merge, none, random, random_fifo, fifo, cte, util.
+    #[arg(long)]
+    pub eviction: Option<String>,
+    /// Admin address (plain-text `stats`, HTTP `GET /metrics`) [default: 127.0.0.1].
+    #[arg(long)]
+    pub admin_host: Option<String>,
+    /// Admin port; 0 picks a free one [default: 9999].
+    #[arg(long)]
+    pub admin_port: Option<u16>,
+    /// Pin threads to cores, e.g. `0-3` or `0,2,4`: worker i gets the i-th
+    /// core of the list, the storage thread the next one.
+    #[arg(long, value_name = "CORES")]
+    pub pin: Option<String>,
+    /// Most open client connections; past it a new connection is refused.
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Largest value accepted, e.g. 1MiB (never more than fits a segment).
+    #[arg(long, value_parser = parse_size_arg)]
+    pub max_value: Option<u64>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default)]
+    server: ServerSection,
+    #[serde(default)]
+    worker: WorkerSection,
+    #[serde(default)]
+    seg: SegSection,
+    #[serde(default)]
+    admin: AdminSection,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct ServerSection {
+    host: Option<String>,
+    port: Option<i64>,
+    max_connections: Option<i64>,
+    max_value: Option<Size>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct WorkerSection {
+    threads: Option<i64>,
+    pin: Option<String>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct SegSection {
+    heap_size: Option<Size>,
+    segment_size: Option<Size>,
+    hash_power: Option<i64>,
+    eviction: Option<String>,
+}
+
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+struct AdminSection {
+    host: Option<String>,
+    port: Option<i64>,
+}
+
+/// A size in the file: a number of bytes or a string such as `"64MiB"`.
+#[derive(Deserialize, Debug)]
+#[serde(untagged)]
+enum Size {
+    Bytes(i64),
+    Text(String),
+}
+
+/// A configuration value that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The key, as in the file (`server.port`), with the flag if it came
+    /// from one (`server.port (--port)`).
+    pub key: String,
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid config {}: {}", self.key, self.reason)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn err(key: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// The resolved configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub admin: SocketAddr,
+    pub workers: usize,
+    pub max_connections: usize,
+    /// Largest value the parser accepts (capped later by the segment).
+    pub max_value: usize,
+    pub heap_size: usize,
+    pub segment_size: usize,
+    pub hash_power: Option<u8>,
+    pub eviction: segcache::Eviction,
+    /// Cores for worker 0..n, then the storage thread.
+    pub pin: Option<Vec<usize>>,
+}
+
+/// Parses `123`, `64k`, `64KiB`, `64MB`, `1GiB` (binary multiples; `B`
+/// and `iB` optional, case-insensitive).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    if digits.is_empty() {
+        return Err(format!("{text:?} is not a size (e.g. 4096, 64MiB, 1GiB)"));
+    }
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is too large"))?;
+    let unit = unit.trim().to_ascii_lowercase();
+    let shift = match unit.as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?} (use B, KiB, MiB, GiB)"
+            ))
+        }
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| format!("{text:?} is too large"))
+}
+
+fn parse_size_arg(text: &str) -> Result<u64, String> {
+    parse_size(text)
+}
+
+/// Parses a core list: `0-3`, `0,2,4`, `0-1,4`.
+pub fn parse_cores(text: &str) -> Result<Vec<usize>, String> {
+    let mut cores = Vec::new();
+    for part in text.split(',') {
+        let part = part.trim();
+        let bad = || format!("{text:?} is not a core list (e.g. 0-3 or 0,2,4)");
+        if let Some((a, b)) = part.split_once('-') {
+            let a: usize = a.trim().parse().map_err(|_| bad())?;
+            let b: usize = b.trim().parse().map_err(|_| bad())?;
+            if a > b || b - a > 4096 {
+                return Err(bad());
+            }
+            cores.extend(a..=b);
+        } else {
+            cores.push(part.parse().map_err(|_| bad())?);
+        }
+    }
+    if cores.is_empty() {
+        return Err(format!("{text:?} names no core"));
+    }
+    Ok(cores)
+}
+
+fn size_value(key: &str, v: Size) -> Result<u64, ConfigError> {
+    match v {
+        Size::Bytes(n) => u64::try_from(n).map_err(|_| err(key, format!("{n} is negative"))),
+        Size::Text(t) => parse_size(&t).map_err(|r| err(key, r)),
+    }
+}
+
+fn int_in(key: &str, v: i64, lo: i64, hi: i64) -> Result<i64, ConfigError> {
+    if (lo..=hi).contains(&v) {
+        Ok(v)
+    } else {
+        Err(err(key, format!("{v} is out of range ({lo} to {hi})")))
+    }
+}
+
+fn resolve(key: &str, host: &str, port: u16) -> Result<SocketAddr, ConfigError> {
+    (host, port)
+        .to_socket_addrs()
+        .map_err(|e| err(key, format!("cannot resolve {host:?}: {e}")))?
+        .next()
+        .ok_or_else(|| err(key, format!("{host:?} resolves to no address")))
+}
+
+/// The key name with the flag that overrode it, for messages.
+fn flagged(key: &str, flag: &str, from_flag: bool) -> String {
+    if from_flag {
+        format!("{key} ({flag})")
+    } else {
+        key.to_string()
+    }
+}
+
+impl Config {
+    /// Reads the file named on the command line (if any) and applies the
+    /// flags over it.
+    pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
+        let file = match &cli.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| err("config", format!("cannot read {}: {e}", path.display())))?;
+                Self::parse_file(&text)?
+            }
+            None => FileConfig::default(),
+        };
+        Self::merge(file, cli)
+    }
+
+    fn parse_file(text: &str) -> Result<FileConfig, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            // toml's message shows the offending line; name the key too
+            // when toml knows it.
+            let msg = e.message().to_string();
+            let key = e
+                .span()
+                .and_then(|s| text.get(..s.start))
+                .and_then(|before| before.lines().last())
+                .and_then(|line| line.split('=').next())
+                .map(|k| k.trim().to_string())
+                .filter(|k| !k.is_empty() && !k.starts_with('['))
+                .unwrap_or_else(|| "file".to_string());
+            err(&key, format!("{msg}\n{e}"))
+        })
+    }
+
+    /// Parses a config file's text and applies `cli` over it (for tests).
+    pub fn from_toml(text: &str, cli: &Cli) -> Result<Config, ConfigError> {
+        Self::merge(Self::parse_file(text)?, cli)
+    }
+
+    fn merge(file: FileConfig, cli: &Cli) -> Result<Config, ConfigError> {
+        // [server]
+        let host = cli
+            .host
+            .clone()
+            .or(file.server.host)
+            .unwrap_or_else(|| "127.0.0.1".into());
+        let port = match (cli.port, file.server.port) {
+            (Some(p), _) => p,
+            (None, Some(p)) => int_in("server.port", p, 0, 65535)? as u16,
+            (None, None) => 12321,
+        };
+        let listen = resolve(
+            &flagged("server.host", "--host", cli.host.is_some()),
+            &host,
+            port,
+        )?;
+        let max_conn_key = flagged(
+            "server.max_connections",
+            "--max-connections",
+            cli.max_connections.is_some(),
+        );
+        let max_connections = match (cli.max_connections, file.server.max_connections) {
+            (Some(n), _) => n as i64,
+            (None, Some(n)) => n,
+            (None, None) => 1024,
+        };
+        let max_connections = int_in(&max_conn_key, max_connections, 1, 1 << 20)? as usize;
+        let max_value_key = flagged("server.max_value", "--max-value", cli.max_value.is_some());
+        let max_value = match (cli.max_value, file.server.max_value) {
+            (Some(n), _) => n,
+            (None, Some(v)) => size_value(&max_value_key, v)?,
+            (None, None) => 1 << 20,
+        };
+        if max_value == 0 || max_value > crate::protocol::MAX_DATA_LEN {
+            return Err(err(
+                &max_value_key,
+                format!(
+                    "{max_value} is out of range (1 to {})",
+                    crate::protocol::MAX_DATA_LEN
+                ),
+            ));
+        }
+
+        // [worker]
+        let threads_key = flagged("worker.threads", "--workers", cli.workers.is_some());
+        let workers = match (cli.workers, file.worker.threads) {
+            (Some(n), _) => n as i64,
+            (None, Some(n)) => n,
+            (None, None) => 2,
+        };
+        let workers = int_in(&threads_key, workers, 1, 256)? as usize;
+        let pin_key = flagged("worker.pin", "--pin", cli.pin.is_some());
+        let pin = match cli.pin.clone().or(file.worker.pin) {
+            Some(text) => Some(parse_cores(&text).map_err(|r| err(&pin_key, r))?),
+            None => None,
+        };
+
+        // [seg]
+        let heap_key = flagged("seg.heap_size", "--heap-size", cli.heap_size.is_some());
+        let heap_size = match (cli.heap_size, file.seg.heap_size) {
+            (Some(n), _) => n,
+            (None, Some(v)) => size_value(&heap_key, v)?,
+            (None, None) => 64 << 20,
+        };
+        let seg_key = flagged(
+            "seg.segment_size",
+            "--segment-size",
+            cli.segment_size.is_some(),
+        );
+        let segment_size = match (cli.segment_size, file.seg.segment_size) {
+            (Some(n), _) => n,
+            (None, Some(v)) => size_value(&seg_key, v)?,
+            (None, None) => 1 << 20,
+        };
+        let hp_key = flagged("seg.hash_power", "--hash-power", cli.hash_power.is_some());
+        let hash_power = match (cli.hash_power, file.seg.hash_power) {
+            (Some(p), _) => Some(p),
+            (None, Some(p)) => Some(int_in(&hp_key, p, 0, 255)? as u8),
+            (None, None) => None,
+        };
+        let ev_key = flagged("seg.eviction", "--eviction", cli.eviction.is_some());
+        let eviction = match cli.eviction.clone().or(file.seg.eviction) {
+            Some(name) => name.parse::<segcache::Eviction>().map_err(|e| match e {
+                segcache::Error::InvalidConfig { reason, .. } => err(&ev_key, reason),
+                other => err(&ev_key, other.to_string()),
+            })?,
+            None => segcache::Eviction::Merge,
+        };
+        let heap_size = usize::try_from(heap_size)
+            .map_err(|_| err(&heap_key, format!("{heap_size} is too large")))?;
+        let segment_size = usize::try_from(segment_size)
+            .map_err(|_| err(&seg_key, format!("{segment_size} is too large")))?;
+
+        // [admin]
+        let admin_host = cli
+            .admin_host
+            .clone()
+            .or(file.admin.host)
+            .unwrap_or_else(|| "127.0.0.1".into());
+        let admin_port = match (cli.admin_port, file.admin.port) {
+            (Some(p), _) => p,
+            (None, Some(p)) => int_in("admin.port", p, 0, 65535)? as u16,
+            (None, None) => 9999,
+        };
+        let admin = resolve(
+            &flagged("admin.host", "--admin-host", cli.admin_host.is_some()),
+            &admin_host,
+            admin_port,
+        )?;
+
+        Ok(Config {
+            listen,
+            admin,
+            workers,
+            max_connections,
+            max_value: max_value as usize,
+            heap_size,
+            segment_size,
+            hash_power,
+            eviction,
+            pin,
+        })
+    }
+
+    /// The config key (with its flag) for a segcache builder field.
+    pub fn seg_key(field: &str) -> String {
+        match field {
+            "heap_size" => "seg.heap_size (--heap-size)".into(),
+            "segment_size" => "seg.segment_size (--segment-size)".into(),
+            "hash_power" => "seg.hash_power (--hash-power)".into(),
+            "eviction" => "seg.eviction (--eviction)".into(),
+            other => format!("seg.{other}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64MiB"), Ok(64 << 20));
+        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_size("16k"), Ok(16 << 10));
+        assert!(parse_size("12XB").is_err());
+        assert!(parse_size("MiB").is_err());
+        assert!(parse_size("99999999999999999999TiB").is_err());
+    }
+
+    #[test]
+    fn cores() {
+        assert_eq!(parse_cores("0-3"), Ok(vec![0, 1, 2, 3]));
+        assert_eq!(parse_cores("0,2,4"), Ok(vec![0, 2, 4]));
+        assert_eq!(parse_cores("0-1,4"), Ok(vec![0, 1, 4]));
+        assert!(parse_cores("3-1").is_err());
+        assert!(parse_cores("x").is_err());
+        assert!(parse_cores("").is_err());
+    }
+
+    #[test]
+    fn file_and_flags() {
+        let text = r#"
+            [server]
+            port = 1234
+            max_connections = 10
+            [worker]
+            threads = 3
+            [seg]
+            heap_size = "16MiB"
+            segment_size = 65536
+            eviction = "fifo"
+            [admin]
+            port = 0
+        "#;
+        let c = Config::from_toml(text, &Cli::default()).unwrap();
+        assert_eq!(c.listen.port(), 1234);
+        assert_eq!((c.workers, c.max_connections), (3, 10));
+        assert_eq!((c.heap_size, c.segment_size), (16 << 20, 65536));
+        assert_eq!(c.eviction, segcache::Eviction::Fifo);
+        let cli = Cli {
+            port: Some(99),
+            workers: Some(1),
+            ..Cli::default()
+        };
+        let c = Config::from_toml(text, &cli).unwrap();
+        assert_eq!((c.listen.port(), c.workers), (99, 1));
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = Config::from_toml("[server]\nport = 70000\n", &Cli::default()).unwrap_err();
+        assert_eq!(e.key, "server.port");
+        let e = Config::from_toml("[seg]\nheap_size = \"lots\"\n", &Cli::default()).unwrap_err();
+        assert_eq!(e.key, "seg.heap_size");
+        let e = Config::from_toml("[seg]\nbogus = 1\n", &Cli::default()).unwrap_err();
+        assert!(e.to_string().contains("bogus"), "{e}");
+        let e = Config::from_toml("[worker]\nthreads = \"two\"\n", &Cli::default()).unwrap_err();
+        assert_eq!(e.key, "threads", "{e}");
+        let cli = Cli {
+            eviction: Some("lru".into()),
+            ..Cli::default()
+        };
+        let e = Config::from_toml("", &cli).unwrap_err();
+        assert_eq!(e.key, "seg.eviction (--eviction)");
+    }
+}
