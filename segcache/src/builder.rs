@@ -4,9 +4,15 @@
 //! [`Error::InvalidConfig`] naming the setting, never a panic. Nothing here
 //! allocates the cache's memory until [`Builder::build`] has checked it all.
 
+use crate::cache::RestoreOutcome;
 use crate::clock::{Clock, ManualClock};
 use crate::hashtable::{MAX_SEGMENTS, MAX_SEGMENT_SIZE, MIN_HASH_POWER};
+use crate::memory::Heap;
+use crate::persist;
+use crate::segments::Segments;
+use crate::ttl::TtlBuckets;
 use crate::{Error, Segcache};
+use std::path::PathBuf;
 use std::str::FromStr;
 
 /// Fewest segments a heap may have: eviction needs room to move.
@@ -107,6 +113,8 @@ pub struct Builder {
     hash_power: Option<u8>,
     eviction: Eviction,
     clock: Option<ManualClock>,
+    datapool: Option<PathBuf>,
+    restore: bool,
 }
 
 impl Default for Builder {
@@ -117,6 +125,8 @@ impl Default for Builder {
             hash_power: None,
             eviction: Eviction::Merge,
             clock: None,
+            datapool: None,
+            restore: false,
         }
     }
 }
@@ -151,6 +161,25 @@ impl Builder {
     /// The eviction policy (default [`Eviction::Merge`]).
     pub fn eviction(mut self, policy: Eviction) -> Self {
         self.eviction = policy;
+        self
+    }
+
+    /// Keeps segment data in a memory-mapped file at `path` (created or
+    /// resized to the heap size) instead of anonymous memory: on tmpfs, a
+    /// DAX filesystem or a disk. With [`restore`](Self::restore) and
+    /// [`Segcache::save`], the cache survives a restart.
+    pub fn datapool(mut self, path: impl Into<PathBuf>) -> Self {
+        self.datapool = Some(path.into());
+        self
+    }
+
+    /// On build, bring back the items of the last graceful shutdown
+    /// ([`Segcache::save`]) if the datapool and its metadata are whole and
+    /// were made with the same settings; otherwise start empty and say why
+    /// in [`Segcache::restore_outcome`]. The metadata is consumed, so a
+    /// crash after this start restarts empty rather than from stale data.
+    pub fn restore(mut self, restore: bool) -> Self {
+        self.restore = restore;
         self
     }
 
@@ -205,20 +234,84 @@ impl Builder {
             Some(manual) => Clock::Manual(manual),
             None => Clock::system(),
         };
-        Ok(Segcache::new(
-            seg,
-            segments,
+        let Some(path) = self.datapool else {
+            if self.restore {
+                return Err(Self::invalid(
+                    "restore",
+                    "needs a datapool to restore from".into(),
+                ));
+            }
+            return Ok(Segcache::new(
+                Segments::new(seg, segments),
+                hash_power,
+                self.eviction,
+                clock,
+            ));
+        };
+        let heap = Heap::file(&path, seg * segments)
+            .map_err(|e| Error::Persistence(format!("datapool {}: {e}", path.display())))?;
+        let mut segs = Segments::with_heap(seg, segments, heap);
+        let settings = persist::Settings {
+            segment_size: seg as u64,
+            segments: segments as u64,
             hash_power,
-            self.eviction,
-            clock,
-        ))
+        };
+        let meta = persist::meta_path(&path);
+        let restored = if !self.restore {
+            Err(None)
+        } else if !meta.exists() {
+            Err(Some(format!(
+                "no metadata at {} (first start, or the last run did not shut down gracefully)",
+                meta.display()
+            )))
+        } else {
+            persist::load(&meta, settings)
+                .and_then(|snapshot| snapshot.restore(&mut segs))
+                .and_then(|parts| match std::fs::remove_file(&meta) {
+                    Ok(()) => Ok(parts),
+                    Err(e) => {
+                        segs.release_all();
+                        Err(format!("cannot consume {}: {e}", meta.display()))
+                    }
+                })
+                .map_err(Some)
+        };
+        match restored {
+            Ok(parts) => {
+                let clock = clock.resume(parts.saved_now, parts.saved_wall);
+                let mut cache = Segcache::assemble(
+                    segs,
+                    parts.table,
+                    TtlBuckets::from_buckets(parts.ttl),
+                    parts.counters,
+                    self.eviction,
+                    clock,
+                    RestoreOutcome::NotRequested,
+                );
+                // Items whose deadline passed while the cache was down.
+                cache.expire();
+                let items = cache.len() as u64;
+                cache.set_restore_outcome(RestoreOutcome::Restored { items });
+                Ok(cache)
+            }
+            Err(reason) => {
+                // A stale snapshot must never meet a later heap.
+                let _ = std::fs::remove_file(&meta);
+                let mut cache = Segcache::new(segs, hash_power, self.eviction, clock);
+                if let Some(reason) = reason {
+                    cache.set_restore_outcome(RestoreOutcome::Fresh { reason });
+                }
+                Ok(cache)
+            }
+        }
     }
 }
 
 impl Builder {
     /// Builds a [`ShardedCache`](crate::ShardedCache): `shards` independent
     /// caches (a power of two, at most 1024), each with `1/shards` of the
-    /// heap and of the hash table, behind its own lock.
+    /// heap and of the hash table, behind its own lock. With a datapool,
+    /// shard `i` keeps its heap in `<datapool>.shard<i>`.
     pub fn build_sharded(self, shards: usize) -> Result<crate::ShardedCache, Error> {
         if !shards.is_power_of_two() || shards > 1024 {
             return Err(Self::invalid(
@@ -229,13 +322,22 @@ impl Builder {
         let bits = shards.trailing_zeros() as u8;
         let per_shard = Builder {
             heap_size: self.heap_size / shards,
+            datapool: None,
             hash_power: self
                 .hash_power
                 .map(|p| p.saturating_sub(bits).max(MIN_HASH_POWER)),
-            ..self
+            ..self.clone()
         };
         let caches = (0..shards)
-            .map(|_| per_shard.clone().build())
+            .map(|i| {
+                let mut shard = per_shard.clone();
+                if let Some(path) = &self.datapool {
+                    let mut name = path.as_os_str().to_owned();
+                    name.push(format!(".shard{i}"));
+                    shard.datapool = Some(name.into());
+                }
+                shard.build()
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| match e {
                 Error::InvalidConfig {

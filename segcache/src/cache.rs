@@ -13,6 +13,7 @@ use crate::builder::Eviction;
 use crate::clock::Clock;
 use crate::hashtable::{self, HashTable, Inserted, Location, TableFull};
 use crate::item::{self, MAX_KEY_LEN, MAX_VALUE_FIELD};
+use crate::persist;
 use crate::segments::{SegState, Segments, NONE};
 use crate::ttl::{self, TtlBuckets, MAX_TTL, NEVER};
 use crate::{Builder, Error};
@@ -172,6 +173,21 @@ pub struct Segcache {
     flush_at: Option<u32>,
     /// Copy of a value being rewritten (append, touch...), reused.
     scratch: Vec<u8>,
+    restore_outcome: RestoreOutcome,
+}
+
+/// What [`Builder::restore`](crate::Builder::restore) found at build time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RestoreOutcome {
+    /// No restore was asked for: the cache started empty.
+    NotRequested,
+    /// The datapool and its metadata were whole and matched: every item
+    /// came back (minus those that expired while the cache was down).
+    Restored { items: u64 },
+    /// A restore was asked for but the cache started empty; `reason` says
+    /// why (no metadata after a crash, changed settings, a checksum
+    /// mismatch...). Nothing from the datapool is served.
+    Fresh { reason: String },
 }
 
 impl std::fmt::Debug for Segcache {
@@ -234,25 +250,103 @@ impl Segcache {
         Builder::default()
     }
 
-    pub(crate) fn new(
-        segment_size: usize,
-        segments: usize,
-        hash_power: u8,
+    /// An empty cache over `segs` (all free).
+    pub(crate) fn new(segs: Segments, hash_power: u8, eviction: Eviction, clock: Clock) -> Self {
+        Self::assemble(
+            segs,
+            HashTable::new(hash_power),
+            TtlBuckets::new(),
+            Counters::default(),
+            eviction,
+            clock,
+            RestoreOutcome::NotRequested,
+        )
+    }
+
+    pub(crate) fn assemble(
+        segs: Segments,
+        table: HashTable,
+        ttl: TtlBuckets,
+        counters: Counters,
         eviction: Eviction,
         clock: Clock,
+        restore_outcome: RestoreOutcome,
     ) -> Self {
         Segcache {
-            table: HashTable::new(hash_power),
-            segs: Segments::new(segment_size, segments),
-            ttl: TtlBuckets::new(),
+            table,
+            segs,
+            ttl,
             eviction,
-            counters: Counters::default(),
+            counters,
             rng: 0x2545_f491_4f6c_dd1d,
             merge_scratch: Vec::new(),
             clock,
             flush_at: None,
             scratch: Vec::new(),
+            restore_outcome,
         }
+    }
+
+    pub(crate) fn set_restore_outcome(&mut self, outcome: RestoreOutcome) {
+        self.restore_outcome = outcome;
+    }
+
+    /// True when the heap lives in a datapool file.
+    pub fn has_datapool(&self) -> bool {
+        self.segs.heap().path().is_some()
+    }
+
+    /// What happened to the datapool's contents when the cache was built.
+    pub fn restore_outcome(&self) -> &RestoreOutcome {
+        &self.restore_outcome
+    }
+
+    /// Shuts the cache down gracefully for a warm restart: flushes the
+    /// file-backed heap and writes the metadata snapshot beside it
+    /// (`<datapool>.meta`). Taking `self` guarantees nothing changes after
+    /// the snapshot. A delayed flush that is not yet due is dropped.
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let pool = dir.path().join("cache.pool");
+    /// let build = || {
+    ///     segcache::Segcache::builder()
+    ///         .heap_size(8 << 20)
+    ///         .datapool(&pool)
+    ///         .restore(true)
+    ///         .build()
+    /// };
+    /// let mut cache = build()?;
+    /// cache.set(b"k", b"survives", 0, None)?;
+    /// cache.save()?;
+    ///
+    /// let mut cache = build()?;
+    /// assert_eq!(cache.restore_outcome(), &segcache::RestoreOutcome::Restored { items: 1 });
+    /// assert_eq!(cache.get(b"k").unwrap().value(), b"survives");
+    /// # Ok::<(), segcache::Error>(())
+    /// ```
+    pub fn save(mut self) -> Result<(), Error> {
+        let now = self.now();
+        let Some(path) = self.segs.heap().path().map(|p| p.to_path_buf()) else {
+            return Err(Error::Persistence(
+                "no datapool: the heap is not in a file".into(),
+            ));
+        };
+        let parts = persist::SaveParts {
+            settings: persist::Settings {
+                segment_size: self.segs.segment_size() as u64,
+                segments: self.segs.count() as u64,
+                hash_power: self.table.hash_power(),
+            },
+            segs: &self.segs,
+            ttl: &self.ttl.buckets,
+            table: &self.table,
+            counters: &self.counters,
+            now,
+            wall: self.clock.wall(),
+        };
+        persist::save(&path, parts)
+            .map_err(|e| Error::Persistence(format!("saving {}: {e}", path.display())))
     }
 
     /// The current time, after carrying out a delayed flush that is due.

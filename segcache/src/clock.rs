@@ -61,8 +61,9 @@ impl ManualClock {
 /// The clock a cache reads: the system's monotonic clock or a manual one.
 #[derive(Clone, Debug)]
 pub(crate) enum Clock {
-    /// Whole seconds of the monotonic clock at creation.
-    System(u64),
+    /// Cache time is `base` plus the monotonic seconds since `start`.
+    System { start: u64, base: u32 },
+    /// Cache time and "wall" time are both the manual reading.
     Manual(ManualClock),
 }
 
@@ -94,19 +95,56 @@ fn monotonic_secs() -> u64 {
         .as_secs()
 }
 
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 impl Clock {
     pub(crate) fn system() -> Self {
-        Clock::System(monotonic_secs())
+        Clock::System {
+            start: monotonic_secs(),
+            base: 0,
+        }
     }
 
     /// Seconds since the clock was created (system) or the manual reading.
     #[inline]
     pub(crate) fn now(&self) -> u32 {
         match self {
-            Clock::System(start) => {
-                u32::try_from(monotonic_secs().saturating_sub(*start)).unwrap_or(u32::MAX)
+            Clock::System { start, base } => {
+                let since =
+                    u32::try_from(monotonic_secs().saturating_sub(*start)).unwrap_or(u32::MAX);
+                base.saturating_add(since)
             }
             Clock::Manual(clock) => clock.now(),
+        }
+    }
+
+    /// Wall-clock seconds, to carry cache time across a restart: Unix time
+    /// for the system clock, the reading itself for a manual one.
+    pub(crate) fn wall(&self) -> u64 {
+        match self {
+            Clock::System { .. } => unix_secs(),
+            Clock::Manual(clock) => clock.now() as u64,
+        }
+    }
+
+    /// Continues a clock saved at cache time `saved_now` and wall time
+    /// `saved_wall`: the time the cache was down counts, so items that
+    /// expired meanwhile are expired on restore.
+    pub(crate) fn resume(self, saved_now: u32, saved_wall: u64) -> Clock {
+        let down = self.wall().saturating_sub(saved_wall);
+        match self {
+            Clock::System { .. } => Clock::System {
+                start: monotonic_secs(),
+                base: saved_now.saturating_add(u32::try_from(down).unwrap_or(u32::MAX)),
+            },
+            Clock::Manual(clock) => {
+                clock.set(saved_now);
+                Clock::Manual(clock)
+            }
         }
     }
 }
@@ -131,6 +169,24 @@ mod tests {
         clock.set(u32::MAX - 1);
         clock.advance(Duration::from_secs(100));
         assert_eq!(clock.now(), u32::MAX, "saturates instead of wrapping");
+    }
+
+    #[test]
+    fn resumed_clock_counts_the_time_down() {
+        let saved = Clock::System {
+            start: monotonic_secs(),
+            base: 500,
+        };
+        let wall = unix_secs() - 100; // saved 100 s ago
+        let resumed = Clock::system().resume(saved.now(), wall);
+        let now = resumed.now();
+        assert!((600..=602).contains(&now), "{now}");
+        let manual = ManualClock::new();
+        manual.set(40);
+        let resumed = Clock::Manual(manual.clone()).resume(30, 30);
+        assert_eq!(resumed.now(), 40, "a manual clock keeps its reading");
+        let behind = Clock::Manual(ManualClock::new()).resume(30, 30);
+        assert_eq!(behind.now(), 30, "never behind the saved time");
     }
 
     #[test]

@@ -34,6 +34,8 @@ pub enum Error {
     NotNumeric,
     /// A builder setting is out of range; `field` names it.
     InvalidConfig { field: &'static str, reason: String },
+    /// Reading or writing the datapool or its metadata failed.
+    Persistence(String),
     /// The storage thread has stopped (shut down, or it failed); the
     /// request was not accepted.
     Closed,
@@ -66,6 +68,7 @@ impl fmt::Display for Error {
             Error::NotFound => write!(f, "not found"),
             Error::NotNumeric => write!(f, "value is not a decimal u64"),
             Error::InvalidConfig { field, reason } => write!(f, "invalid {field}: {reason}"),
+            Error::Persistence(reason) => write!(f, "persistence: {reason}"),
             Error::Closed => write!(f, "the storage thread has stopped"),
         }
     }

@@ -176,6 +176,39 @@ impl HashTable {
         }
     }
 
+    /// log2 of the bucket count.
+    pub(crate) fn hash_power(&self) -> u8 {
+        (self.mask + 1).trailing_zeros() as u8
+    }
+
+    /// Every word of the table, bucket by bucket (for a snapshot).
+    pub(crate) fn words(&self) -> impl Iterator<Item = u64> + '_ {
+        self.buckets.iter().flat_map(|b| b.0)
+    }
+
+    /// A table of `2^hash_power` buckets filled from a snapshot's words.
+    /// Every item info must point inside `bounds(seg, offset)`.
+    pub(crate) fn from_words(
+        hash_power: u8,
+        words: &[u64],
+        mut in_bounds: impl FnMut(Location) -> bool,
+    ) -> Result<Self, String> {
+        let mut table = HashTable::new(hash_power);
+        if words.len() != table.buckets.len() * SLOTS {
+            return Err("hash table size differs".into());
+        }
+        for (bucket, chunk) in table.buckets.iter_mut().zip(words.chunks_exact(SLOTS)) {
+            bucket.0.copy_from_slice(chunk);
+            if chunk[1..]
+                .iter()
+                .any(|&info| info != 0 && !in_bounds(location(info)))
+            {
+                return Err("hash table points outside the heap".into());
+            }
+        }
+        Ok(table)
+    }
+
     /// Bytes the table occupies.
     pub(crate) fn bytes(&self) -> usize {
         self.buckets.len() * std::mem::size_of::<Bucket>()

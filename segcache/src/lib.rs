@@ -45,6 +45,7 @@ mod eviction;
 mod hashtable;
 mod item;
 mod memory;
+mod persist;
 mod segments;
 mod sharded;
 mod storage;
@@ -59,7 +60,7 @@ mod model_tests;
 pub struct ReadmeDoctests;
 
 pub use builder::{Builder, Eviction, MAX_HASH_POWER, MIN_SEGMENTS, MIN_SEGMENT_SIZE};
-pub use cache::{Expired, Item, OwnedItem, Segcache, Stats};
+pub use cache::{Expired, Item, OwnedItem, RestoreOutcome, Segcache, Stats};
 pub use clock::ManualClock;
 pub use error::Error;
 pub use item::MAX_KEY_LEN;

@@ -1,9 +1,97 @@
-//! Requests to the operating system about the cache's large allocations.
+//! The cache's large allocations and requests to the operating system
+//! about them.
 //!
-//! Owns one thing today: asking for transparent huge pages on the heap and
-//! the hash table, which are touched at random and otherwise pay a TLB miss
-//! on most lookups. Advice only: it never changes what the memory holds,
-//! and where the OS refuses (or is not Linux) nothing happens.
+//! Owns the [`Heap`]: segment storage either in anonymous memory or in a
+//! memory-mapped file (the datapool, for warm restart), and the advice to
+//! back random-access memory with huge pages. The heap is addressed by
+//! offset only, so a file can be mapped at any address on the next start.
+//! Nothing here interprets the bytes.
+
+use std::fs::OpenOptions;
+use std::io;
+use std::ops::{Deref, DerefMut};
+use std::path::{Path, PathBuf};
+
+/// Segment storage: anonymous memory, or a file mapped shared.
+pub(crate) enum Heap {
+    Anon(Box<[u8]>),
+    File {
+        map: memmap2::MmapMut,
+        path: PathBuf,
+    },
+}
+
+impl Heap {
+    /// Zeroed anonymous memory; pages become resident as they are written.
+    pub(crate) fn anon(len: usize) -> Heap {
+        let data = vec![0u8; len].into_boxed_slice();
+        advise_huge_pages(&data);
+        Heap::Anon(data)
+    }
+
+    /// Maps `path` (created, and sized to `len`, if need be) as the heap.
+    /// Its contents are kept: a restore may want them.
+    pub(crate) fn file(path: &Path, len: usize) -> io::Result<Heap> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        if file.metadata()?.len() != len as u64 {
+            file.set_len(len as u64)?;
+        }
+        // SAFETY: the mapping is shared with the file, which another process
+        // could change under us; the cache treats heap bytes as untrusted
+        // data (lengths are bounds-checked on every read, and a restore
+        // verifies a checksum of every live byte before use), so a change
+        // can corrupt values but not memory safety. The map lives as long as
+        // the Heap, and nothing else in this process maps the file.
+        let map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&file)? };
+        Ok(Heap::File {
+            map,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Writes a file-backed heap's dirty pages to the file.
+    pub(crate) fn flush(&self) -> io::Result<()> {
+        match self {
+            Heap::Anon(_) => Ok(()),
+            Heap::File { map, .. } => map.flush(),
+        }
+    }
+
+    /// The datapool file, if the heap lives in one.
+    pub(crate) fn path(&self) -> Option<&Path> {
+        match self {
+            Heap::Anon(_) => None,
+            Heap::File { path, .. } => Some(path),
+        }
+    }
+}
+
+impl Deref for Heap {
+    type Target = [u8];
+
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match self {
+            Heap::Anon(data) => data,
+            Heap::File { map, .. } => map,
+        }
+    }
+}
+
+impl DerefMut for Heap {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [u8] {
+        match self {
+            Heap::Anon(data) => data,
+            Heap::File { map, .. } => map,
+        }
+    }
+}
 
 /// Advises the kernel to back `memory` with huge pages where it can.
 pub(crate) fn advise_huge_pages(memory: &[u8]) {
@@ -30,4 +118,27 @@ pub(crate) fn advise_huge_pages(memory: &[u8]) {
     }
     #[cfg(not(target_os = "linux"))]
     let _ = memory;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_heap_keeps_its_bytes_across_maps() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pool");
+        {
+            let mut heap = Heap::file(&path, 8192).unwrap();
+            heap[100..105].copy_from_slice(b"hello");
+            heap.flush().unwrap();
+            assert_eq!(heap.path(), Some(path.as_path()));
+        }
+        let heap = Heap::file(&path, 8192).unwrap();
+        assert_eq!(&heap[100..105], b"hello");
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 8192);
+        assert!(Heap::file(&dir.path().join("missing/dir/pool"), 8192).is_err());
+        let anon = Heap::anon(4096);
+        assert!(anon.iter().all(|&b| b == 0) && anon.path().is_none());
+    }
 }

@@ -10,6 +10,7 @@
 
 use crate::hashtable::Location;
 use crate::item::RawItem;
+use crate::memory::Heap;
 
 /// "No segment" in the prev/next links.
 pub(crate) const NONE: u32 = u32::MAX;
@@ -73,17 +74,21 @@ impl SegmentHeader {
 
 pub(crate) struct Segments {
     pub(crate) headers: Box<[SegmentHeader]>,
-    data: Box<[u8]>,
+    data: Heap,
     segment_size: usize,
     free: Vec<u32>,
 }
 
 impl Segments {
+    /// `count` free segments of `segment_size` bytes in anonymous memory.
     pub(crate) fn new(segment_size: usize, count: usize) -> Self {
-        // `vec![0; n]` asks the allocator for zeroed memory, so pages are
-        // only made resident as segments are first written.
-        let data = vec![0u8; segment_size * count].into_boxed_slice();
-        crate::memory::advise_huge_pages(&data);
+        Self::with_heap(segment_size, count, Heap::anon(segment_size * count))
+    }
+
+    /// `count` free segments over `data` (its length must be
+    /// `segment_size * count`).
+    pub(crate) fn with_heap(segment_size: usize, count: usize, data: Heap) -> Self {
+        debug_assert_eq!(data.len(), segment_size * count);
         Segments {
             headers: (0..count).map(|_| SegmentHeader::free(1)).collect(),
             data,
@@ -112,6 +117,18 @@ impl Segments {
     pub(crate) fn header_bytes(&self) -> usize {
         self.headers.len() * std::mem::size_of::<SegmentHeader>()
             + self.free.capacity() * std::mem::size_of::<u32>()
+    }
+
+    pub(crate) fn heap(&self) -> &Heap {
+        &self.data
+    }
+
+    /// Rebuilds the free list from the headers' states (after a restore).
+    pub(crate) fn rebuild_free_list(&mut self) {
+        self.free = (0..self.headers.len() as u32)
+            .rev()
+            .filter(|&id| self.headers[id as usize].state == SegState::Free)
+            .collect();
     }
 
     /// Takes a segment off the free list, ready for writes.

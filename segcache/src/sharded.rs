@@ -8,7 +8,7 @@
 //! operation takes exactly one shard lock, for as short as the operation
 //! itself; nothing here holds two locks at once.
 
-use crate::cache::{Expired, OwnedItem, Stats};
+use crate::cache::{Expired, OwnedItem, RestoreOutcome, Stats};
 use crate::{Error, Item, Segcache};
 use parking_lot::Mutex;
 use std::time::Duration;
@@ -222,6 +222,22 @@ impl ShardedCache {
     /// The largest value storable under a key of `key_len` bytes.
     pub fn max_value_len(&self, key_len: usize) -> usize {
         self.shards[0].0.lock().max_value_len(key_len)
+    }
+
+    /// What each shard's restore found at build time.
+    pub fn restore_outcomes(&self) -> Vec<RestoreOutcome> {
+        let mut outcomes = Vec::with_capacity(self.shards.len());
+        self.each(|c| outcomes.push(c.restore_outcome().clone()));
+        outcomes
+    }
+
+    /// Saves every shard for a warm restart (see [`Segcache::save`]).
+    /// Taking `self` means no thread can still be writing.
+    pub fn save(self) -> Result<(), Error> {
+        for shard in self.shards.into_vec() {
+            shard.0.into_inner().save()?;
+        }
+        Ok(())
     }
 
     /// Runs `f` on each shard in turn, one lock at a time.

@@ -340,21 +340,23 @@ pub enum TrySubmitError {
 /// The storage thread itself, to wait for its end.
 #[derive(Debug)]
 pub struct StorageThread {
-    join: JoinHandle<Stats>,
+    join: JoinHandle<Result<Stats, Error>>,
 }
 
 impl StorageThread {
     /// Waits until the thread has answered every accepted request and
-    /// exited. Returns the cache's final stats, or the panic message if
-    /// the storage thread failed.
+    /// exited (saving the cache first when it has a datapool). Returns the
+    /// cache's final stats, or why the thread failed: a panic message, or
+    /// the save's error.
     pub fn join(self) -> Result<Stats, String> {
-        self.join.join().map_err(|panic| {
-            panic
+        match self.join.join() {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(panic) => Err(panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "storage thread panicked".into())
-        })
+                .unwrap_or_else(|| "storage thread panicked".into())),
+        }
     }
 }
 
@@ -399,7 +401,7 @@ impl Builder {
                 reason: "must be positive".into(),
             });
         }
-        let mut cache = self.build()?;
+        let cache = self.build()?;
         let shared = Arc::new(Shared {
             channels: Mutex::new(Vec::new()),
             channels_changed: AtomicBool::new(false),
@@ -415,7 +417,7 @@ impl Builder {
         let thread_shared = Arc::clone(&shared);
         let join = thread::Builder::new()
             .name(config.name.clone())
-            .spawn(move || run(&mut cache, &thread_shared, &config))
+            .spawn(move || run(cache, &thread_shared, &config))
             .map_err(|e| Error::InvalidConfig {
                 field: "name",
                 reason: format!("cannot spawn the storage thread: {e}"),
@@ -447,8 +449,18 @@ fn pin(core: usize) {
     }
 }
 
-/// The storage thread's loop.
-fn run(cache: &mut Segcache, shared: &Shared, config: &StorageConfig) -> Stats {
+/// The storage thread's loop. On shutdown a cache with a datapool is saved
+/// for a warm restart.
+fn run(mut cache: Segcache, shared: &Shared, config: &StorageConfig) -> Result<Stats, Error> {
+    serve(&mut cache, shared, config);
+    let stats = cache.stats();
+    if cache.has_datapool() {
+        cache.save()?;
+    }
+    Ok(stats)
+}
+
+fn serve(cache: &mut Segcache, shared: &Shared, config: &StorageConfig) {
     let _guard = StopGuard(shared);
     if let Some(core) = config.pin_core {
         pin(core);
@@ -479,7 +491,7 @@ fn run(cache: &mut Segcache, shared: &Shared, config: &StorageConfig) -> Stats {
             }
             channels.clone_from(&shared.channels.lock());
             while drain(cache, &channels) > 0 {}
-            return cache.stats();
+            return;
         }
         thread::park_timeout(next_expire.saturating_duration_since(now));
     }

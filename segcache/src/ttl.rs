@@ -74,6 +74,14 @@ impl TtlBuckets {
         }
     }
 
+    /// Bucket lists from a snapshot.
+    pub(crate) fn from_buckets(buckets: Vec<TtlBucket>) -> Self {
+        debug_assert_eq!(buckets.len(), BUCKETS);
+        TtlBuckets {
+            buckets: buckets.into_boxed_slice(),
+        }
+    }
+
     pub(crate) fn clear(&mut self) {
         *self = Self::new();
     }

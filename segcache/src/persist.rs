@@ -1,0 +1,347 @@
+//! Warm restart: the metadata snapshot written beside a file-backed heap.
+//!
+//! Owns the snapshot format and its checks. [`save`] writes, next to the
+//! datapool file, everything that is not in the heap: settings, the clock
+//! (cache time and wall time), segment headers, TTL buckets, the hash table
+//! and the counters, plus a CRC-32 of every live heap byte and a CRC-32 of
+//! the snapshot itself. It goes to a temporary file, is synced, then renamed
+//! into place, so a snapshot is either whole or absent.
+//!
+//! [`load`] accepts a snapshot only if it is whole, of this format version,
+//! made with the same settings, consistent with itself, and matches the heap
+//! byte for byte (by checksum); otherwise it says why and the cache starts
+//! empty. It must never hand back anything it has not checked: a cache
+//! restored from it serves whatever the heap holds.
+
+use crate::cache::Counters;
+use crate::hashtable::{HashTable, Location};
+use crate::segments::{SegState, SegmentHeader, Segments, NONE};
+use crate::ttl::{TtlBucket, BUCKETS};
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+
+const MAGIC: [u8; 8] = *b"SEGCMETA";
+/// Bumped whenever the snapshot, item or table layout changes.
+const VERSION: u32 = 1;
+
+/// The snapshot's path for a datapool file: `<datapool>.meta`.
+pub(crate) fn meta_path(datapool: &Path) -> PathBuf {
+    let mut name = datapool.as_os_str().to_owned();
+    name.push(".meta");
+    PathBuf::from(name)
+}
+
+/// Settings a snapshot must share with the cache restoring it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Settings {
+    pub segment_size: u64,
+    pub segments: u64,
+    pub hash_power: u8,
+}
+
+/// The structures a successful restore hands to the cache.
+pub(crate) struct Restored {
+    pub table: HashTable,
+    pub ttl: Vec<TtlBucket>,
+    pub counters: Counters,
+    pub saved_now: u32,
+    pub saved_wall: u64,
+}
+
+/// Everything a restore needs besides the heap.
+pub(crate) struct Snapshot {
+    headers: Vec<SegmentHeader>,
+    ttl: Vec<TtlBucket>,
+    table_words: Vec<u64>,
+    counters: Counters,
+    saved_now: u32,
+    saved_wall: u64,
+    heap_crc: u32,
+}
+
+/// CRC-32 of the written part of every segment in use.
+fn live_heap_crc(segs: &Segments, headers: &[SegmentHeader]) -> u32 {
+    let mut crc = crc32fast::Hasher::new();
+    for (id, h) in headers.iter().enumerate() {
+        if h.state != SegState::Free {
+            crc.update(&segs.data(id as u32)[..h.write_offset as usize]);
+        }
+    }
+    crc.finalize()
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        if self.0.len() < N {
+            return Err("metadata is truncated".into());
+        }
+        let (head, rest) = self.0.split_at(N);
+        self.0 = rest;
+        Ok(head.try_into().expect("length checked"))
+    }
+    fn u8(&mut self) -> Result<u8, String> {
+        Ok(self.take::<1>()?[0])
+    }
+    fn u16(&mut self) -> Result<u16, String> {
+        Ok(u16::from_le_bytes(self.take()?))
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.take()?))
+    }
+}
+
+const COUNTERS: usize = 9;
+
+fn counters_to_array(c: &Counters) -> [u64; COUNTERS] {
+    [
+        c.items,
+        c.live_bytes,
+        c.hits,
+        c.misses,
+        c.evictions,
+        c.evicted_segments,
+        c.expirations,
+        c.expired_segments,
+        c.merges,
+    ]
+}
+
+fn counters_from_array(a: [u64; COUNTERS]) -> Counters {
+    Counters {
+        items: a[0],
+        live_bytes: a[1],
+        hits: a[2],
+        misses: a[3],
+        evictions: a[4],
+        evicted_segments: a[5],
+        expirations: a[6],
+        expired_segments: a[7],
+        merges: a[8],
+    }
+}
+
+/// What [`save`] needs from the cache.
+pub(crate) struct SaveParts<'a> {
+    pub settings: Settings,
+    pub segs: &'a Segments,
+    pub ttl: &'a [TtlBucket],
+    pub table: &'a HashTable,
+    pub counters: &'a Counters,
+    pub now: u32,
+    pub wall: u64,
+}
+
+/// Flushes the heap file and writes the snapshot beside it.
+pub(crate) fn save(datapool: &Path, parts: SaveParts<'_>) -> io::Result<()> {
+    parts.segs.heap().flush()?;
+    let headers = &parts.segs.headers;
+    let mut w = Writer(Vec::with_capacity(
+        64 + headers.len() * 40 + parts.table.bytes(),
+    ));
+    w.0.extend_from_slice(&MAGIC);
+    w.u32(VERSION);
+    w.u64(parts.settings.segment_size);
+    w.u64(parts.settings.segments);
+    w.u8(parts.settings.hash_power);
+    w.u32(parts.now);
+    w.u64(parts.wall);
+    for v in counters_to_array(parts.counters) {
+        w.u64(v);
+    }
+    for h in headers.iter() {
+        for v in [
+            h.create_at,
+            h.expire_at,
+            h.write_offset,
+            h.live_bytes,
+            h.live_items,
+            h.prev,
+            h.next,
+            h.generation,
+        ] {
+            w.u32(v);
+        }
+        w.u16(h.ttl_bucket);
+        w.u8(h.state as u8);
+    }
+    for b in parts.ttl {
+        for v in [b.head, b.tail, b.segments, b.merge_cursor] {
+            w.u32(v);
+        }
+    }
+    for word in parts.table.words() {
+        w.u64(word);
+    }
+    w.u32(live_heap_crc(parts.segs, headers));
+    let crc = crc32fast::hash(&w.0);
+    w.u32(crc);
+
+    let path = meta_path(datapool);
+    let tmp = path.with_extension("meta.tmp");
+    {
+        let mut file = fs::File::create(&tmp)?;
+        file.write_all(&w.0)?;
+        file.sync_all()?;
+    }
+    fs::rename(&tmp, &path)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        // Make the rename durable; not every filesystem allows this.
+        let _ = fs::File::open(dir).and_then(|d| d.sync_all());
+    }
+    Ok(())
+}
+
+/// Reads and checks the snapshot at `path` against `settings`.
+pub(crate) fn load(path: &Path, settings: Settings) -> Result<Snapshot, String> {
+    let bytes = fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if bytes.len() < MAGIC.len() + 8 || bytes[..8] != MAGIC {
+        return Err("not a segcache metadata file".into());
+    }
+    let (body, tail) = bytes.split_at(bytes.len() - 4);
+    let stored_crc = u32::from_le_bytes(tail.try_into().expect("4 bytes"));
+    if crc32fast::hash(body) != stored_crc {
+        return Err("metadata checksum mismatch (truncated or modified)".into());
+    }
+    let mut r = Reader(&body[8..]);
+    let version = r.u32()?;
+    if version != VERSION {
+        return Err(format!(
+            "metadata format version {version}, this build reads {VERSION}"
+        ));
+    }
+    let saved = Settings {
+        segment_size: r.u64()?,
+        segments: r.u64()?,
+        hash_power: r.u8()?,
+    };
+    if saved != settings {
+        return Err(format!(
+            "settings changed since the save: saved {saved:?}, now {settings:?}"
+        ));
+    }
+    let saved_now = r.u32()?;
+    let saved_wall = r.u64()?;
+    let mut counters = [0u64; COUNTERS];
+    for c in counters.iter_mut() {
+        *c = r.u64()?;
+    }
+    let count = settings.segments as u32;
+    let in_range = |id: u32| id == NONE || id < count;
+    let mut headers = Vec::with_capacity(count as usize);
+    for id in 0..count {
+        let mut f = [0u32; 8];
+        for v in f.iter_mut() {
+            *v = r.u32()?;
+        }
+        let ttl_bucket = r.u16()?;
+        let state = match r.u8()? {
+            0 => SegState::Free,
+            1 => SegState::Active,
+            2 => SegState::Sealed,
+            other => return Err(format!("segment {id}: bad state {other}")),
+        };
+        let h = SegmentHeader {
+            create_at: f[0],
+            expire_at: f[1],
+            write_offset: f[2],
+            live_bytes: f[3],
+            live_items: f[4],
+            prev: f[5],
+            next: f[6],
+            generation: f[7],
+            ttl_bucket,
+            state,
+        };
+        if h.write_offset as u64 > settings.segment_size
+            || h.live_bytes > h.write_offset
+            || !in_range(h.prev)
+            || !in_range(h.next)
+            || ttl_bucket as usize >= BUCKETS
+        {
+            return Err(format!("segment {id}: inconsistent header"));
+        }
+        headers.push(h);
+    }
+    let mut ttl = Vec::with_capacity(BUCKETS);
+    for _ in 0..BUCKETS {
+        let b = TtlBucket {
+            head: r.u32()?,
+            tail: r.u32()?,
+            segments: r.u32()?,
+            merge_cursor: r.u32()?,
+        };
+        if !in_range(b.head) || !in_range(b.tail) || !in_range(b.merge_cursor) || b.segments > count
+        {
+            return Err("inconsistent TTL bucket".into());
+        }
+        ttl.push(b);
+    }
+    let words = (1usize << settings.hash_power) * 8;
+    let mut table_words = Vec::with_capacity(words);
+    for _ in 0..words {
+        table_words.push(r.u64()?);
+    }
+    let heap_crc = r.u32()?;
+    if !r.0.is_empty() {
+        return Err("metadata has trailing bytes".into());
+    }
+    Ok(Snapshot {
+        headers,
+        ttl,
+        table_words,
+        counters: counters_from_array(counters),
+        saved_now,
+        saved_wall,
+        heap_crc,
+    })
+}
+
+impl Snapshot {
+    /// Checks the heap against the snapshot; only then installs the
+    /// segment headers into `segs` and returns the rest of the cache's
+    /// structures. On error `segs` is untouched.
+    pub(crate) fn restore(self, segs: &mut Segments) -> Result<Restored, String> {
+        if live_heap_crc(segs, &self.headers) != self.heap_crc {
+            return Err("heap file does not match the metadata (checksum)".into());
+        }
+        let hash_power = (self.table_words.len() / 8).trailing_zeros() as u8;
+        let headers = &self.headers;
+        let table = HashTable::from_words(hash_power, &self.table_words, |loc: Location| {
+            headers
+                .get(loc.seg as usize)
+                .is_some_and(|h| h.state != SegState::Free && loc.offset < h.write_offset)
+        })?;
+        segs.headers = self.headers.into_boxed_slice();
+        segs.rebuild_free_list();
+        Ok(Restored {
+            table,
+            ttl: self.ttl,
+            counters: self.counters,
+            saved_now: self.saved_now,
+            saved_wall: self.saved_wall,
+        })
+    }
+}
