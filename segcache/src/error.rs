@@ -18,8 +18,9 @@ pub enum Error {
     ValueTooLarge { len: usize, max: usize },
     /// TTLs are at most [`MAX_TTL`](crate::MAX_TTL) seconds.
     TtlOutOfRange { secs: u64 },
-    /// The key's hash bucket chain is full; raise `hash_power` or
-    /// `overflow_factor`.
+    /// The key's neighbourhood in the hash table is full and the eviction
+    /// policy is [`Eviction::None`](crate::Eviction::None) (other policies
+    /// evict the least-read item there instead); raise `hash_power`.
     HashTableFull,
     /// No free segment and the eviction policy is [`Eviction::None`](crate::Eviction::None)
     /// (or nothing could be evicted).
