@@ -1,0 +1,220 @@
+//! The configuration struct and the handle's constructor and destructor.
+//!
+//! `segcache_config_t` mirrors the core crate's `Builder` settings plus a
+//! shard count; zero means "choose for me" for `hash_power` and `shards`,
+//! and a NULL `eviction` means "merge". Every bad value is
+//! `SEGCACHE_INVALID_CONFIG` from `segcache_new`, never a crash.
+
+use crate::segcache_t;
+use crate::status::{catch, put, segcache_status_t, Status};
+use segcache_core::{Eviction, Segcache, ShardedCache, MAX_HASH_POWER};
+use std::ffi::{c_char, CStr};
+
+use segcache_status_t::*;
+
+/// Settings for `segcache_new`. Start from `segcache_config_default()` and
+/// change the fields you care about, so that fields added in later versions
+/// keep their defaults.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct segcache_config_t {
+    /// Bytes of item storage, split evenly over the shards (default 64 MiB).
+    /// Each shard needs at least 3 segments. It is allocated up front.
+    pub heap_size: usize,
+    /// Bytes per segment: a multiple of 8 from 1024 to 2 MiB (default
+    /// 1 MiB). The largest item (header, key and value) must fit in one.
+    pub segment_size: usize,
+    /// The hash table has 2^hash_power buckets of 7 items, over all shards
+    /// (3 to 30); 0 (the default) sizes it for ~100-byte items.
+    pub hash_power: u32,
+    /// Number of independently locked shards: a power of two up to 1024;
+    /// 0 (the default) picks one from the number of CPUs, keeping at least
+    /// 8 segments per shard.
+    pub shards: usize,
+    /// Eviction policy name, NUL-terminated: "merge" (the default, also
+    /// when NULL), "none", "random", "random_fifo", "fifo", "cte" or
+    /// "util" (case-insensitive). The string is only read by
+    /// `segcache_new`.
+    pub eviction: *const c_char,
+}
+
+/// The default configuration: 64 MiB heap, 1 MiB segments, automatic hash
+/// table size and shard count, merge eviction.
+#[no_mangle]
+pub extern "C" fn segcache_config_default() -> segcache_config_t {
+    segcache_config_t {
+        heap_size: 64 << 20,
+        segment_size: 1 << 20,
+        hash_power: 0,
+        shards: 0,
+        eviction: std::ptr::null(),
+    }
+}
+
+/// Smallest `hash_power` (the core crate's, which it does not export).
+const MIN_HASH_POWER: u8 = 3;
+
+/// The shard count chosen for `shards == 0`: four per CPU rounded up to a
+/// power of two (at most 64), halved until each shard has 8 segments.
+fn auto_shards(heap_size: usize, segment_size: usize) -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut n = (cpus * 4).next_power_of_two().min(64);
+    while n > 1 && heap_size / n / segment_size.max(1) < 8 {
+        n /= 2;
+    }
+    n
+}
+
+/// Builds the cache a configuration describes.
+///
+/// # Safety
+/// `cfg.eviction` is NULL or a NUL-terminated string.
+unsafe fn build(cfg: &segcache_config_t) -> Status<ShardedCache> {
+    let mut builder = Segcache::builder()
+        .heap_size(cfg.heap_size)
+        .segment_size(cfg.segment_size);
+    if cfg.hash_power != 0 {
+        // Checked here: `build_sharded` clamps a too-small power per shard
+        // and subtracts the shard bits from a too-large one, so it would
+        // accept values outside the documented range.
+        let power = u8::try_from(cfg.hash_power)
+            .ok()
+            .filter(|p| (MIN_HASH_POWER..=MAX_HASH_POWER).contains(p))
+            .ok_or(SEGCACHE_INVALID_CONFIG)?;
+        builder = builder.hash_power(power);
+    }
+    if !cfg.eviction.is_null() {
+        // SAFETY: non-NULL, and NUL-terminated by the caller's promise.
+        let name = unsafe { CStr::from_ptr(cfg.eviction) };
+        let name = name.to_str().map_err(|_| SEGCACHE_INVALID_CONFIG)?;
+        builder = builder.eviction(name.parse::<Eviction>()?);
+    }
+    let shards = match cfg.shards {
+        0 => auto_shards(cfg.heap_size, cfg.segment_size),
+        n => n,
+    };
+    Ok(builder.build_sharded(shards)?)
+}
+
+/// Creates a cache. Returns NULL when `cfg` is NULL
+/// (`SEGCACHE_INVALID_ARGUMENT`) or a setting is out of range
+/// (`SEGCACHE_INVALID_CONFIG`); the status is stored in `*err` when `err`
+/// is not NULL (`SEGCACHE_OK` on success). Release the handle with
+/// `segcache_free`.
+///
+/// # Safety
+/// `cfg` is NULL or points to a `segcache_config_t` whose `eviction` is
+/// NULL or a NUL-terminated string; `err` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_new(
+    cfg: *const segcache_config_t,
+    err: *mut segcache_status_t,
+) -> *mut segcache_t {
+    let result = catch(|| {
+        // SAFETY: `cfg` is NULL (handled by `as_ref`) or a valid config.
+        let cfg = unsafe { cfg.as_ref() }.ok_or(SEGCACHE_INVALID_ARGUMENT)?;
+        // SAFETY: the caller promises `eviction` is NULL or a C string.
+        let inner = unsafe { build(cfg) }?;
+        Ok(Box::into_raw(Box::new(segcache_t { inner })))
+    });
+    let (handle, status) = match result {
+        Ok(handle) => (handle, SEGCACHE_OK),
+        Err(status) => (std::ptr::null_mut(), status),
+    };
+    // SAFETY: `err` is NULL or writable by the caller's promise.
+    unsafe { put(err, status) };
+    handle
+}
+
+/// Releases a cache and all its memory. NULL is ignored. The handle must
+/// not be used afterwards, and no other thread may be using it.
+///
+/// # Safety
+/// `c` is NULL or a handle from `segcache_new` not yet freed, which no
+/// other thread is using.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_free(c: *mut segcache_t) {
+    if c.is_null() {
+        return;
+    }
+    let _ = catch(|| {
+        // SAFETY: a live handle came from `Box::into_raw` in `segcache_new`
+        // and, by the caller's promise, is freed once and used by no one.
+        drop(unsafe { Box::from_raw(c) });
+        Ok(())
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn new(cfg: &segcache_config_t) -> Result<*mut segcache_t, segcache_status_t> {
+        let mut err = SEGCACHE_PANIC;
+        // SAFETY: `cfg` is a valid config and `err` a local.
+        let c = unsafe { segcache_new(cfg, &mut err) };
+        if c.is_null() {
+            Err(err)
+        } else {
+            assert_eq!(err, SEGCACHE_OK);
+            Ok(c)
+        }
+    }
+
+    #[test]
+    fn defaults_build_and_bad_values_are_config_errors() {
+        let c = new(&segcache_config_default()).unwrap();
+        // SAFETY: `c` is a live handle, freed once.
+        unsafe { segcache_free(c) };
+        let bad = [
+            segcache_config_t {
+                heap_size: 0,
+                ..segcache_config_default()
+            },
+            segcache_config_t {
+                segment_size: 1000,
+                ..segcache_config_default()
+            },
+            segcache_config_t {
+                hash_power: 2,
+                shards: 1,
+                ..segcache_config_default()
+            },
+            segcache_config_t {
+                hash_power: 31,
+                shards: 8,
+                ..segcache_config_default()
+            },
+            segcache_config_t {
+                hash_power: 256 + 16,
+                ..segcache_config_default()
+            },
+            segcache_config_t {
+                shards: 3,
+                ..segcache_config_default()
+            },
+            segcache_config_t {
+                eviction: c"lru".as_ptr(),
+                ..segcache_config_default()
+            },
+            segcache_config_t {
+                eviction: c"\xff".as_ptr(),
+                ..segcache_config_default()
+            },
+        ];
+        for cfg in &bad {
+            assert_eq!(new(cfg), Err(SEGCACHE_INVALID_CONFIG), "{cfg:?}");
+        }
+        // SAFETY: NULL config and NULL err are both allowed.
+        assert!(unsafe { segcache_new(std::ptr::null(), std::ptr::null_mut()) }.is_null());
+    }
+
+    #[test]
+    fn auto_shards_keep_eight_segments_per_shard() {
+        assert_eq!(auto_shards(8 << 20, 1 << 20), 1);
+        assert_eq!(auto_shards(3 << 20, 1 << 20), 1);
+        let n = auto_shards(1 << 30, 1 << 20);
+        assert!(n.is_power_of_two() && (4..=64).contains(&n), "{n}");
+        assert_eq!(auto_shards(0, 0), 1);
+    }
+}

@@ -1,0 +1,664 @@
+//! The cache operations: stores, reads, arithmetic, expiry and stats.
+//!
+//! Each function checks its handle, key, value and out pointers through
+//! the helpers in `status`, runs one `ShardedCache` call inside the panic
+//! guard, and returns a `segcache_status_t`. Out pointers documented as
+//! optional may be NULL; required ones give `SEGCACHE_INVALID_ARGUMENT`.
+
+use crate::status::{self, bytes, cache, guard, put, put_required, segcache_status_t};
+use crate::{segcache_t, SEGCACHE_MAX_KEY_LEN, SEGCACHE_TTL_NEVER};
+use std::ffi::c_void;
+
+use segcache_status_t::*;
+
+/// Which memcache store command a store entry point runs.
+#[derive(Clone, Copy)]
+enum Store {
+    Set,
+    Add,
+    Replace,
+    Cas(u64),
+}
+
+/// The body shared by set, add, replace and cas.
+///
+/// # Safety
+/// As for `segcache_set`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn store(
+    mode: Store,
+    c: *const segcache_t,
+    key_ptr: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    flags: u32,
+    ttl_secs: i64,
+) -> segcache_status_t {
+    guard(|| {
+        // SAFETY: the caller's promises for the handle, key and value are
+        // exactly those of `cache`, `key` and `bytes`.
+        let (cache, key, value) = unsafe {
+            (
+                cache(c)?,
+                status::key(key_ptr, key_len)?,
+                bytes(value, value_len)?,
+            )
+        };
+        let ttl = status::ttl(ttl_secs)?;
+        match mode {
+            Store::Set => cache.set(key, value, flags, ttl),
+            Store::Add => cache.add(key, value, flags, ttl),
+            Store::Replace => cache.replace(key, value, flags, ttl),
+            Store::Cas(token) => cache.cas(key, value, flags, ttl, token),
+        }
+        .map_err(Into::into)
+    })
+}
+
+/// Stores `value` under `key`, replacing any existing item. `flags` are
+/// opaque client flags returned by the get functions. `ttl` is in seconds:
+/// 0 never expires; 1 to `SEGCACHE_MAX_TTL` expire that many seconds from
+/// now (or a little earlier, never later); negative or larger values are
+/// `SEGCACHE_TTL_OUT_OF_RANGE` (there is no memcache-style absolute time).
+/// A value that does not fit is `SEGCACHE_VALUE_TOO_LARGE`. On any error
+/// the old item, if any, is unchanged.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `key` is NULL or readable for `key_len`
+/// bytes (when `key_len <= SEGCACHE_MAX_KEY_LEN`); `value` is NULL or
+/// readable for `value_len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_set(
+    c: *mut segcache_t,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    flags: u32,
+    ttl: i64,
+) -> segcache_status_t {
+    // SAFETY: same contract as `store`.
+    unsafe { store(Store::Set, c, key, key_len, value, value_len, flags, ttl) }
+}
+
+/// Like `segcache_set`, but only if the key is absent:
+/// `SEGCACHE_NOT_STORED` if it is present.
+///
+/// # Safety
+/// As for `segcache_set`.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_add(
+    c: *mut segcache_t,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    flags: u32,
+    ttl: i64,
+) -> segcache_status_t {
+    // SAFETY: same contract as `store`.
+    unsafe { store(Store::Add, c, key, key_len, value, value_len, flags, ttl) }
+}
+
+/// Like `segcache_set`, but only if the key is present:
+/// `SEGCACHE_NOT_STORED` if it is absent.
+///
+/// # Safety
+/// As for `segcache_set`.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_replace(
+    c: *mut segcache_t,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    flags: u32,
+    ttl: i64,
+) -> segcache_status_t {
+    // SAFETY: same contract as `store`.
+    unsafe {
+        store(
+            Store::Replace,
+            c,
+            key,
+            key_len,
+            value,
+            value_len,
+            flags,
+            ttl,
+        )
+    }
+}
+
+/// Like `segcache_set`, but only if the key's current version is `cas` (a
+/// token from `segcache_get` or `segcache_get_with`): `SEGCACHE_EXISTS` if
+/// the item changed since, `SEGCACHE_NOT_FOUND` if it is gone.
+///
+/// # Safety
+/// As for `segcache_set`.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_cas(
+    c: *mut segcache_t,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    flags: u32,
+    ttl: i64,
+    cas: u64,
+) -> segcache_status_t {
+    // SAFETY: same contract as `store`.
+    unsafe {
+        store(
+            Store::Cas(cas),
+            c,
+            key,
+            key_len,
+            value,
+            value_len,
+            flags,
+            ttl,
+        )
+    }
+}
+
+/// The body shared by append and prepend.
+///
+/// # Safety
+/// As for `segcache_append`.
+unsafe fn concat(
+    front: bool,
+    c: *const segcache_t,
+    key_ptr: *const u8,
+    key_len: usize,
+    data: *const u8,
+    data_len: usize,
+) -> segcache_status_t {
+    guard(|| {
+        // SAFETY: the caller's promises are those of `cache`, `key`, `bytes`.
+        let (cache, key, data) = unsafe {
+            (
+                cache(c)?,
+                status::key(key_ptr, key_len)?,
+                bytes(data, data_len)?,
+            )
+        };
+        if front {
+            cache.prepend(key, data)
+        } else {
+            cache.append(key, data)
+        }
+        .map_err(Into::into)
+    })
+}
+
+/// Appends `data` to the value of an existing key (its flags and TTL stay):
+/// `SEGCACHE_NOT_STORED` if the key is absent.
+///
+/// # Safety
+/// As for `segcache_set`, with `data`/`data_len` for the value.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_append(
+    c: *mut segcache_t,
+    key: *const u8,
+    key_len: usize,
+    data: *const u8,
+    data_len: usize,
+) -> segcache_status_t {
+    // SAFETY: same contract as `concat`.
+    unsafe { concat(false, c, key, key_len, data, data_len) }
+}
+
+/// Prepends `data` to the value of an existing key (its flags and TTL
+/// stay): `SEGCACHE_NOT_STORED` if the key is absent.
+///
+/// # Safety
+/// As for `segcache_append`.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_prepend(
+    c: *mut segcache_t,
+    key: *const u8,
+    key_len: usize,
+    data: *const u8,
+    data_len: usize,
+) -> segcache_status_t {
+    // SAFETY: same contract as `concat`.
+    unsafe { concat(true, c, key, key_len, data, data_len) }
+}
+
+/// The body shared by incr and decr.
+///
+/// # Safety
+/// As for `segcache_incr`.
+unsafe fn arith(
+    up: bool,
+    c: *const segcache_t,
+    key_ptr: *const u8,
+    key_len: usize,
+    delta: u64,
+    new_value: *mut u64,
+) -> segcache_status_t {
+    guard(|| {
+        // SAFETY: the caller's promises are those of `cache` and `key`.
+        let (cache, key) = unsafe { (cache(c)?, status::key(key_ptr, key_len)?) };
+        let n = if up {
+            cache.incr(key, delta)
+        } else {
+            cache.decr(key, delta)
+        }?;
+        // SAFETY: `new_value` is NULL or writable by the caller's promise.
+        unsafe { put(new_value, n) };
+        Ok(())
+    })
+}
+
+/// Adds `delta` to a value holding a decimal unsigned 64-bit number,
+/// wrapping at 2^64, and stores the result in `*new_value` (optional).
+/// `SEGCACHE_NOT_FOUND` if absent, `SEGCACHE_NOT_NUMERIC` if the value is
+/// not such a number.
+///
+/// # Safety
+/// `c` and `key` as for `segcache_set`; `new_value` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_incr(
+    c: *mut segcache_t,
+    key: *const u8,
+    key_len: usize,
+    delta: u64,
+    new_value: *mut u64,
+) -> segcache_status_t {
+    // SAFETY: same contract as `arith`.
+    unsafe { arith(true, c, key, key_len, delta, new_value) }
+}
+
+/// Subtracts `delta`, stopping at 0; otherwise as `segcache_incr`.
+///
+/// # Safety
+/// As for `segcache_incr`.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_decr(
+    c: *mut segcache_t,
+    key: *const u8,
+    key_len: usize,
+    delta: u64,
+    new_value: *mut u64,
+) -> segcache_status_t {
+    // SAFETY: same contract as `arith`.
+    unsafe { arith(false, c, key, key_len, delta, new_value) }
+}
+
+/// Gives an existing item a new TTL (seconds, as for `segcache_set`; 0:
+/// never expires). `SEGCACHE_NOT_FOUND` if absent.
+///
+/// # Safety
+/// `c` and `key` as for `segcache_set`.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_touch(
+    c: *mut segcache_t,
+    key: *const u8,
+    key_len: usize,
+    ttl: i64,
+) -> segcache_status_t {
+    let ttl_secs = ttl;
+    guard(|| {
+        // SAFETY: the caller's promises are those of `cache` and `key`.
+        let (cache, key) = unsafe { (cache(c)?, status::key(key, key_len)?) };
+        cache.touch(key, status::ttl(ttl_secs)?)?;
+        Ok(())
+    })
+}
+
+/// Removes a key: `SEGCACHE_OK` if it was present, else
+/// `SEGCACHE_NOT_FOUND`.
+///
+/// # Safety
+/// `c` and `key` as for `segcache_set`.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_delete(
+    c: *mut segcache_t,
+    key: *const u8,
+    key_len: usize,
+) -> segcache_status_t {
+    guard(|| {
+        // SAFETY: the caller's promises are those of `cache` and `key`.
+        let (cache, key) = unsafe { (cache(c)?, status::key(key, key_len)?) };
+        if cache.delete(key) {
+            Ok(())
+        } else {
+            Err(SEGCACHE_NOT_FOUND)
+        }
+    })
+}
+
+/// `SEGCACHE_OK` if the key is present and not expired, else
+/// `SEGCACHE_NOT_FOUND`. Counts neither a hit nor a miss.
+///
+/// # Safety
+/// `c` and `key` as for `segcache_set`.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_contains(
+    c: *mut segcache_t,
+    key: *const u8,
+    key_len: usize,
+) -> segcache_status_t {
+    guard(|| {
+        // SAFETY: the caller's promises are those of `cache` and `key`.
+        let (cache, key) = unsafe { (cache(c)?, status::key(key, key_len)?) };
+        if cache.contains(key) {
+            Ok(())
+        } else {
+            Err(SEGCACHE_NOT_FOUND)
+        }
+    })
+}
+
+/// Looks a key up and copies its value into `buf` (`buf_len` bytes; `buf`
+/// may be NULL when `buf_len` is 0). On `SEGCACHE_OK` the value's length,
+/// flags and CAS token are stored through `value_len`, `flags` and `cas`
+/// (each optional). If the value is longer than `buf_len`, nothing is
+/// copied, the status is `SEGCACHE_BUFFER_TOO_SMALL`, and the needed length
+/// (and flags and token) are stored all the same: call again with a buffer
+/// that large. `SEGCACHE_NOT_FOUND` if absent; the out values are then left
+/// alone. No memory is allocated.
+///
+/// # Safety
+/// `c` and `key` as for `segcache_set`; `buf` is NULL or writable for
+/// `buf_len` bytes; `value_len`, `flags`, `cas` are each NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_get(
+    c: *mut segcache_t,
+    key: *const u8,
+    key_len: usize,
+    buf: *mut u8,
+    buf_len: usize,
+    value_len: *mut usize,
+    flags: *mut u32,
+    cas: *mut u64,
+) -> segcache_status_t {
+    guard(|| {
+        // SAFETY: the caller's promises are those of `cache` and `key`.
+        let (cache, key) = unsafe { (cache(c)?, status::key(key, key_len)?) };
+        if buf.is_null() && buf_len > 0 {
+            return Err(SEGCACHE_INVALID_ARGUMENT);
+        }
+        cache.get_with(key, |item| {
+            let item = item.ok_or(SEGCACHE_NOT_FOUND)?;
+            let value = item.value();
+            // SAFETY: each out pointer is NULL or writable (caller's promise).
+            unsafe {
+                put(value_len, value.len());
+                put(flags, item.flags());
+                put(cas, item.cas());
+            }
+            if value.len() > buf_len {
+                return Err(SEGCACHE_BUFFER_TOO_SMALL);
+            }
+            if !value.is_empty() {
+                // SAFETY: `value` is readable for its length while the shard
+                // is locked (inside `get_with`); `buf` is non-NULL (checked
+                // above, since buf_len >= value.len() > 0) and writable for
+                // `buf_len >= value.len()` bytes; the cache's memory and the
+                // caller's buffer do not overlap.
+                unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), buf, value.len()) };
+            }
+            Ok(())
+        })
+    })
+}
+
+/// The callback of `segcache_get_with`: the value (`value_len` bytes at
+/// `value`; not NUL-terminated, and possibly a non-NULL pointer with length
+/// 0), its flags, its CAS token, and the caller's `user_data`.
+pub type segcache_get_cb = Option<
+    unsafe extern "C" fn(
+        value: *const u8,
+        value_len: usize,
+        flags: u32,
+        cas: u64,
+        user_data: *mut c_void,
+    ),
+>;
+
+/// Looks a key up and, if present, calls `callback` once with the value in
+/// the cache's own memory: no copy. The value is valid only until the
+/// callback returns; copy what you need to keep. The key's shard stays
+/// locked during the call, so keep the callback short, and do NOT call any
+/// segcache function on the same handle from inside it: it may deadlock
+/// on the shard lock. The callback must not unwind (C++ exceptions) or
+/// longjmp out. Returns `SEGCACHE_NOT_FOUND` (without calling) if the key
+/// is absent, `SEGCACHE_INVALID_ARGUMENT` if `callback` is NULL.
+///
+/// # Safety
+/// `c` and `key` as for `segcache_set`; `callback` is NULL or a function
+/// with the `segcache_get_cb` signature, obeying the rules above.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_get_with(
+    c: *mut segcache_t,
+    key: *const u8,
+    key_len: usize,
+    callback: segcache_get_cb,
+    user_data: *mut c_void,
+) -> segcache_status_t {
+    guard(|| {
+        // SAFETY: the caller's promises are those of `cache` and `key`.
+        let (cache, key) = unsafe { (cache(c)?, status::key(key, key_len)?) };
+        let callback = callback.ok_or(SEGCACHE_INVALID_ARGUMENT)?;
+        cache.get_with(key, |item| {
+            let item = item.ok_or(SEGCACHE_NOT_FOUND)?;
+            let value = item.value();
+            // SAFETY: `value` stays valid and unchanged until the callback
+            // returns (the shard is locked for the whole of `get_with`);
+            // the callback's contract is the caller's promise.
+            unsafe {
+                callback(
+                    value.as_ptr(),
+                    value.len(),
+                    item.flags(),
+                    item.cas(),
+                    user_data,
+                )
+            };
+            Ok(())
+        })
+    })
+}
+
+/// Stores in `*ttl` (optional) the seconds left before the key expires
+/// (rounded down), or `SEGCACHE_TTL_NEVER` (-1) if it never does.
+/// `SEGCACHE_NOT_FOUND` if absent.
+///
+/// # Safety
+/// `c` and `key` as for `segcache_set`; `ttl` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_ttl(
+    c: *mut segcache_t,
+    key: *const u8,
+    key_len: usize,
+    ttl: *mut i64,
+) -> segcache_status_t {
+    guard(|| {
+        // SAFETY: the caller's promises are those of `cache` and `key`.
+        let (cache, key) = unsafe { (cache(c)?, status::key(key, key_len)?) };
+        let left = cache.ttl(key).ok_or(SEGCACHE_NOT_FOUND)?;
+        let secs = left.map_or(SEGCACHE_TTL_NEVER, |d| {
+            i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
+        });
+        // SAFETY: `ttl` is NULL or writable by the caller's promise.
+        unsafe { put(ttl, secs) };
+        Ok(())
+    })
+}
+
+/// Removes every item now (and cancels a pending `segcache_flush_after`).
+///
+/// # Safety
+/// `c` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_flush(c: *mut segcache_t) -> segcache_status_t {
+    guard(|| {
+        // SAFETY: the caller's promise is that of `cache`.
+        unsafe { cache(c) }?.flush();
+        Ok(())
+    })
+}
+
+/// Removes every item stored before `delay` seconds from now, at that time
+/// (memcache's `flush_all <delay>`); 0 flushes now. Delays beyond the
+/// clock's range are clamped.
+///
+/// # Safety
+/// `c` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_flush_after(c: *mut segcache_t, delay: u64) -> segcache_status_t {
+    guard(|| {
+        // SAFETY: the caller's promise is that of `cache`.
+        unsafe { cache(c) }?.flush_after(std::time::Duration::from_secs(delay));
+        Ok(())
+    })
+}
+
+/// Frees every segment whose items have all expired, now, instead of
+/// waiting for writes to reclaim them. Stores the numbers of items and
+/// segments freed in `*items` and `*segments` (each optional).
+///
+/// # Safety
+/// `c` is NULL or a live handle; `items`, `segments` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_expire(
+    c: *mut segcache_t,
+    items: *mut u64,
+    segments: *mut u64,
+) -> segcache_status_t {
+    guard(|| {
+        // SAFETY: the caller's promise is that of `cache`.
+        let freed = unsafe { cache(c) }?.expire();
+        // SAFETY: NULL or writable by the caller's promise.
+        unsafe {
+            put(items, freed.items as u64);
+            put(segments, freed.segments as u64);
+        }
+        Ok(())
+    })
+}
+
+/// Drops every item; unlike `segcache_flush`, a pending delayed flush stays
+/// scheduled. Counters other than items and bytes are kept.
+///
+/// # Safety
+/// `c` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_clear(c: *mut segcache_t) -> segcache_status_t {
+    guard(|| {
+        // SAFETY: the caller's promise is that of `cache`.
+        unsafe { cache(c) }?.clear();
+        Ok(())
+    })
+}
+
+/// Stores in `*len` (required) the number of items held, including expired
+/// ones not yet reclaimed.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `len` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_len(c: *mut segcache_t, len: *mut usize) -> segcache_status_t {
+    guard(|| {
+        // SAFETY: the caller's promises are those of `cache` and
+        // `put_required`.
+        unsafe { put_required(len, cache(c)?.len()) }
+    })
+}
+
+/// Stores in `*max` (required) the largest value storable under a key of
+/// `key_len` bytes with flags 0 (nonzero flags take 4 bytes more).
+/// `SEGCACHE_KEY_TOO_LONG` if `key_len` is above `SEGCACHE_MAX_KEY_LEN`.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `max` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_max_value_len(
+    c: *mut segcache_t,
+    key_len: usize,
+    max: *mut usize,
+) -> segcache_status_t {
+    guard(|| {
+        // SAFETY: the caller's promise is that of `cache`.
+        let cache = unsafe { cache(c) }?;
+        if key_len > SEGCACHE_MAX_KEY_LEN {
+            return Err(SEGCACHE_KEY_TOO_LONG);
+        }
+        // SAFETY: `max` is NULL or writable by the caller's promise.
+        unsafe { put_required(max, cache.max_value_len(key_len)) }
+    })
+}
+
+/// A snapshot of the counters and memory use, summed over the shards.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct segcache_stats_t {
+    /// Items held (some may be expired but not yet reclaimed).
+    pub items: u64,
+    /// Bytes those items occupy in segments.
+    pub live_bytes: u64,
+    pub segments_used: u64,
+    pub segments_free: u64,
+    /// Successful and failed lookups by the get functions.
+    pub hits: u64,
+    pub misses: u64,
+    /// Items evicted to make room, and the segments they were in.
+    pub evictions: u64,
+    pub evicted_segments: u64,
+    /// Items removed because their TTL passed, and their segments.
+    pub expirations: u64,
+    pub expired_segments: u64,
+    /// Merge-eviction passes.
+    pub merges: u64,
+    /// Bytes of segment storage (the bounded heap).
+    pub heap_bytes: u64,
+    pub hash_table_bytes: u64,
+    pub segment_header_bytes: u64,
+    /// All the memory the cache allocated: the three above together.
+    pub total_bytes: u64,
+    /// Number of shards.
+    pub shards: u64,
+}
+
+/// Fills `*stats` (required) with a snapshot of the counters.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `stats` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_stats(
+    c: *mut segcache_t,
+    stats: *mut segcache_stats_t,
+) -> segcache_status_t {
+    guard(|| {
+        // SAFETY: the caller's promise is that of `cache`.
+        let cache = unsafe { cache(c) }?;
+        if stats.is_null() {
+            return Err(SEGCACHE_INVALID_ARGUMENT);
+        }
+        let s = cache.stats();
+        let out = segcache_stats_t {
+            items: s.items,
+            live_bytes: s.live_bytes,
+            segments_used: s.segments_used,
+            segments_free: s.segments_free,
+            hits: s.hits,
+            misses: s.misses,
+            evictions: s.evictions,
+            evicted_segments: s.evicted_segments,
+            expirations: s.expirations,
+            expired_segments: s.expired_segments,
+            merges: s.merges,
+            heap_bytes: s.heap_bytes,
+            hash_table_bytes: s.hash_table_bytes,
+            segment_header_bytes: s.segment_header_bytes,
+            total_bytes: s.total_bytes,
+            shards: cache.shards() as u64,
+        };
+        // SAFETY: non-NULL (checked) and writable by the caller's promise.
+        unsafe { put_required(stats, out) }
+    })
+}
