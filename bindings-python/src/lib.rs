@@ -47,6 +47,11 @@ use std::time::Duration;
 /// copies them (and while it evicts to make room).
 const DETACH_AT: usize = 16 << 10;
 
+/// Smallest `hash_power` the core accepts (it is not exported). Checked
+/// here because `build_sharded` lowers the power per shard and clamps it,
+/// so the core alone would accept a too-small total.
+const MIN_HASH_POWER: u64 = 3;
+
 /// The default shard count is at most this (and a power of two).
 const MAX_DEFAULT_SHARDS: usize = 8;
 
@@ -377,7 +382,12 @@ impl PyCache {
             .heap_size(heap_size)
             .segment_size(segment_size);
         if let Some(o) = opt(hash_power) {
-            builder = builder.hash_power(int_arg(&o, "hash_power", 0, u8::MAX as u64)? as u8);
+            builder = builder.hash_power(int_arg(
+                &o,
+                "hash_power",
+                MIN_HASH_POWER,
+                segcache::MAX_HASH_POWER as u64,
+            )? as u8);
         }
         let eviction = match opt(eviction) {
             Some(o) => {
