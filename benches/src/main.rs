@@ -115,6 +115,11 @@ enum Cmd {
         /// (1 = real rate; larger compresses time so TTLs expire sooner).
         #[arg(long, default_value_t = 1.0)]
         time_scale: f64,
+        /// Instead of one --time-scale for all clusters, compress each
+        /// cluster's time so its stream spans this many of its most common
+        /// TTL (as the `demo` does with 2).
+        #[arg(long)]
+        ttl_spans: Option<f64>,
         #[arg(long, default_value_t = 42)]
         seed: u64,
         #[arg(
@@ -181,6 +186,7 @@ fn main() {
             requests,
             budget_mib,
             time_scale,
+            ttl_spans,
             seed,
             caches,
         } => run_twitter(
@@ -190,6 +196,7 @@ fn main() {
                 seed,
                 time_scale,
             },
+            ttl_spans,
             budget_mib,
             &kinds(&caches),
         ),
@@ -439,11 +446,13 @@ fn print_mem_table(kinds: &[Kind], rows: &[String], first: &str) {
 fn run_twitter(
     clusters: &[u32],
     cfg: twitter::WorkloadConfig,
+    ttl_spans: Option<f64>,
     budget_mib: Option<f64>,
     kinds: &[Kind],
 ) -> Result<(), String> {
     let table = twitter::load_stats(&twitter::stats_path()).map_err(|e| e.to_string())?;
-    let mut header = "| cluster | TTLs | reads | unique MiB | budget MiB |".to_string();
+    let mut header =
+        "| cluster | TTLs | simulated h | reads | unique MiB | budget MiB |".to_string();
     for k in kinds {
         header += &format!(" {} |", k.label());
     }
@@ -455,6 +464,10 @@ fn run_twitter(
             .find(|c| c.cluster == id)
             .ok_or(format!("no cluster{id}"))?
             .clone();
+        let mut cfg = cfg.clone();
+        if let Some(spans) = ttl_spans {
+            cfg.time_scale = demo::auto_time_scale(&stats, cfg.requests) * spans / 2.0;
+        }
         let w = twitter::Workload::new(stats.clone(), cfg.clone())?;
         // Footprint: unique keys' key+value bytes.
         let mut seen = HashSet::new();
@@ -493,8 +506,9 @@ fn run_twitter(
             .map_or(0, |s| s.reads);
         let ttls: Vec<String> = stats.ttl_mix.iter().take(3).map(|t| fmt_ttl(t.0)).collect();
         let mut row = format!(
-            "| {id} | {} | {reads} | {:.1} | {:.1} |",
+            "| {id} | {} | {:.1} | {reads} | {:.1} | {:.1} |",
             ttls.join(" "),
+            w.duration_secs() / 3600.0,
             unique as f64 / MIB,
             budget as f64 / MIB
         );
@@ -508,11 +522,16 @@ fn run_twitter(
         mem_rows.push(mrow);
     }
     println!(
-        "Synthetic Twitter workloads: {} requests per cluster, seed {}, time scale {}\n",
-        cfg.requests, cfg.seed, cfg.time_scale
+        "Synthetic Twitter workloads: {} requests per cluster, seed {}, {}\n",
+        cfg.requests,
+        cfg.seed,
+        match ttl_spans {
+            Some(n) => format!("each stream spanning {n}x its cluster's most common TTL"),
+            None => format!("time scale {}", cfg.time_scale),
+        }
     );
     println!("{header}");
-    println!("|{}", "---|".repeat(kinds.len() + 5));
+    println!("|{}", "---|".repeat(kinds.len() + 6));
     for r in rows {
         println!("{r}");
     }
