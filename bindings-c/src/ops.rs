@@ -662,3 +662,129 @@ pub unsafe extern "C" fn segcache_stats(
         unsafe { put_required(stats, out) }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{segcache_config_default, segcache_free, segcache_new};
+
+    fn with_cache(f: impl FnOnce(*mut segcache_t)) {
+        let cfg = segcache_config_default();
+        // SAFETY: a valid config; NULL err is allowed.
+        let c = unsafe { segcache_new(&cfg, std::ptr::null_mut()) };
+        assert!(!c.is_null());
+        f(c);
+        // SAFETY: `c` is live and freed once.
+        unsafe { segcache_free(c) };
+    }
+
+    unsafe extern "C" fn collect(
+        value: *const u8,
+        len: usize,
+        flags: u32,
+        _cas: u64,
+        user: *mut c_void,
+    ) {
+        // SAFETY: `user` is the `(Vec<u8>, u32)` passed below, and `value` is
+        // readable for `len` bytes during the callback.
+        unsafe {
+            let out = &mut *user.cast::<(Vec<u8>, u32)>();
+            out.0 = std::slice::from_raw_parts(value, len).to_vec();
+            out.1 = flags;
+        }
+    }
+
+    #[test]
+    fn get_copies_or_reports_the_needed_length() {
+        with_cache(|c| {
+            let (k, v) = (b"key", b"0123456789");
+            // SAFETY: all pointers are valid for their lengths.
+            unsafe {
+                assert_eq!(
+                    segcache_set(c, k.as_ptr(), 3, v.as_ptr(), 10, 7, 0),
+                    SEGCACHE_OK
+                );
+                let mut buf = [0u8; 4];
+                let (mut len, mut flags, mut cas) = (0usize, 0u32, 0u64);
+                assert_eq!(
+                    segcache_get(
+                        c,
+                        k.as_ptr(),
+                        3,
+                        buf.as_mut_ptr(),
+                        4,
+                        &mut len,
+                        &mut flags,
+                        &mut cas
+                    ),
+                    SEGCACHE_BUFFER_TOO_SMALL
+                );
+                assert_eq!((len, flags, buf), (10, 7, [0; 4]));
+                let mut big = [0u8; 10];
+                assert_eq!(
+                    segcache_get(
+                        c,
+                        k.as_ptr(),
+                        3,
+                        big.as_mut_ptr(),
+                        10,
+                        &mut len,
+                        &mut flags,
+                        &mut cas
+                    ),
+                    SEGCACHE_OK
+                );
+                assert_eq!(&big, v);
+                let mut seen = (Vec::new(), 0u32);
+                let user = (&mut seen as *mut (Vec<u8>, u32)).cast();
+                assert_eq!(
+                    segcache_get_with(c, k.as_ptr(), 3, Some(collect), user),
+                    SEGCACHE_OK
+                );
+                assert_eq!((seen.0.as_slice(), seen.1), (&v[..], 7));
+                assert_eq!(
+                    segcache_get_with(c, b"nope".as_ptr(), 4, Some(collect), user),
+                    SEGCACHE_NOT_FOUND
+                );
+                assert_eq!(
+                    segcache_get_with(c, k.as_ptr(), 3, None, user),
+                    SEGCACHE_INVALID_ARGUMENT
+                );
+            }
+        });
+    }
+
+    #[test]
+    fn stores_report_their_memcache_statuses() {
+        with_cache(|c| {
+            let k = b"n";
+            // SAFETY: all pointers are valid for their lengths.
+            unsafe {
+                let set = |v: &[u8]| segcache_set(c, k.as_ptr(), 1, v.as_ptr(), v.len(), 0, 0);
+                assert_eq!(set(b"5"), SEGCACHE_OK);
+                assert_eq!(
+                    segcache_add(c, k.as_ptr(), 1, b"6".as_ptr(), 1, 0, 0),
+                    SEGCACHE_NOT_STORED
+                );
+                let mut n = 0;
+                assert_eq!(segcache_incr(c, k.as_ptr(), 1, 10, &mut n), SEGCACHE_OK);
+                assert_eq!(n, 15);
+                assert_eq!(set(b"x"), SEGCACHE_OK);
+                assert_eq!(
+                    segcache_decr(c, k.as_ptr(), 1, 1, &mut n),
+                    SEGCACHE_NOT_NUMERIC
+                );
+                assert_eq!(
+                    segcache_touch(c, k.as_ptr(), 1, -5),
+                    SEGCACHE_TTL_OUT_OF_RANGE
+                );
+                assert_eq!(segcache_delete(c, k.as_ptr(), 1), SEGCACHE_OK);
+                assert_eq!(segcache_delete(c, k.as_ptr(), 1), SEGCACHE_NOT_FOUND);
+                assert_eq!(
+                    segcache_delete(std::ptr::null_mut(), k.as_ptr(), 1),
+                    SEGCACHE_INVALID_ARGUMENT
+                );
+            }
+        });
+    }
+}
