@@ -424,7 +424,11 @@ impl Harness {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    // 48 cases by default; PROPTEST_CASES overrides (the valgrind run uses few).
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(48),
+        ..ProptestConfig::default()
+    })]
 
     /// A heap big enough that nothing is evicted: the cache must agree with
     /// the model exactly, but for early expiry within its bound.
