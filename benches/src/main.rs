@@ -675,7 +675,10 @@ fn segcache_memory(items: u64) -> Result<(u64, usize, usize), String> {
                 c.get(&key, 0)
             })
             .count() as u64;
-        if held == items || heap_per_item > 1024.0 {
+        // The neighbourhood hash table may drop the odd key from a full
+        // window even at low load; 99.9% held is "all of them" here (and
+        // the table reports the count actually held).
+        if held as f64 >= 0.999 * items as f64 || heap_per_item > 1024.0 {
             return Ok((held, a, r));
         }
         drop(c);
