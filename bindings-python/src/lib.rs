@@ -21,7 +21,7 @@
 //!   writes that do not apply (`add` on a present key, `replace`/`cas`/
 //!   `append`/`touch` on a missing one, a stale CAS token) return `False`.
 //! - The GIL is released around storage work that can take long: writes of
-//!   values of at least [`DETACH_AT`] bytes, bulk writes, `flush`,
+//!   values of at least `DETACH_AT` (16 KiB) bytes, bulk writes, `flush`,
 //!   `expire`, `clear`, `stats` and `len` (which lock every shard). Small
 //!   operations keep it: releasing and retaking it would cost more than the
 //!   operation. Reads copy the value straight from the segment into the new
