@@ -6,7 +6,9 @@
 
 use crate::cache::RestoreOutcome;
 use crate::clock::{Clock, ManualClock};
-use crate::hashtable::{MAX_SEGMENTS, MAX_SEGMENT_SIZE, MIN_HASH_POWER};
+use crate::hashtable::HashTable;
+pub use crate::hashtable::MIN_HASH_POWER;
+use crate::hashtable::{MAX_SEGMENTS, MAX_SEGMENT_SIZE};
 use crate::memory::Heap;
 use crate::persist;
 use crate::segments::Segments;
@@ -193,6 +195,17 @@ impl Builder {
         Error::InvalidConfig { field, reason }
     }
 
+    fn check_hash_power(power: u8) -> Result<u8, Error> {
+        if (MIN_HASH_POWER..=MAX_HASH_POWER).contains(&power) {
+            Ok(power)
+        } else {
+            Err(Self::invalid(
+                "hash_power",
+                format!("{power}; must be from {MIN_HASH_POWER} to {MAX_HASH_POWER}"),
+            ))
+        }
+    }
+
     /// Checks every setting and allocates the cache.
     pub fn build(self) -> Result<Segcache, Error> {
         let seg = self.segment_size;
@@ -221,19 +234,15 @@ impl Builder {
             ));
         }
         let hash_power = match self.hash_power {
-            Some(p) if (MIN_HASH_POWER..=MAX_HASH_POWER).contains(&p) => p,
-            Some(p) => {
-                return Err(Self::invalid(
-                    "hash_power",
-                    format!("{p}; must be from {MIN_HASH_POWER} to {MAX_HASH_POWER}"),
-                ))
-            }
+            Some(p) => Self::check_hash_power(p)?,
             None => default_hash_power(segments * seg),
         };
         let clock = match self.clock {
             Some(manual) => Clock::Manual(manual),
             None => Clock::system(),
         };
+        let mut table =
+            HashTable::try_new(hash_power).map_err(|e| Self::invalid("hash_power", e))?;
         let Some(path) = self.datapool else {
             if self.restore {
                 return Err(Self::invalid(
@@ -241,12 +250,14 @@ impl Builder {
                     "needs a datapool to restore from".into(),
                 ));
             }
-            return Ok(Segcache::new(
-                Segments::new(seg, segments),
-                hash_power,
-                self.eviction,
-                clock,
-            ));
+            let heap = Heap::anon(seg * segments).map_err(|e| {
+                Self::invalid(
+                    "heap_size",
+                    format!("cannot map {} bytes: {e}", seg * segments),
+                )
+            })?;
+            let segs = Segments::with_heap(seg, segments, heap);
+            return Ok(Segcache::new(segs, table, self.eviction, clock));
         };
         let heap = Heap::file(&path, seg * segments)
             .map_err(|e| Error::Persistence(format!("datapool {}: {e}", path.display())))?;
@@ -266,11 +277,12 @@ impl Builder {
             )))
         } else {
             persist::load(&meta, settings)
-                .and_then(|snapshot| snapshot.restore(&mut segs))
+                .and_then(|snapshot| snapshot.restore(&mut segs, &mut table))
                 .and_then(|parts| match std::fs::remove_file(&meta) {
                     Ok(()) => Ok(parts),
                     Err(e) => {
                         segs.release_all();
+                        table.clear();
                         Err(format!("cannot consume {}: {e}", meta.display()))
                     }
                 })
@@ -281,7 +293,7 @@ impl Builder {
                 let clock = clock.resume(parts.saved_now, parts.saved_wall);
                 let mut cache = Segcache::assemble(
                     segs,
-                    parts.table,
+                    table,
                     TtlBuckets::from_buckets(parts.ttl),
                     parts.counters,
                     self.eviction,
@@ -297,7 +309,7 @@ impl Builder {
             Err(reason) => {
                 // A stale snapshot must never meet a later heap.
                 let _ = std::fs::remove_file(&meta);
-                let mut cache = Segcache::new(segs, hash_power, self.eviction, clock);
+                let mut cache = Segcache::new(segs, table, self.eviction, clock);
                 if let Some(reason) = reason {
                     cache.set_restore_outcome(RestoreOutcome::Fresh { reason });
                 }
@@ -310,7 +322,9 @@ impl Builder {
 impl Builder {
     /// Builds a [`ShardedCache`](crate::ShardedCache): `shards` independent
     /// caches (a power of two, at most 1024), each with `1/shards` of the
-    /// heap and of the hash table, behind its own lock. With a datapool,
+    /// heap and of the hash table (`hash_power` is checked first, then split;
+    /// a shard never gets fewer than 2^MIN_HASH_POWER buckets), behind its
+    /// own lock. With a datapool,
     /// shard `i` keeps its heap in `<datapool>.shard<i>`.
     pub fn build_sharded(self, shards: usize) -> Result<crate::ShardedCache, Error> {
         if !shards.is_power_of_two() || shards > 1024 {
@@ -318,6 +332,9 @@ impl Builder {
                 "shards",
                 format!("{shards}; must be a power of two from 1 to 1024"),
             ));
+        }
+        if let Some(power) = self.hash_power {
+            Self::check_hash_power(power)?;
         }
         let bits = shards.trailing_zeros() as u8;
         let per_shard = Builder {
@@ -394,6 +411,14 @@ mod tests {
         assert_eq!(field(b().hash_power(0).build().unwrap_err()), "hash_power");
         assert_eq!(field(b().hash_power(2).build().unwrap_err()), "hash_power");
         assert_eq!(field(b().hash_power(31).build().unwrap_err()), "hash_power");
+        assert_eq!(
+            field(b().hash_power(31).build_sharded(8).unwrap_err()),
+            "hash_power"
+        );
+        assert_eq!(
+            field(b().hash_power(2).build_sharded(2).unwrap_err()),
+            "hash_power"
+        );
         assert_eq!(field("lru".parse::<Eviction>().unwrap_err()), "eviction");
         assert!(b()
             .segment_size(2 << 20)

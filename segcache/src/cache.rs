@@ -250,11 +250,11 @@ impl Segcache {
         Builder::default()
     }
 
-    /// An empty cache over `segs` (all free).
-    pub(crate) fn new(segs: Segments, hash_power: u8, eviction: Eviction, clock: Clock) -> Self {
+    /// An empty cache over `segs` (all free) and an empty `table`.
+    pub(crate) fn new(segs: Segments, table: HashTable, eviction: Eviction, clock: Clock) -> Self {
         Self::assemble(
             segs,
-            HashTable::new(hash_power),
+            table,
             TtlBuckets::new(),
             Counters::default(),
             eviction,

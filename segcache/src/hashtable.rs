@@ -26,7 +26,7 @@
 //! bytes itself: callers pass a `matches` closure that compares keys. It
 //! never holds a pointer: locations are (segment id, byte offset).
 
-use std::alloc::{alloc_zeroed, handle_alloc_error, Layout};
+use std::alloc::{alloc_zeroed, Layout};
 
 /// Where an item lives: segment id and byte offset inside the segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -41,8 +41,9 @@ pub(crate) const MAX_SEGMENTS: usize = 1 << 20;
 pub(crate) const MAX_SEGMENT_SIZE: usize = 1 << 21;
 /// Farthest an item may live from its home bucket.
 pub(crate) const MAX_DISPLACEMENT: usize = 7;
-/// Fewest buckets: a probe window never wraps onto itself.
-pub(crate) const MIN_HASH_POWER: u8 = 3;
+/// Smallest `hash_power`: eight buckets, so a probe window never wraps onto
+/// itself.
+pub const MIN_HASH_POWER: u8 = 3;
 
 const SLOTS: usize = 8;
 const TAG_SHIFT: u32 = 52;
@@ -131,28 +132,32 @@ fn same_location(info: u64, tag: u64, loc: Location) -> bool {
     info >> TAG_SHIFT == tag && location(info) == loc
 }
 
-fn zeroed_buckets(n: usize) -> Box<[Bucket]> {
+/// `n` zeroed buckets, or `None` if the allocator refuses.
+fn zeroed_buckets(n: usize) -> Option<Box<[Bucket]>> {
     assert!(n > 0);
-    let layout = Layout::array::<Bucket>(n).expect("bucket array size overflows");
+    let layout = Layout::array::<Bucket>(n).ok()?;
     // SAFETY: `layout` has nonzero size (n > 0, Bucket is 64 bytes) and the
-    // alignment of `Bucket`. An all-zero `Bucket` is valid (it is only
-    // `u64`s), so the zeroed allocation holds `n` initialised buckets, and
-    // `Box<[Bucket]>` frees it later with this same layout.
+    // alignment of `Bucket`. A null result is handled; otherwise the zeroed
+    // allocation holds `n` valid buckets (an all-zero `Bucket` is only
+    // `u64`s), and `Box<[Bucket]>` frees it later with this same layout.
     unsafe {
         let ptr = alloc_zeroed(layout) as *mut Bucket;
         if ptr.is_null() {
-            handle_alloc_error(layout);
+            return None;
         }
-        Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n))
+        Some(Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)))
     }
 }
 
 impl HashTable {
-    /// A table of `2^hash_power` buckets (`hash_power >= MIN_HASH_POWER`).
-    pub(crate) fn new(hash_power: u8) -> Self {
+    /// A table of `2^hash_power` buckets (`hash_power >= MIN_HASH_POWER`);
+    /// an error if the memory cannot be had.
+    pub(crate) fn try_new(hash_power: u8) -> Result<Self, String> {
         debug_assert!(hash_power >= MIN_HASH_POWER);
         let n = 1usize << hash_power;
-        let buckets = zeroed_buckets(n);
+        let bytes = n * std::mem::size_of::<Bucket>();
+        let buckets = zeroed_buckets(n)
+            .ok_or_else(|| format!("cannot allocate {bytes} bytes for 2^{hash_power} buckets"))?;
         // SAFETY: a `Bucket` is 64 bytes of plain `u64`s with no padding, so
         // the bucket array may be viewed as initialised bytes for the
         // duration of this borrow.
@@ -163,7 +168,7 @@ impl HashTable {
             )
         };
         crate::memory::advise_huge_pages(bytes);
-        HashTable {
+        Ok(HashTable {
             buckets,
             mask: n - 1,
             hasher: ahash::RandomState::with_seeds(
@@ -173,7 +178,12 @@ impl HashTable {
                 0x082e_fa98_ec4e_6c89,
             ),
             rng: 0x9e37_79b9_7f4a_7c15,
-        }
+        })
+    }
+
+    #[cfg(test)]
+    pub(crate) fn new(hash_power: u8) -> Self {
+        Self::try_new(hash_power).unwrap()
     }
 
     /// log2 of the bucket count.
@@ -186,27 +196,29 @@ impl HashTable {
         self.buckets.iter().flat_map(|b| b.0)
     }
 
-    /// A table of `2^hash_power` buckets filled from a snapshot's words.
-    /// Every item info must point inside `bounds(seg, offset)`.
-    pub(crate) fn from_words(
-        hash_power: u8,
+    /// Fills the table from a snapshot's words. Every item info must point
+    /// where `in_bounds` allows; on error the table is left empty.
+    pub(crate) fn load_words(
+        &mut self,
         words: &[u64],
         mut in_bounds: impl FnMut(Location) -> bool,
-    ) -> Result<Self, String> {
-        let mut table = HashTable::new(hash_power);
-        if words.len() != table.buckets.len() * SLOTS {
+    ) -> Result<(), String> {
+        if words.len() != self.buckets.len() * SLOTS {
             return Err("hash table size differs".into());
         }
-        for (bucket, chunk) in table.buckets.iter_mut().zip(words.chunks_exact(SLOTS)) {
+        for (bucket, chunk) in self.buckets.iter_mut().zip(words.chunks_exact(SLOTS)) {
             bucket.0.copy_from_slice(chunk);
-            if chunk[1..]
+        }
+        let bad = self.buckets.iter().any(|b| {
+            b.0[1..]
                 .iter()
                 .any(|&info| info != 0 && !in_bounds(location(info)))
-            {
-                return Err("hash table points outside the heap".into());
-            }
+        });
+        if bad {
+            self.clear();
+            return Err("hash table points outside the heap".into());
         }
-        Ok(table)
+        Ok(())
     }
 
     /// Bytes the table occupies.

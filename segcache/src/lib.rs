@@ -59,7 +59,9 @@ mod model_tests;
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 
-pub use builder::{Builder, Eviction, MAX_HASH_POWER, MIN_SEGMENTS, MIN_SEGMENT_SIZE};
+pub use builder::{
+    Builder, Eviction, MAX_HASH_POWER, MIN_HASH_POWER, MIN_SEGMENTS, MIN_SEGMENT_SIZE,
+};
 pub use cache::{Expired, Item, OwnedItem, RestoreOutcome, Segcache, Stats};
 pub use clock::ManualClock;
 pub use error::Error;

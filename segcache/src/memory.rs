@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// Segment storage: anonymous memory, or a file mapped shared.
 pub(crate) enum Heap {
-    Anon(Box<[u8]>),
+    Anon(memmap2::MmapMut),
     File {
         map: memmap2::MmapMut,
         path: PathBuf,
@@ -23,10 +23,11 @@ pub(crate) enum Heap {
 
 impl Heap {
     /// Zeroed anonymous memory; pages become resident as they are written.
-    pub(crate) fn anon(len: usize) -> Heap {
-        let data = vec![0u8; len].into_boxed_slice();
-        advise_huge_pages(&data);
-        Heap::Anon(data)
+    /// An error, not an abort, if the OS refuses the mapping.
+    pub(crate) fn anon(len: usize) -> io::Result<Heap> {
+        let map = memmap2::MmapMut::map_anon(len)?;
+        advise_huge_pages(&map);
+        Ok(Heap::Anon(map))
     }
 
     /// Maps `path` (created, and sized to `len`, if need be) as the heap.
@@ -77,8 +78,7 @@ impl Deref for Heap {
     #[inline]
     fn deref(&self) -> &[u8] {
         match self {
-            Heap::Anon(data) => data,
-            Heap::File { map, .. } => map,
+            Heap::Anon(map) | Heap::File { map, .. } => map,
         }
     }
 }
@@ -87,8 +87,7 @@ impl DerefMut for Heap {
     #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
         match self {
-            Heap::Anon(data) => data,
-            Heap::File { map, .. } => map,
+            Heap::Anon(map) | Heap::File { map, .. } => map,
         }
     }
 }
@@ -138,7 +137,7 @@ mod tests {
         assert_eq!(&heap[100..105], b"hello");
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 8192);
         assert!(Heap::file(&dir.path().join("missing/dir/pool"), 8192).is_err());
-        let anon = Heap::anon(4096);
+        let anon = Heap::anon(4096).unwrap();
         assert!(anon.iter().all(|&b| b == 0) && anon.path().is_none());
     }
 }

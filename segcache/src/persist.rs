@@ -42,7 +42,6 @@ pub(crate) struct Settings {
 
 /// The structures a successful restore hands to the cache.
 pub(crate) struct Restored {
-    pub table: HashTable,
     pub ttl: Vec<TtlBucket>,
     pub counters: Counters,
     pub saved_now: u32,
@@ -323,13 +322,16 @@ impl Snapshot {
     /// Checks the heap against the snapshot; only then installs the
     /// segment headers into `segs` and returns the rest of the cache's
     /// structures. On error `segs` is untouched.
-    pub(crate) fn restore(self, segs: &mut Segments) -> Result<Restored, String> {
+    pub(crate) fn restore(
+        self,
+        segs: &mut Segments,
+        table: &mut HashTable,
+    ) -> Result<Restored, String> {
         if live_heap_crc(segs, &self.headers) != self.heap_crc {
             return Err("heap file does not match the metadata (checksum)".into());
         }
-        let hash_power = (self.table_words.len() / 8).trailing_zeros() as u8;
         let headers = &self.headers;
-        let table = HashTable::from_words(hash_power, &self.table_words, |loc: Location| {
+        table.load_words(&self.table_words, |loc: Location| {
             headers
                 .get(loc.seg as usize)
                 .is_some_and(|h| h.state != SegState::Free && loc.offset < h.write_offset)
@@ -337,7 +339,6 @@ impl Snapshot {
         segs.headers = self.headers.into_boxed_slice();
         segs.rebuild_free_list();
         Ok(Restored {
-            table,
             ttl: self.ttl,
             counters: self.counters,
             saved_now: self.saved_now,

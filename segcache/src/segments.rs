@@ -81,8 +81,13 @@ pub(crate) struct Segments {
 
 impl Segments {
     /// `count` free segments of `segment_size` bytes in anonymous memory.
+    #[cfg(test)]
     pub(crate) fn new(segment_size: usize, count: usize) -> Self {
-        Self::with_heap(segment_size, count, Heap::anon(segment_size * count))
+        Self::with_heap(
+            segment_size,
+            count,
+            Heap::anon(segment_size * count).unwrap(),
+        )
     }
 
     /// `count` free segments over `data` (its length must be
