@@ -768,8 +768,10 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Request<'_>, usize), Parse
             let level = parse_u32(a.v[0]).ok_or(client_error(msg::BAD_FORMAT, noreply))?;
             Request::Verbosity { level, noreply }
         }
-        b"version" => Request::Version,
-        b"quit" => Request::Quit,
+        // As memcached: `version` and `quit` take no arguments, with any
+        // they are unknown commands.
+        b"version" if tokens.is_empty() => Request::Version,
+        b"quit" if tokens.is_empty() => Request::Quit,
         b"stats" => Request::Stats { args: tokens },
         b"mn" => Request::MetaNoop,
         b"mg" | b"md" | b"ma" | b"ms" => return parse_meta(buf, cmd, tokens, line_len, max_value),

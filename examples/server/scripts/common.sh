@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Helpers shared by the server's scripts: package installs, building the
+# release binary, starting/stopping servers on free loopback ports.
+# Sourced, not run.
+
+SERVER_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+REPO_DIR="$(cd "$SERVER_DIR/../.." && pwd)"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$REPO_DIR/target}"
+SERVER_BIN="$CARGO_TARGET_DIR/release/segcache-server"
+APT_UPDATED=0
+
+# need_pkg PACKAGE COMMAND...: installs PACKAGE (Debian) unless one of
+# the commands exists. Runs `apt-get update` once.
+need_pkg() {
+    local pkg="$1"
+    shift
+    local c
+    for c in "$@"; do
+        command -v "$c" >/dev/null 2>&1 && return 0
+    done
+    if [ "$(id -u)" != 0 ]; then
+        echo "missing $pkg (commands: $*); run as root or install it" >&2
+        return 1
+    fi
+    if [ "$APT_UPDATED" = 0 ]; then
+        apt-get update -qq >/dev/null
+        APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null
+}
+
+build_server() {
+    (cd "$REPO_DIR" && cargo build --release -q -p segcache-server --bins)
+}
+
+# free_port: a free loopback TCP port.
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# start_server VAR_PREFIX ARGS...: starts segcache-server on ephemeral
+# ports; sets ${VAR_PREFIX}_PID, _PORT, _ADMIN.
+start_server() {
+    local prefix="$1"
+    shift
+    local out
+    out="$(mktemp)"
+    "$SERVER_BIN" --port 0 --admin-port 0 "$@" >"$out" 2>"$out.err" &
+    local pid=$!
+    local i line=""
+    for i in $(seq 1 100); do
+        line="$(head -n1 "$out" 2>/dev/null || true)"
+        [ -n "$line" ] && break
+        sleep 0.05
+    done
+    if [ -z "$line" ]; then
+        echo "segcache-server did not start:" >&2
+        cat "$out.err" >&2
+        kill "$pid" 2>/dev/null
+        return 1
+    fi
+    # listening on 127.0.0.1:P admin 127.0.0.1:Q
+    local port admin
+    port="$(echo "$line" | awk '{print $3}' | sed 's/.*://')"
+    admin="$(echo "$line" | awk '{print $5}' | sed 's/.*://')"
+    printf -v "${prefix}_PID" '%s' "$pid"
+    printf -v "${prefix}_PORT" '%s' "$port"
+    printf -v "${prefix}_ADMIN" '%s' "$admin"
+}
+
+# wait_port PORT: waits until something listens on 127.0.0.1:PORT.
+wait_port() {
+    local i
+    for i in $(seq 1 100); do
+        python3 - "$1" <<'PY' && return 0
+import socket, sys
+s = socket.socket()
+try:
+    s.connect(("127.0.0.1", int(sys.argv[1])))
+except OSError:
+    sys.exit(1)
+PY
+        sleep 0.05
+    done
+    return 1
+}
+
+stop_pid() {
+    local pid="$1"
+    [ -n "$pid" ] || return 0
+    kill -TERM "$pid" 2>/dev/null || return 0
+    local i
+    for i in $(seq 1 100); do
+        kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 0; }
+        sleep 0.05
+    done
+    kill -KILL "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+}

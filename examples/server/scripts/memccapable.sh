@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs libmemcached's protocol conformance tool (memccapable / memcapable,
+# Debian package libmemcached-tools) in ASCII mode against
+# segcache-server on a free loopback port. Fails unless every ASCII test
+# passes. Installs the package when missing (as root).
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+
+need_pkg libmemcached-tools memccapable memcapable
+TOOL="$(command -v memccapable || command -v memcapable)"
+build_server
+start_server SRV --workers 2
+trap 'stop_pid "$SRV_PID"' EXIT
+echo "segcache-server on 127.0.0.1:$SRV_PORT; running $TOOL -a"
+LOG="$(mktemp)"
+set +e
+timeout 120 "$TOOL" -a -h 127.0.0.1 -p "$SRV_PORT" 2>&1 | tee "$LOG"
+rc=${PIPESTATUS[0]}
+set -e
+passed=$(grep -c '\[pass\]' "$LOG" || true)
+failed=$(grep -Ec '\[(fail|FAIL)' "$LOG" || true)
+echo "memccapable: $passed passed, $failed failed (exit $rc)"
+if [ "$rc" != 0 ] || [ "$failed" != 0 ] || [ "$passed" = 0 ]; then
+    echo "memccapable: FAILED" >&2
+    exit 1
+fi
+echo "memccapable: all ASCII tests pass"
