@@ -166,7 +166,7 @@ pub struct Segcache {
     pub(crate) counters: Counters,
     pub(crate) rng: u64,
     /// Scratch space for the live items of a merge chain:
-    /// (segment, offset, hash, access count).
+    /// (index in the chain, offset, hash, access count).
     pub(crate) merge_scratch: Vec<(u32, u32, u64, u8)>,
     clock: Clock,
     /// A delayed flush: everything stored before this time goes.

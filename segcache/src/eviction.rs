@@ -1,13 +1,14 @@
 //! Eviction: choosing which segment(s) to free when none is free.
 //!
 //! Owns the policies of [`Eviction`]. Merge eviction walks a TTL bucket
-//! from a cursor and takes consecutive sealed segments (up to [`MERGE_MAX`],
-//! or until they hold [`MERGE_RATIO`] segments' worth of live bytes). It
-//! keeps the chain's most-read items, one segment's worth picked by a
-//! frequency cutoff over the whole chain, compacted into the chain's first
-//! segment; the rest are evicted and the other segments freed. When deletes
-//! and overwrites have thinned the chain out, everything fits and merging
-//! only compacts. The simple
+//! from a cursor over consecutive sealed segments. If some run of them has
+//! been thinned out (deletes, overwrites, segments sealed young) so that its
+//! live items fit in one segment fewer, it is *compacted*: packed in place,
+//! one segment freed, nothing evicted. Otherwise it *merges*: it takes
+//! segments until they hold [`MERGE_RATIO`] segments' worth of live bytes
+//! (at most [`MERGE_MAX`]) and keeps their most-read items, one segment's
+//! worth picked by a frequency cutoff over the whole run, in the first
+//! segment; the rest are evicted and the other segments freed. The simple
 //! policies evict one whole segment. Nothing here decides *when* to evict;
 //! the write path calls [`Segcache::evict`] when it needs a segment.
 
@@ -101,8 +102,13 @@ impl Segcache {
         fallback
     }
 
-    /// One merge pass; false if no bucket has two sealed segments in a row.
+    /// One merge pass: a compaction anywhere if one is possible, otherwise
+    /// an evicting merge; false if no bucket has two sealed segments in a
+    /// row.
     fn merge_evict(&mut self, now: u32) -> bool {
+        if self.compact_any() {
+            return true;
+        }
         // Pick the bucket of a random in-use segment, so buckets are chosen
         // in proportion to their size; fall back to a scan.
         for _ in 0..8 {
@@ -118,7 +124,42 @@ impl Segcache {
         (0..BUCKETS).any(|bucket| self.merge_bucket(bucket, now))
     }
 
-    /// Merges a chain of the bucket starting at its cursor (or its head).
+    /// Looks in every bucket for the first run of 2..=MERGE_MAX consecutive
+    /// sealed segments whose live bytes fit in one segment fewer (with room
+    /// for the ends segments cannot use), and packs it, evicting nothing.
+    /// Reads only segment headers until it finds one.
+    fn compact_any(&mut self) -> bool {
+        let seg_size = self.segs.segment_size();
+        for bucket in 0..BUCKETS {
+            if self.ttl.buckets[bucket].segments < 2 {
+                continue;
+            }
+            let mut start = self.ttl.buckets[bucket].head;
+            while start != NONE {
+                let mut run = [NONE; MERGE_MAX];
+                let mut total = 0;
+                let mut at = start;
+                for n in 1..=MERGE_MAX {
+                    if at == NONE || self.segs.headers[at as usize].state != SegState::Sealed {
+                        break;
+                    }
+                    run[n - 1] = at;
+                    total += self.segs.headers[at as usize].live_bytes as usize;
+                    if n >= 2 && total + (n - 1) * seg_size / 32 <= (n - 1) * seg_size {
+                        self.merge_chain(bucket, &run[..n], n - 1);
+                        return true;
+                    }
+                    at = self.segs.headers[at as usize].next;
+                }
+                start = self.segs.headers[start as usize].next;
+            }
+        }
+        false
+    }
+
+    /// An evicting merge in `bucket`, from its cursor (or its head): take
+    /// segments until they hold MERGE_RATIO segments' worth of live bytes,
+    /// keep the most-read one segment's worth.
     fn merge_bucket(&mut self, bucket: usize, now: u32) -> bool {
         let head = self.ttl.buckets[bucket].head;
         let cursor = self.ttl.buckets[bucket].merge_cursor;
@@ -137,35 +178,35 @@ impl Segcache {
                 self.evict_segment(start);
                 return true;
             }
-            // Take sealed segments until they hold MERGE_RATIO segments'
-            // worth of live bytes (more when deletes thinned them out).
             let mut chain = [NONE; MERGE_MAX];
             let mut len = 0;
-            let mut live = 0;
+            let mut total = 0;
             let mut at = start;
             while at != NONE
                 && len < MERGE_MAX
-                && live < MERGE_RATIO * seg_size
+                && (len < 2 || total < MERGE_RATIO * seg_size)
                 && self.segs.headers[at as usize].state == SegState::Sealed
             {
                 chain[len] = at;
-                live += self.segs.headers[at as usize].live_bytes as usize;
+                total += self.segs.headers[at as usize].live_bytes as usize;
                 len += 1;
                 at = self.segs.headers[at as usize].next;
             }
             if len >= 2 {
-                self.merge_chain(bucket, &chain[..len]);
+                self.merge_chain(bucket, &chain[..len], 1);
                 return true;
             }
         }
         false
     }
 
-    /// Keeps the most-read segment's worth of the chain's live items,
-    /// compacted into its first segment; evicts the rest and frees the other
-    /// segments.
-    fn merge_chain(&mut self, bucket: usize, chain: &[u32]) {
-        let dst = chain[0];
+    /// Keeps the most-read `outputs` segments' worth of the chain's live
+    /// items, packed in chain order into its first `outputs` segments;
+    /// evicts the rest and frees the other segments. Packing in order never
+    /// writes ahead of what is still to be read: an item is either copied
+    /// into an earlier segment or moved forward within its own.
+    fn merge_chain(&mut self, bucket: usize, chain: &[u32], outputs: usize) {
+        debug_assert!(outputs >= 1 && outputs < chain.len());
         let seg_size = self.segs.segment_size();
         // Pass 1: the live items with their hashes and access counts, and
         // the bytes at each count.
@@ -174,14 +215,14 @@ impl Segcache {
         let mut histogram = [0usize; 128];
         let mut live_bytes = 0usize;
         let mut expire_at = 0u32;
-        for &src in chain {
+        for (index, &src) in chain.iter().enumerate() {
             for (offset, item) in self.segs.item_offsets(src) {
                 let hash = self.table.hash(item.key());
                 if let Some(info) = self.table.info_at(hash, Location { seg: src, offset }) {
                     let freq = hashtable::frequency(info);
                     histogram[freq as usize] += item.size();
                     live_bytes += item.size();
-                    live.push((src, offset, hash, freq));
+                    live.push((index as u32, offset, hash, freq));
                 }
             }
             let deadline = self.segs.headers[src as usize].expire_at;
@@ -189,35 +230,46 @@ impl Segcache {
                 expire_at = deadline;
             }
         }
-        // The lowest access count at which the survivors fit in one segment;
-        // items one count below it fill whatever room is left, in order.
+        // The lowest access count at which the survivors fit; items one
+        // count below it fill whatever room is left, in order.
+        let room = outputs * seg_size;
         let mut cutoff = 0usize;
         let mut kept_bytes = live_bytes;
-        while kept_bytes > seg_size {
+        while kept_bytes > room {
             kept_bytes -= histogram[cutoff];
             cutoff += 1;
         }
-        let mut borderline_room = seg_size - kept_bytes;
-        // Items in `dst` move: a new generation means no CAS token of a
-        // moved or removed item can match an item written here later.
-        let dst_header = &mut self.segs.headers[dst as usize];
-        dst_header.generation = dst_header.generation.wrapping_add(1);
-        // Pass 2: copy survivors forward into `dst` in chain order (so a
-        // copy within `dst` never overwrites an item not yet visited).
+        let mut borderline_room = room - kept_bytes;
+        // Items in the output segments move: a new generation means no CAS
+        // token of a moved or removed item can match a later item there.
+        for &dst in &chain[..outputs] {
+            let h = &mut self.segs.headers[dst as usize];
+            h.generation = h.generation.wrapping_add(1);
+        }
+        // Pass 2: pack survivors into the outputs, unlink the rest.
+        let mut out = 0usize;
         let mut write = 0usize;
-        let mut kept_items = 0u32;
+        let mut written = [(0usize, 0u32); MERGE_MAX];
         let mut evicted = 0u64;
-        for &(src, offset, hash, freq) in &live {
-            let from = Location { seg: src, offset };
+        for &(index, offset, hash, freq) in &live {
+            let from = Location {
+                seg: chain[index as usize],
+                offset,
+            };
             let size = self.segs.item(from).size();
-            let keep = freq as usize >= cutoff
+            let wanted = freq as usize >= cutoff
                 || (freq as usize + 1 == cutoff && size <= borderline_room && {
                     borderline_room -= size;
                     true
                 });
-            if keep {
+            if wanted && write + size > seg_size && out + 1 < outputs {
+                out += 1;
+                write = 0;
+            }
+            if wanted && write + size <= seg_size {
+                debug_assert!(out <= index as usize, "packing never runs ahead of reading");
                 let to = Location {
-                    seg: dst,
+                    seg: chain[out],
                     offset: write as u32,
                 };
                 if from != to {
@@ -226,36 +278,36 @@ impl Segcache {
                 let moved = self.table.relocate(hash, from, to);
                 debug_assert!(moved);
                 write += size;
-                kept_items += 1;
+                written[out].0 += size;
+                written[out].1 += 1;
             } else {
                 self.table.remove_at(hash, from);
                 evicted += 1;
             }
         }
-        debug_assert!(write <= seg_size);
         self.merge_scratch = live;
-        for &src in chain {
+        for (index, &src) in chain.iter().enumerate() {
             let header = &mut self.segs.headers[src as usize];
             self.counters.items -= header.live_items as u64;
             self.counters.live_bytes -= header.live_bytes as u64;
-            header.live_items = 0;
-            header.live_bytes = 0;
-            if src != dst {
+            if index < outputs {
+                let (bytes, items) = written[index];
+                header.write_offset = bytes as u32;
+                header.live_bytes = bytes as u32;
+                header.live_items = items;
+                header.expire_at = expire_at;
+                self.counters.items += items as u64;
+                self.counters.live_bytes += bytes as u64;
+            } else {
+                header.live_items = 0;
+                header.live_bytes = 0;
                 self.retire_segment(src);
                 self.counters.evicted_segments += 1;
             }
         }
-        let header = &mut self.segs.headers[dst as usize];
-        header.write_offset = write as u32;
-        header.live_items = kept_items;
-        header.live_bytes = write as u32;
-        header.expire_at = expire_at;
-        let next = header.next;
-        self.counters.items += kept_items as u64;
-        self.counters.live_bytes += write as u64;
         self.counters.evictions += evicted;
         self.counters.merges += 1;
-        self.ttl.buckets[bucket].merge_cursor = next;
+        self.ttl.buckets[bucket].merge_cursor = self.segs.headers[chain[outputs - 1] as usize].next;
     }
 }
 
@@ -298,6 +350,38 @@ mod tests {
             assert!(s.live_bytes <= s.heap_bytes);
             c.check_invariants();
         }
+    }
+
+    #[test]
+    fn overwrites_within_the_heap_are_compacted_not_evicted() {
+        let clock = ManualClock::new();
+        let mut c = Segcache::builder()
+            .heap_size(64 << 10)
+            .segment_size(4 << 10)
+            .hash_power(8)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        // 300 keys x ~91 bytes = ~27 KiB live in a 64 KiB heap, rewritten
+        // ten times over: dead versions fill segments, compaction frees them.
+        let mut rng = 1u64;
+        for round in 0..7_000u32 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let k = rng % 300;
+            c.set(format!("k{k:03}").as_bytes(), &[round as u8; 80], 0, None)
+                .unwrap();
+        }
+        for k in 0..300u64 {
+            let key = format!("k{k:03}");
+            assert!(c.contains(key.as_bytes()) || c.peek(key.as_bytes()).is_none());
+        }
+        let s = c.stats();
+        assert!(s.merges > 10, "compactions ran: {}", s.merges);
+        assert_eq!(s.evictions, 0, "nothing live had to go");
+        assert!(s.evicted_segments > 10);
+        c.check_invariants();
     }
 
     #[test]
