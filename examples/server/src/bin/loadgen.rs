@@ -1,0 +1,267 @@
+//! `loadgen`: an open-loop memcache ASCII load generator for benchmarks.
+//!
+//! Requests are scheduled at a fixed target rate regardless of how fast
+//! replies come back (open loop), spread round-robin over many
+//! connections, and each latency is measured from the request's
+//! *scheduled* send time to the end of its reply, so a stalled server is
+//! charged for the queueing it causes (no coordinated omission).
+//! Workload: keys of 4-32 bytes, values of 64 or 256 bytes, 80:20 get:set,
+//! uniform over the key space, which is filled before measuring.
+//!
+//! Prints one line: `rate=.. achieved=.. p50_us=.. p99_us=.. p999_us=..
+//! max_us=.. errors=.. timeouts=..`.
+
+use clap::Parser;
+use hdrhistogram::Histogram;
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token};
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+#[derive(Parser, Debug)]
+#[command(about = "Open-loop memcache load generator (80:20 get:set, HdrHistogram latencies)")]
+struct Args {
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    #[arg(long)]
+    port: u16,
+    /// Target requests per second.
+    #[arg(long, default_value_t = 10_000)]
+    rate: u64,
+    /// Seconds of measured load.
+    #[arg(long, default_value_t = 3.0)]
+    duration: f64,
+    /// Seconds of unmeasured load before it.
+    #[arg(long, default_value_t = 0.5)]
+    warmup: f64,
+    #[arg(long, default_value_t = 64)]
+    connections: usize,
+    /// Distinct keys.
+    #[arg(long, default_value_t = 50_000)]
+    keys: u64,
+    /// Fraction of gets.
+    #[arg(long, default_value_t = 0.8)]
+    get_ratio: f64,
+    /// Skip filling the key space first.
+    #[arg(long)]
+    no_fill: bool,
+}
+
+fn key(i: u64) -> Vec<u8> {
+    // 4..=32 bytes, deterministic per key.
+    let len = 4 + (i.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 59) as usize % 29;
+    let mut k = format!("k{i:x}").into_bytes();
+    k.resize(len.max(k.len()), b'.');
+    k
+}
+
+fn value_len(i: u64) -> usize {
+    if i.is_multiple_of(2) {
+        64
+    } else {
+        256
+    }
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+struct Conn {
+    stream: TcpStream,
+    out: Vec<u8>,
+    out_pos: usize,
+    inbuf: Vec<u8>,
+    /// Scheduled send times of requests awaiting replies.
+    pending: VecDeque<Instant>,
+}
+
+/// Length of the first complete reply in `buf`, and whether it was an
+/// error; `None` if incomplete.
+fn reply_len(buf: &[u8]) -> Option<(usize, bool)> {
+    let nl = buf.iter().position(|&b| b == b'\n')? + 1;
+    let line = &buf[..nl];
+    if line.starts_with(b"VALUE ") {
+        let text = std::str::from_utf8(line).ok()?;
+        let bytes: usize = text.split_whitespace().nth(3)?.parse().ok()?;
+        let end = nl + bytes + 2;
+        let rest = buf.get(end..)?;
+        if rest.len() < 5 {
+            return None;
+        }
+        return Some((end + 5, !rest.starts_with(b"END\r\n")));
+    }
+    let ok = line == b"END\r\n" || line == b"STORED\r\n";
+    Some((nl, !ok))
+}
+
+fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+    let s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    s.set_nodelay(true)?;
+    s.set_nonblocking(true)?;
+    Ok(TcpStream::from_std(s))
+}
+
+fn fill(addr: SocketAddr, keys: u64) -> io::Result<()> {
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let value = vec![b'v'; 256];
+    let mut i = 0;
+    while i < keys {
+        let end = (i + 1000).min(keys);
+        let mut req = Vec::new();
+        for k in i..end {
+            req.extend_from_slice(b"set ");
+            req.extend_from_slice(&key(k));
+            req.extend_from_slice(format!(" 0 0 {}\r\n", value_len(k)).as_bytes());
+            req.extend_from_slice(&value[..value_len(k)]);
+            req.extend_from_slice(b"\r\n");
+        }
+        s.write_all(&req)?;
+        let want = (end - i) as usize * 8;
+        let mut got = vec![0u8; want];
+        s.read_exact(&mut got)?;
+        i = end;
+    }
+    Ok(())
+}
+
+fn main() -> io::Result<()> {
+    let args = Args::parse();
+    let addr = (args.host.as_str(), args.port)
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::other("no address"))?;
+    if !args.no_fill {
+        fill(addr, args.keys)?;
+    }
+    let mut poll = Poll::new()?;
+    let mut conns = Vec::with_capacity(args.connections);
+    for i in 0..args.connections {
+        let mut stream = connect(addr)?;
+        poll.registry()
+            .register(&mut stream, Token(i), Interest::READABLE)?;
+        conns.push(Conn {
+            stream,
+            out: Vec::new(),
+            out_pos: 0,
+            inbuf: Vec::with_capacity(4096),
+            pending: VecDeque::new(),
+        });
+    }
+    let mut hist = Histogram::<u64>::new_with_bounds(1_000, 60_000_000_000, 3)
+        .map_err(|e| io::Error::other(e.to_string()))?;
+    let interval = Duration::from_secs_f64(1.0 / args.rate.max(1) as f64);
+    let start = Instant::now();
+    let measure_from = start + Duration::from_secs_f64(args.warmup);
+    let stop_at = measure_from + Duration::from_secs_f64(args.duration);
+    let drain_until = stop_at + Duration::from_secs(2);
+    let mut next_send = start;
+    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let value = vec![b'x'; 256];
+    let (mut sent_measured, mut done_measured, mut errors) = (0u64, 0u64, 0u64);
+    let mut rr = 0usize;
+    let mut events = Events::with_capacity(1024);
+    loop {
+        let now = Instant::now();
+        // Schedule everything due (open loop).
+        while next_send <= now && next_send < stop_at {
+            let nconns = conns.len();
+            let c = &mut conns[rr % nconns];
+            rr += 1;
+            let k = rng.next() % args.keys;
+            let is_get = (rng.next() % 10_000) as f64 / 10_000.0 < args.get_ratio;
+            c.out
+                .extend_from_slice(if is_get { b"get " } else { b"set " });
+            c.out.extend_from_slice(&key(k));
+            if is_get {
+                c.out.extend_from_slice(b"\r\n");
+            } else {
+                let n = value_len(k);
+                c.out.extend_from_slice(format!(" 0 0 {n}\r\n").as_bytes());
+                c.out.extend_from_slice(&value[..n]);
+                c.out.extend_from_slice(b"\r\n");
+            }
+            c.pending.push_back(next_send);
+            if next_send >= measure_from {
+                sent_measured += 1;
+            }
+            next_send += interval;
+        }
+        for c in conns.iter_mut() {
+            while c.out_pos < c.out.len() {
+                match c.stream.write(&c.out[c.out_pos..]) {
+                    Ok(n) => c.out_pos += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            if c.out_pos == c.out.len() {
+                c.out.clear();
+                c.out_pos = 0;
+            }
+        }
+        let in_flight: usize = conns.iter().map(|c| c.pending.len()).sum();
+        let now = Instant::now();
+        if now >= stop_at && (in_flight == 0 || now >= drain_until) {
+            break;
+        }
+        let timeout = if next_send < stop_at {
+            next_send.saturating_duration_since(now)
+        } else {
+            Duration::from_millis(10)
+        };
+        poll.poll(&mut events, Some(timeout))?;
+        for ev in events.iter() {
+            let c = &mut conns[ev.token().0];
+            let mut chunk = [0u8; 65536];
+            loop {
+                match c.stream.read(&mut chunk) {
+                    Ok(0) => return Err(io::Error::other("server closed a connection")),
+                    Ok(n) => c.inbuf.extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            let done_at = Instant::now();
+            let mut used = 0;
+            while let Some((len, err)) = reply_len(&c.inbuf[used..]) {
+                used += len;
+                let Some(sched) = c.pending.pop_front() else {
+                    errors += 1;
+                    continue;
+                };
+                errors += u64::from(err);
+                if sched >= measure_from && sched < stop_at {
+                    done_measured += 1;
+                    let ns = done_at.duration_since(sched).as_nanos() as u64;
+                    hist.saturating_record(ns.max(1_000));
+                }
+            }
+            c.inbuf.drain(..used);
+        }
+    }
+    let secs = args.duration;
+    let q = |p: f64| hist.value_at_quantile(p) / 1000;
+    println!(
+        "rate={} achieved={:.0} p50_us={} p99_us={} p999_us={} max_us={} errors={} timeouts={}",
+        args.rate,
+        done_measured as f64 / secs,
+        q(0.5),
+        q(0.99),
+        q(0.999),
+        hist.max() / 1000,
+        errors,
+        sent_measured.saturating_sub(done_measured)
+    );
+    Ok(())
+}
