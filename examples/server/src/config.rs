@@ -43,7 +43,7 @@ use std::path::PathBuf;
     about = "Memcache-protocol server (ASCII and meta commands) backed by segcache"
 )]
 pub struct Cli {
-    /// TOML config file ([server], [worker], [seg], [admin] sections).
+    /// TOML config file (`[server]`, `[worker]`, `[seg]`, `[admin]` sections).
     pub config: Option<PathBuf>,
     /// Address to listen on [default: 127.0.0.1].
     #[arg(long)]

@@ -6,7 +6,7 @@
 //! 1. Wait for events (or not at all when some connection still has work).
 //! 2. For every readable connection, read what the socket has, parse every
 //!    complete request, and turn each into zero or more storage requests
-//!    (submitted at once, pipelined) plus an [`Kind`] entry that says how
+//!    (submitted at once, pipelined) plus a `Kind` entry that says how
 //!    to render its reply. Requests answered without storage (`version`,
 //!    parse errors...) get a pre-rendered entry, so every connection's
 //!    replies stay in request order.
