@@ -6,6 +6,7 @@
 //! criterion benches in `benches/`.
 
 pub mod alloc;
+pub mod concurrent;
 pub mod demo;
 pub mod fullheap;
 pub mod sim;

@@ -66,9 +66,21 @@ enum Cmd {
             default_value = "segcache,quick_cache-unsync,quick_cache-sync,moka-sync,lru"
         )]
         caches: Vec<String>,
-        /// Threads. Only 1 for now: the concurrent runner is a TODO.
-        #[arg(long, default_value_t = 1)]
-        threads: usize,
+    },
+    /// Concurrent throughput: &mut, Mutex, ShardedCache, the storage thread
+    /// (blocking and pipelined) and moka/quick_cache at 1 and 2 threads.
+    Concurrent {
+        /// Resident keys (32 B each, 64 B values).
+        #[arg(long, default_value_t = 1_000_000)]
+        keys: u64,
+        /// Timed operations per cell (90:10 get:set), split over the threads.
+        #[arg(long, default_value_t = 2_000_000)]
+        ops: usize,
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        threads: Vec<usize>,
+        /// Pipelined batch sizes for the storage thread.
+        #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
+        batches: Vec<usize>,
     },
     /// segcache bytes per item at a full heap (32 B keys, 64 B values) for
     /// several heap sizes and hash powers.
@@ -170,8 +182,19 @@ fn main() {
             ops,
             values,
             caches,
+        } => run_throughput(keys, ops, &values, &caches),
+        Cmd::Concurrent {
+            keys,
+            ops,
             threads,
-        } => run_throughput(keys, ops, &values, &caches, threads),
+            batches,
+        } => {
+            println!("```\ncargo run --release -p segcache-bench -- concurrent --keys {keys} --ops {ops}\n```\n");
+            for line in segcache_bench::concurrent::run(keys, ops, &threads, &batches) {
+                println!("{line}");
+            }
+            Ok(())
+        }
         Cmd::FullHeap {
             configs,
             overfill,
@@ -218,17 +241,7 @@ fn run_demo(cluster: u32, cfg: &demo::DemoConfig) -> Result<(), String> {
     Ok(())
 }
 
-fn run_throughput(
-    n: usize,
-    ops: u64,
-    values: &[usize],
-    caches: &[String],
-    threads: usize,
-) -> Result<(), String> {
-    if threads != 1 {
-        // TODO(concurrent): see the note at the end of throughput.rs.
-        return Err("only --threads 1 is implemented; the concurrent runner is a TODO".into());
-    }
+fn run_throughput(n: usize, ops: u64, values: &[usize], caches: &[String]) -> Result<(), String> {
     let contenders: Vec<Contender> = caches
         .iter()
         .map(|c| Contender::parse(c).ok_or(format!("unknown cache {c:?}")))

@@ -558,13 +558,7 @@ pub fn run_case(
     }
 }
 
-// TODO(concurrent): 2-thread throughput. Once the numbers for
-// `segcache::ShardedCache` are wanted in the table, add an `&self` trait
-// (get/set through shared references) implemented by ShardedCache,
-// quick_cache::sync and moka::sync, and a runner that splits `ops` over
-// `threads` scoped threads, each with its own KeySeq (different seeds).
-// The CLI's `throughput --threads` flag refuses values other than 1 until
-// then, so no table ever shows a made-up concurrent number.
+// Concurrent (2-thread) throughput lives in `concurrent.rs`.
 
 #[cfg(test)]
 mod tests {
