@@ -24,7 +24,7 @@ if command -v valgrind >/dev/null; then
     # The heavy eviction tests are covered natively above; 4 model cases
     # still drive every unsafe path (table, heap, clock) against the model.
     PROPTEST_CASES=4 valgrind --error-exitcode=99 --leak-check=full \
-        --errors-for-leak-kinds=definite -q "$libtest" \
+        --errors-for-leak-kinds=definite --show-possibly-lost=no -q "$libtest" \
         --skip every_policy --skip merge_keeps --test-threads=2
 else
     echo "valgrind not available; skipped" >&2

@@ -68,10 +68,16 @@ def test_large_writes_release_the_gil_without_losing_data():
             assert got is None or got == big[t]
             c.set_many({f"many:{t}:{i % 5}": big[t]})
 
-    run_threads(work)
+        run_threads(work)
     s = c.stats()
     assert s["live_bytes"] <= s["heap_bytes"]
-    assert s["evictions"] > 0, "the fill was larger than the heap"
+    # ~8 x 300 writes of 16-23 KiB went through an 8 MiB heap: segments were
+    # reclaimed (compacted or merged), and whatever survived is intact.
+    assert s["evicted_segments"] > 0 and s["merges"] > 0
+    for t in range(THREADS):
+        for i in range(10):
+            got = c.get(f"big:{t}:{i}")
+            assert got is None or got == big[t]
 
 
 def test_cas_under_contention_admits_one_winner_per_version():
