@@ -48,7 +48,7 @@ def test_threads_read_their_own_writes():
                 c.incr("shared")
                 assert c.get("shared").isdigit()
 
-        run_threads(work)
+    run_threads(work)
     finally:
         sys.setswitchinterval(old)
     assert c.get("shared") == str(THREADS * ROUNDS).encode(), "no increment lost"
@@ -68,7 +68,7 @@ def test_large_writes_release_the_gil_without_losing_data():
             assert got is None or got == big[t]
             c.set_many({f"many:{t}:{i % 5}": big[t]})
 
-        run_threads(work)
+    run_threads(work)
     s = c.stats()
     assert s["live_bytes"] <= s["heap_bytes"]
     # ~8 x 300 writes of 16-23 KiB went through an 8 MiB heap: segments were
