@@ -48,7 +48,7 @@ def test_threads_read_their_own_writes():
                 c.incr("shared")
                 assert c.get("shared").isdigit()
 
-    run_threads(work)
+        run_threads(work)
     finally:
         sys.setswitchinterval(old)
     assert c.get("shared") == str(THREADS * ROUNDS).encode(), "no increment lost"
