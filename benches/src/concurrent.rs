@@ -294,7 +294,11 @@ mod tests {
     #[test]
     fn every_contender_runs_and_reports_a_positive_rate() {
         let table = run(2_000, 20_000, &[1, 2], &[8]);
-        assert_eq!(table.len(), 2 + 6 + 1, "header, rule, 6 contenders and 1 batch size");
+        assert_eq!(
+            table.len(),
+            2 + 6 + 1,
+            "header, rule, 6 contenders and 1 batch size"
+        );
         for line in &table[2..] {
             let cells: Vec<&str> = line
                 .split('|')
