@@ -91,9 +91,9 @@ stop_pid() {
     kill -TERM "$pid" 2>/dev/null || return 0
     local i
     for i in $(seq 1 100); do
-        kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null; return 0; }
+        kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }
         sleep 0.05
     done
     kill -KILL "$pid" 2>/dev/null
-    wait "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null || true
 }
