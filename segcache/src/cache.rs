@@ -165,9 +165,8 @@ pub struct Segcache {
     pub(crate) eviction: Eviction,
     pub(crate) counters: Counters,
     pub(crate) rng: u64,
-    /// Scratch space for the live items of a merge chain:
-    /// (index in the chain, offset, hash, access count).
-    pub(crate) merge_scratch: Vec<(u32, u32, u64, u8)>,
+    /// Scratch space for the live items of a merge chain.
+    pub(crate) merge_scratch: Vec<crate::eviction::LiveItem>,
     clock: Clock,
     /// A delayed flush: everything stored before this time goes.
     flush_at: Option<u32>,

@@ -23,6 +23,18 @@ pub(crate) const MERGE_MAX: usize = 8;
 /// A merge reads about this many segments' worth of live bytes and keeps
 /// one segment's worth.
 pub(crate) const MERGE_RATIO: usize = 4;
+/// A live item of a merge chain, found in pass 1: where it is in the chain
+/// and in the table, so pass 2 needs no second lookup.
+#[derive(Clone, Copy)]
+pub(crate) struct LiveItem {
+    /// Position of its segment in the chain.
+    index: u8,
+    slot: u8,
+    freq: u8,
+    offset: u32,
+    bucket: u32,
+}
+
 /// A segment this close to its deadline is evicted outright, not merged.
 const NEAR_EXPIRY_SECS: u32 = 20;
 
@@ -124,12 +136,16 @@ impl Segcache {
         (0..BUCKETS).any(|bucket| self.merge_bucket(bucket, now))
     }
 
-    /// Looks in every bucket for the first run of 2..=MERGE_MAX consecutive
-    /// sealed segments whose live bytes fit in one segment fewer (with room
-    /// for the ends segments cannot use), and packs it, evicting nothing.
-    /// Reads only segment headers until it finds one.
+    /// Looks in every bucket, oldest segments first, for a run of up to
+    /// MERGE_MAX consecutive sealed segments that is at most 3/4 live and
+    /// whose live bytes fit in fewer segments, and packs it into as few as
+    /// they need, evicting nothing. The 3/4 bound caps the copying at three
+    /// bytes moved per byte freed; fuller runs are left to eviction. Reads
+    /// only segment headers until it finds one.
     fn compact_any(&mut self) -> bool {
         let seg_size = self.segs.segment_size();
+        // Items do not split across segments: leave 1/32 for the ends.
+        let usable = seg_size - seg_size / 32;
         for bucket in 0..BUCKETS {
             if self.ttl.buckets[bucket].segments < 2 {
                 continue;
@@ -137,19 +153,22 @@ impl Segcache {
             let mut start = self.ttl.buckets[bucket].head;
             while start != NONE {
                 let mut run = [NONE; MERGE_MAX];
-                let mut total = 0;
+                let mut n = 0;
+                let mut live = 0;
                 let mut at = start;
-                for n in 1..=MERGE_MAX {
-                    if at == NONE || self.segs.headers[at as usize].state != SegState::Sealed {
-                        break;
-                    }
-                    run[n - 1] = at;
-                    total += self.segs.headers[at as usize].live_bytes as usize;
-                    if n >= 2 && total + (n - 1) * seg_size / 32 <= (n - 1) * seg_size {
-                        self.merge_chain(bucket, &run[..n], n - 1);
-                        return true;
-                    }
+                while n < MERGE_MAX
+                    && at != NONE
+                    && self.segs.headers[at as usize].state == SegState::Sealed
+                {
+                    run[n] = at;
+                    live += self.segs.headers[at as usize].live_bytes as usize;
+                    n += 1;
                     at = self.segs.headers[at as usize].next;
+                }
+                let outputs = live.div_ceil(usable).max(1);
+                if n >= 2 && outputs < n && live * 4 <= n * seg_size * 3 {
+                    self.merge_chain(bucket, &run[..n], outputs);
+                    return true;
                 }
                 start = self.segs.headers[start as usize].next;
             }
@@ -218,11 +237,18 @@ impl Segcache {
         for (index, &src) in chain.iter().enumerate() {
             for (offset, item) in self.segs.item_offsets(src) {
                 let hash = self.table.hash(item.key());
-                if let Some(info) = self.table.info_at(hash, Location { seg: src, offset }) {
+                let loc = Location { seg: src, offset };
+                if let Some((bucket, slot, info)) = self.table.locate(hash, loc) {
                     let freq = hashtable::frequency(info);
                     histogram[freq as usize] += item.size();
                     live_bytes += item.size();
-                    live.push((index as u32, offset, hash, freq));
+                    live.push(LiveItem {
+                        index: index as u8,
+                        slot: slot as u8,
+                        freq,
+                        offset,
+                        bucket: bucket as u32,
+                    });
                 }
             }
             let deadline = self.segs.headers[src as usize].expire_at;
@@ -251,7 +277,15 @@ impl Segcache {
         let mut write = 0usize;
         let mut written = [(0usize, 0u32); MERGE_MAX];
         let mut evicted = 0u64;
-        for &(index, offset, hash, freq) in &live {
+        for &LiveItem {
+            index,
+            slot,
+            freq,
+            offset,
+            bucket,
+        } in &live
+        {
+            let (bucket, slot) = (bucket as usize, slot as usize);
             let from = Location {
                 seg: chain[index as usize],
                 offset,
@@ -275,13 +309,12 @@ impl Segcache {
                 if from != to {
                     self.segs.copy(from, to, size);
                 }
-                let moved = self.table.relocate(hash, from, to);
-                debug_assert!(moved);
+                self.table.move_slot(bucket, slot, to);
                 write += size;
                 written[out].0 += size;
                 written[out].1 += 1;
             } else {
-                self.table.remove_at(hash, from);
+                self.table.clear_at(bucket, slot);
                 evicted += 1;
             }
         }

@@ -291,7 +291,7 @@ impl HashTable {
     }
 
     /// The item info at a known location, if the table points there.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn info_at(&self, hash: u64, loc: Location) -> Option<u64> {
         let tag = tag_of(hash);
         self.find(self.home(hash), |info| same_location(info, tag, loc))
@@ -389,20 +389,29 @@ impl HashTable {
         old
     }
 
-    /// Moves the entry pointing at `from` to `to`, halving its access
-    /// counter (merge survivors start to age). False if the table did not
-    /// point at `from`.
-    pub(crate) fn relocate(&mut self, hash: u64, from: Location, to: Location) -> bool {
+    /// Where the entry pointing at `loc` sits: (bucket, slot, item info).
+    /// Positions stay valid until that entry is moved or cleared: clearing
+    /// or moving other entries never shifts a slot.
+    #[inline]
+    pub(crate) fn locate(&self, hash: u64, loc: Location) -> Option<(usize, usize, u64)> {
         let tag = tag_of(hash);
-        match self.find(self.home(hash), |info| same_location(info, tag, from)) {
-            Some((b, s)) => {
-                let old = self.buckets[b].0[s];
-                let freq = ((old >> FREQ_SHIFT) & FREQ_MAX) / 2;
-                self.buckets[b].0[s] = pack(tag, freq, displacement(old), to);
-                true
-            }
-            None => false,
-        }
+        self.find(self.home(hash), |info| same_location(info, tag, loc))
+            .map(|(b, s)| (b, s, self.buckets[b].0[s]))
+    }
+
+    /// Points the entry at (`bucket`, `slot`) to `to`, halving its access
+    /// counter (merge survivors start to age).
+    pub(crate) fn move_slot(&mut self, bucket: usize, slot: usize, to: Location) {
+        let old = self.buckets[bucket].0[slot];
+        debug_assert_ne!(old, 0);
+        let freq = ((old >> FREQ_SHIFT) & FREQ_MAX) / 2;
+        self.buckets[bucket].0[slot] = pack(old >> TAG_SHIFT, freq, displacement(old), to);
+    }
+
+    /// Empties the entry at (`bucket`, `slot`), returning its item info.
+    pub(crate) fn clear_at(&mut self, bucket: usize, slot: usize) -> u64 {
+        debug_assert_ne!(self.buckets[bucket].0[slot], 0);
+        self.clear_slot(bucket, slot)
     }
 
     /// Counts an access to the item at (`bucket`, `slot`): at most once per
@@ -578,13 +587,19 @@ mod tests {
         assert_eq!(location(ins.replaced.unwrap()), a);
         assert_eq!(frequency(table.info_at(hash, b).unwrap()), 2);
         assert!(table.info_at(hash, a).is_none());
-        assert!(table.relocate(hash, b, a));
+        let (bucket, slot, _) = table.locate(hash, b).unwrap();
+        table.move_slot(bucket, slot, a);
         assert_eq!(
             frequency(table.info_at(hash, a).unwrap()),
             1,
-            "relocation halves"
+            "moving halves"
         );
-        assert!(!table.relocate(hash, b, a), "nothing points at b any more");
+        assert!(
+            table.locate(hash, b).is_none(),
+            "nothing points at b any more"
+        );
+        assert_eq!(location(table.clear_at(bucket, slot)), a);
+        assert!(table.info_at(hash, a).is_none());
     }
 
     #[test]
