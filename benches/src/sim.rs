@@ -48,6 +48,11 @@ pub trait SimCache {
     /// Finish deferred internal work (e.g. moka's pending evictions) so that
     /// a memory measurement sees the settled state.
     fn settle(&mut self) {}
+    /// Bytes the cache maps outside the global allocator (segcache's heap
+    /// is an anonymous mmap), added to the counting allocator's figure.
+    fn mapped_bytes(&self) -> usize {
+        0
+    }
 }
 
 /// Expiry instant in simulated seconds; `u64::MAX` means never.
@@ -393,6 +398,9 @@ impl SimCache for SegcacheSim {
     }
     fn delete(&mut self, key: &[u8]) {
         self.cache.delete(key);
+    }
+    fn mapped_bytes(&self) -> usize {
+        self.cache.stats().heap_bytes as usize
     }
 }
 
@@ -769,7 +777,7 @@ pub fn replay_trace(cache: &mut dyn SimCache, trace: &[Record], base_bytes: usiz
         requests: trace.len() as u64,
         reads: trace.len() as u64,
         misses,
-        end_bytes: alloc::live_bytes().saturating_sub(base_bytes),
+        end_bytes: alloc::live_bytes().saturating_sub(base_bytes) + cache.mapped_bytes(),
         wall,
     }
 }
@@ -808,7 +816,7 @@ pub fn replay_workload(
         requests,
         reads,
         misses,
-        end_bytes: alloc::live_bytes().saturating_sub(base_bytes),
+        end_bytes: alloc::live_bytes().saturating_sub(base_bytes) + cache.mapped_bytes(),
         wall,
     }
 }
