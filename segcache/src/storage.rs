@@ -18,7 +18,7 @@
 //! let a client's failure (a panic, a dropped client with requests in
 //! flight) reach the storage thread.
 
-use crate::cache::{Expired, OwnedItem, Stats};
+use crate::cache::{Expired, OwnedItem, RestoreOutcome, Stats};
 use crate::{Builder, Error, Segcache};
 use crossbeam_queue::ArrayQueue;
 use parking_lot::Mutex;
@@ -253,6 +253,8 @@ struct Shared {
     pool: Mutex<Vec<Arc<Channel>>>,
     capacity: usize,
     storage: Mutex<Option<Thread>>,
+    /// What the cache's build found in its datapool.
+    restore_outcome: RestoreOutcome,
 }
 
 impl Shared {
@@ -402,6 +404,7 @@ impl Builder {
             });
         }
         let cache = self.build()?;
+        let restore_outcome = cache.restore_outcome().clone();
         let shared = Arc::new(Shared {
             channels: Mutex::new(Vec::new()),
             channels_changed: AtomicBool::new(false),
@@ -413,6 +416,7 @@ impl Builder {
             pool: Mutex::new(Vec::new()),
             capacity: config.queue_capacity,
             storage: Mutex::new(None),
+            restore_outcome,
         });
         let thread_shared = Arc::clone(&shared);
         let join = thread::Builder::new()
@@ -659,6 +663,12 @@ impl StorageHandle {
     /// later ones fail with [`Error::Closed`].
     pub fn shutdown(&self) {
         self.shared.request_shutdown();
+    }
+
+    /// What the cache found in its datapool when it was built (see
+    /// [`Builder::restore`](crate::Builder::restore)).
+    pub fn restore_outcome(&self) -> &RestoreOutcome {
+        &self.shared.restore_outcome
     }
 
     /// True once the storage thread has stopped.

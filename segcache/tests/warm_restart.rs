@@ -254,6 +254,10 @@ fn storage_thread_and_sharded_cache_restart_warm() {
     let (handle, thread) = builder(&pool, &clock)
         .spawn_storage(StorageConfig::default())
         .unwrap();
+    assert_eq!(
+        handle.restore_outcome(),
+        &RestoreOutcome::Restored { items: 1000 }
+    );
     assert_eq!(handle.len().unwrap(), 1000);
     assert_eq!(
         handle.get(&7u32.to_le_bytes()).unwrap().unwrap().value,

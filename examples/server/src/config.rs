@@ -76,6 +76,10 @@ pub struct Cli {
     /// core of the list, the storage thread the next one.
     #[arg(long, value_name = "CORES")]
     pub pin: Option<String>,
+    /// Keep the heap in this file and restart warm: restore on start (when
+    /// the last shutdown was graceful), save on SIGTERM/SIGINT.
+    #[arg(long)]
+    pub datapool: Option<std::path::PathBuf>,
     /// Most open client connections; past it a new connection is refused.
     #[arg(long)]
     pub max_connections: Option<usize>,
@@ -116,6 +120,7 @@ struct WorkerSection {
 #[derive(Deserialize, Default, Debug)]
 #[serde(deny_unknown_fields)]
 struct SegSection {
+    datapool: Option<String>,
     heap_size: Option<Size>,
     segment_size: Option<Size>,
     hash_power: Option<i64>,
@@ -176,6 +181,8 @@ pub struct Config {
     pub eviction: segcache::Eviction,
     /// Cores for worker 0..n, then the storage thread.
     pub pin: Option<Vec<usize>>,
+    /// Heap file for warm restarts (`--datapool`, `seg.datapool`).
+    pub datapool: Option<std::path::PathBuf>,
 }
 
 /// Parses `123`, `64k`, `64KiB`, `64MB`, `1GiB` (binary multiples; `B`
@@ -425,6 +432,10 @@ impl Config {
             hash_power,
             eviction,
             pin,
+            datapool: cli
+                .datapool
+                .clone()
+                .or_else(|| file.seg.datapool.map(Into::into)),
         })
     }
 

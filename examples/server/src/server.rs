@@ -98,6 +98,9 @@ impl Server {
         if let Some(p) = config.hash_power {
             builder = builder.hash_power(p);
         }
+        if let Some(path) = &config.datapool {
+            builder = builder.datapool(path).restore(true);
+        }
         let (handle, storage) = builder
             .spawn_storage(StorageConfig {
                 queue_capacity: 4096,
@@ -112,9 +115,28 @@ impl Server {
                         reason,
                     })
                 }
+                segcache::Error::Persistence(reason) => {
+                    StartError::Config(crate::config::ConfigError {
+                        key: "seg.datapool (--datapool)".into(),
+                        reason,
+                    })
+                }
                 other => StartError::Io(format!("cannot start storage: {other}")),
             })?;
 
+        if let Some(path) = &config.datapool {
+            match handle.restore_outcome() {
+                segcache::RestoreOutcome::Restored { items } => eprintln!(
+                    "segcache-server: datapool {}: restored {items} items",
+                    path.display()
+                ),
+                segcache::RestoreOutcome::Fresh { reason } => eprintln!(
+                    "segcache-server: datapool {}: starting empty: {reason}",
+                    path.display()
+                ),
+                segcache::RestoreOutcome::NotRequested => {}
+            }
+        }
         let mut listener = TcpListener::bind(config.listen)
             .map_err(io_err(&format!("cannot listen on {}", config.listen)))?;
         let listen_addr = listener.local_addr().map_err(io_err("local_addr"))?;

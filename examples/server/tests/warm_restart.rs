@@ -1,0 +1,68 @@
+//! Warm restart through the server: with `--datapool`, SIGTERM saves the
+//! cache and the next start serves every key again (values and flags); a
+//! SIGKILL saves nothing and the next start is empty; a datapool path that
+//! cannot be used stops start-up with exit 2 naming the key.
+
+mod common;
+use common::{Server, BIN};
+use std::process::{Command, Stdio};
+
+#[test]
+fn sigterm_saves_and_sigkill_does_not() {
+    let dir = std::env::temp_dir().join(format!("segcache-server-warm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pool = dir.join("pool");
+    let pool_arg = pool.to_str().unwrap().to_string();
+    let args = ["--heap-size", "16MiB", "--datapool", pool_arg.as_str()];
+
+    let mut server = Server::start(&args);
+    let mut conn = server.connect();
+    for i in 0..300u32 {
+        let req = format!("set key{i} {i} 0 6\r\nval{:03}\r\n", i % 1000);
+        conn.expect(req.as_bytes(), b"STORED\r\n");
+    }
+    drop(conn);
+    assert_eq!(server.signal_and_wait("TERM"), Some(0), "graceful exit");
+    assert!(
+        dir.join("pool.meta").exists(),
+        "snapshot written on SIGTERM"
+    );
+
+    let mut server = Server::start(&args);
+    let mut conn = server.connect();
+    for i in 0..300u32 {
+        let req = format!("get key{i}\r\n");
+        let want = format!("VALUE key{i} {i} 6\r\nval{:03}\r\nEND\r\n", i % 1000);
+        conn.expect(req.as_bytes(), want.as_bytes());
+    }
+    drop(conn);
+    // Killed: no snapshot, and the one consumed at start is gone.
+    assert_eq!(server.signal_and_wait("KILL"), None);
+    assert!(!dir.join("pool.meta").exists());
+    let server = Server::start(&args);
+    let mut conn = server.connect();
+    conn.expect(b"get key1\r\n", b"END\r\n");
+    drop(conn);
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn an_unusable_datapool_path_is_a_config_error() {
+    let out = Command::new(BIN)
+        .args([
+            "--port",
+            "0",
+            "--admin-port",
+            "0",
+            "--datapool",
+            "/nonexistent-dir/x/pool",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run segcache-server");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("seg.datapool (--datapool)"), "{stderr}");
+}
