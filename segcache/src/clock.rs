@@ -61,18 +61,20 @@ impl ManualClock {
 /// The clock a cache reads: the system's monotonic clock or a manual one.
 #[derive(Clone, Debug)]
 pub(crate) enum Clock {
-    /// Cache time is `base` plus the monotonic seconds since `start`.
-    System { start: u64, base: u32 },
+    /// Cache time is `base` plus the whole seconds elapsed since the
+    /// monotonic reading `start_ns`, so the first tick comes a full second
+    /// after the clock is made.
+    System { start_ns: u64, base: u32 },
     /// Cache time and "wall" time are both the manual reading.
     Manual(ManualClock),
 }
 
-/// Whole seconds of a monotonic clock. On Linux this is the coarse clock
+/// Nanoseconds of a monotonic clock. On Linux this is the coarse clock
 /// (a few nanoseconds to read, a few milliseconds of resolution): every
 /// operation reads it, and expiry works in whole seconds.
 #[cfg(target_os = "linux")]
 #[inline]
-fn monotonic_secs() -> u64 {
+fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -81,18 +83,18 @@ fn monotonic_secs() -> u64 {
     // exists on every Linux since 2.6.32, and the call only writes `ts`.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     debug_assert_eq!(rc, 0);
-    ts.tv_sec as u64
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[cfg(not(target_os = "linux"))]
 #[inline]
-fn monotonic_secs() -> u64 {
+fn monotonic_ns() -> u64 {
     use std::sync::OnceLock;
     static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
     EPOCH
         .get_or_init(std::time::Instant::now)
         .elapsed()
-        .as_secs()
+        .as_nanos() as u64
 }
 
 fn unix_secs() -> u64 {
@@ -104,7 +106,7 @@ fn unix_secs() -> u64 {
 impl Clock {
     pub(crate) fn system() -> Self {
         Clock::System {
-            start: monotonic_secs(),
+            start_ns: monotonic_ns(),
             base: 0,
         }
     }
@@ -113,10 +115,9 @@ impl Clock {
     #[inline]
     pub(crate) fn now(&self) -> u32 {
         match self {
-            Clock::System { start, base } => {
-                let since =
-                    u32::try_from(monotonic_secs().saturating_sub(*start)).unwrap_or(u32::MAX);
-                base.saturating_add(since)
+            Clock::System { start_ns, base } => {
+                let secs = monotonic_ns().saturating_sub(*start_ns) / 1_000_000_000;
+                base.saturating_add(u32::try_from(secs).unwrap_or(u32::MAX))
             }
             Clock::Manual(clock) => clock.now(),
         }
@@ -138,7 +139,7 @@ impl Clock {
         let down = self.wall().saturating_sub(saved_wall);
         match self {
             Clock::System { .. } => Clock::System {
-                start: monotonic_secs(),
+                start_ns: monotonic_ns(),
                 base: saved_now.saturating_add(u32::try_from(down).unwrap_or(u32::MAX)),
             },
             Clock::Manual(clock) => {
@@ -174,7 +175,7 @@ mod tests {
     #[test]
     fn resumed_clock_counts_the_time_down() {
         let saved = Clock::System {
-            start: monotonic_secs(),
+            start_ns: monotonic_ns(),
             base: 500,
         };
         let wall = unix_secs() - 100; // saved 100 s ago
@@ -192,7 +193,12 @@ mod tests {
     #[test]
     fn system_clock_starts_at_zero_and_follows_real_time() {
         let clock = Clock::system();
-        assert!(clock.now() <= 1);
+        std::thread::sleep(Duration::from_millis(900));
+        assert_eq!(
+            clock.now(),
+            0,
+            "the first tick is a full second after start"
+        );
         let start = std::time::Instant::now();
         let first = clock.now();
         std::thread::sleep(Duration::from_millis(1100));
