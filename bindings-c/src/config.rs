@@ -7,7 +7,7 @@
 
 use crate::segcache_t;
 use crate::status::{catch, put, segcache_status_t, Status};
-use segcache_core::{Eviction, Segcache, ShardedCache, MAX_HASH_POWER};
+use segcache_core::{Eviction, RestoreOutcome, Segcache, ShardedCache, MAX_HASH_POWER};
 use std::ffi::{c_char, CStr};
 
 use segcache_status_t::*;
@@ -36,6 +36,14 @@ pub struct segcache_config_t {
     /// "util" (case-insensitive). The string is only read by
     /// `segcache_new`.
     pub eviction: *const c_char,
+    /// NUL-terminated path of a file to keep the heap in (each shard `i`
+    /// uses `<datapool>.shard<i>`), for warm restarts; NULL (the default)
+    /// keeps it in anonymous memory. Only read by `segcache_new`.
+    pub datapool: *const c_char,
+    /// With a datapool: bring back the items of the last `segcache_save`
+    /// if its files are whole and match these settings, else start empty
+    /// (see `segcache_restore_outcome`). Default false.
+    pub restore: bool,
 }
 
 /// The default configuration: 64 MiB heap, 1 MiB segments, automatic hash
@@ -48,6 +56,8 @@ pub extern "C" fn segcache_config_default() -> segcache_config_t {
         hash_power: 0,
         shards: 0,
         eviction: std::ptr::null(),
+        datapool: std::ptr::null(),
+        restore: false,
     }
 }
 
@@ -68,7 +78,7 @@ fn auto_shards(heap_size: usize, segment_size: usize) -> usize {
 /// Builds the cache a configuration describes.
 ///
 /// # Safety
-/// `cfg.eviction` is NULL or a NUL-terminated string.
+/// `cfg.eviction` and `cfg.datapool` are NULL or NUL-terminated strings.
 unsafe fn build(cfg: &segcache_config_t) -> Status<ShardedCache> {
     let mut builder = Segcache::builder()
         .heap_size(cfg.heap_size)
@@ -88,6 +98,14 @@ unsafe fn build(cfg: &segcache_config_t) -> Status<ShardedCache> {
         let name = unsafe { CStr::from_ptr(cfg.eviction) };
         let name = name.to_str().map_err(|_| SEGCACHE_INVALID_CONFIG)?;
         builder = builder.eviction(name.parse::<Eviction>()?);
+    }
+    if !cfg.datapool.is_null() {
+        // SAFETY: non-NULL, and NUL-terminated by the caller's promise.
+        let path = unsafe { CStr::from_ptr(cfg.datapool) };
+        let path = path.to_str().map_err(|_| SEGCACHE_INVALID_CONFIG)?;
+        builder = builder.datapool(path).restore(cfg.restore);
+    } else if cfg.restore {
+        return Err(SEGCACHE_INVALID_CONFIG);
     }
     let shards = match cfg.shards {
         0 => auto_shards(cfg.heap_size, cfg.segment_size),
@@ -143,6 +161,75 @@ pub unsafe extern "C" fn segcache_free(c: *mut segcache_t) {
         drop(unsafe { Box::from_raw(c) });
         Ok(())
     });
+}
+
+/// Saves a cache for a warm restart and releases it: flushes each shard's
+/// datapool file and writes its metadata beside it. The handle is consumed
+/// (freed) whether or not the save succeeds; no other thread may be using
+/// it. `SEGCACHE_INVALID_ARGUMENT` for NULL, `SEGCACHE_PERSISTENCE` when
+/// the cache has no datapool or a file cannot be written.
+///
+/// # Safety
+/// `c` is NULL or a handle from `segcache_new` not yet freed, which no
+/// other thread is using.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_save(c: *mut segcache_t) -> segcache_status_t {
+    if c.is_null() {
+        return SEGCACHE_INVALID_ARGUMENT;
+    }
+    let result = catch(|| {
+        // SAFETY: a live handle came from `Box::into_raw` in `segcache_new`
+        // and, by the caller's promise, is consumed once and used by no one.
+        let handle = unsafe { Box::from_raw(c) };
+        Ok(handle.inner.save()?)
+    });
+    match result {
+        Ok(()) => SEGCACHE_OK,
+        Err(status) => status,
+    }
+}
+
+/// What `segcache_new` found in the datapool: `*outcome` is 0 when no
+/// restore was asked for, 1 when every shard was restored, 2 when the cache
+/// started empty (no metadata, a crash, changed settings or a checksum
+/// mismatch); `*items` is the number of items restored. Either pointer may
+/// be NULL.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `outcome` and `items` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_restore_outcome(
+    c: *const segcache_t,
+    outcome: *mut i32,
+    items: *mut u64,
+) -> segcache_status_t {
+    let result = catch(|| {
+        // SAFETY: `c` is NULL (handled by `as_ref`) or a live handle.
+        let c = unsafe { c.as_ref() }.ok_or(SEGCACHE_INVALID_ARGUMENT)?;
+        let outcomes = c.inner.restore_outcomes();
+        let mut restored = 0u64;
+        let mut kind = 1;
+        for o in &outcomes {
+            match o {
+                RestoreOutcome::NotRequested => kind = 0,
+                RestoreOutcome::Restored { items } => restored += items,
+                RestoreOutcome::Fresh { .. } => kind = kind.max(2),
+            }
+        }
+        if kind == 0 {
+            restored = 0;
+        }
+        // SAFETY: NULL or writable by the caller's promise.
+        unsafe {
+            put(outcome, kind);
+            put(items, restored);
+        }
+        Ok(())
+    });
+    match result {
+        Ok(()) => SEGCACHE_OK,
+        Err(status) => status,
+    }
 }
 
 #[cfg(test)]

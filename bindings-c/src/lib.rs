@@ -25,7 +25,10 @@ mod config;
 mod ops;
 mod status;
 
-pub use config::{segcache_config_default, segcache_config_t, segcache_free, segcache_new};
+pub use config::{
+    segcache_config_default, segcache_config_t, segcache_free, segcache_new,
+    segcache_restore_outcome, segcache_save,
+};
 pub use ops::*;
 pub use status::{segcache_status_t, segcache_strerror};
 

@@ -52,6 +52,9 @@ pub enum segcache_status_t {
     SEGCACHE_PANIC = 14,
     /// An error this version of the bindings does not know how to name.
     SEGCACHE_INTERNAL = 15,
+    /// The datapool file or its metadata could not be opened, read or
+    /// written (`segcache_new` with a datapool, `segcache_save`).
+    SEGCACHE_PERSISTENCE = 16,
 }
 
 use segcache_status_t::*;
@@ -78,6 +81,7 @@ pub extern "C" fn segcache_strerror(status: i32) -> *const c_char {
         13 => b"invalid argument (NULL pointer or bad length)\0",
         14 => b"internal panic in the cache library\0",
         15 => b"internal error\0",
+        16 => b"datapool or its metadata could not be read or written\0",
         _ => b"unknown status\0",
     };
     msg.as_ptr().cast()
@@ -97,6 +101,7 @@ impl From<Error> for segcache_status_t {
             Error::NotFound => SEGCACHE_NOT_FOUND,
             Error::NotNumeric => SEGCACHE_NOT_NUMERIC,
             Error::InvalidConfig { .. } => SEGCACHE_INVALID_CONFIG,
+            Error::Persistence(_) => SEGCACHE_PERSISTENCE,
             _ => SEGCACHE_INTERNAL,
         }
     }

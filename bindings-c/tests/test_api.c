@@ -583,7 +583,83 @@ static void test_bad_arguments(segcache_t *c) {
     CHECK(z == before);
 }
 
+/* Warm restart: fill a file-backed cache, save it (which frees the handle),
+ * build again with restore and find every item; a bad path and a save
+ * without a datapool are PERSISTENCE errors. */
+static void test_warm_restart(void) {
+    char dir[] = "/tmp/segcache-c-test-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char pool[256];
+    snprintf(pool, sizeof pool, "%s/pool", dir);
+    segcache_config_t cfg = segcache_config_default();
+    cfg.heap_size = 8u << 20;
+    cfg.segment_size = 256u << 10;
+    cfg.shards = 2;
+    cfg.datapool = pool;
+    cfg.restore = true;
+
+    segcache_status_t err = SEGCACHE_OK;
+    segcache_t *c = segcache_new(&cfg, &err);
+    CHECK(c != NULL);
+    int32_t outcome = -1;
+    uint64_t items = 99;
+    CHECK_ST(segcache_restore_outcome(c, &outcome, &items), SEGCACHE_OK);
+    CHECK(outcome == 2 && items == 0); /* nothing saved yet: fresh */
+    char key[32], value[32];
+    for (int i = 0; i < 500; i++) {
+        int kl = snprintf(key, sizeof key, "key:%d", i);
+        int vl = snprintf(value, sizeof value, "value-%d", i * 7);
+        CHECK_ST(segcache_set(c, (const uint8_t *)key, (size_t)kl,
+                              (const uint8_t *)value, (size_t)vl, (uint32_t)i, 0),
+                 SEGCACHE_OK);
+    }
+    CHECK_ST(segcache_save(c), SEGCACHE_OK); /* c is consumed */
+
+    c = segcache_new(&cfg, &err);
+    CHECK(c != NULL);
+    CHECK_ST(segcache_restore_outcome(c, &outcome, &items), SEGCACHE_OK);
+    CHECK(outcome == 1 && items == 500);
+    for (int i = 0; i < 500; i += 37) {
+        int kl = snprintf(key, sizeof key, "key:%d", i);
+        int vl = snprintf(value, sizeof value, "value-%d", i * 7);
+        uint8_t buf[32];
+        size_t len = 0;
+        uint32_t flags = 0;
+        CHECK_ST(segcache_get(c, (const uint8_t *)key, (size_t)kl, buf, sizeof buf,
+                              &len, &flags, NULL),
+                 SEGCACHE_OK);
+        CHECK(len == (size_t)vl && memcmp(buf, value, len) == 0 && flags == (uint32_t)i);
+    }
+    segcache_free(c); /* no save: the next start is empty */
+    c = segcache_new(&cfg, &err);
+    CHECK(c != NULL);
+    CHECK_ST(segcache_restore_outcome(c, &outcome, NULL), SEGCACHE_OK);
+    CHECK(outcome == 2);
+    segcache_free(c);
+
+    cfg.datapool = "/nonexistent-dir/x/pool";
+    CHECK(segcache_new(&cfg, &err) == NULL);
+    CHECK_ST(err, SEGCACHE_PERSISTENCE);
+    segcache_config_t plain = segcache_config_default();
+    plain.restore = true; /* restore without a datapool */
+    CHECK(segcache_new(&plain, &err) == NULL);
+    CHECK_ST(err, SEGCACHE_INVALID_CONFIG);
+    plain.restore = false;
+    c = segcache_new(&plain, &err);
+    CHECK_ST(segcache_restore_outcome(c, &outcome, NULL), SEGCACHE_OK);
+    CHECK(outcome == 0);
+    CHECK_ST(segcache_save(c), SEGCACHE_PERSISTENCE); /* consumed anyway */
+    CHECK_ST(segcache_save(NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_restore_outcome(NULL, &outcome, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strcmp(segcache_strerror(SEGCACHE_PERSISTENCE), "unknown status") != 0);
+
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void) {
+    test_warm_restart();
     test_config();
     test_strerror();
     segcache_t *c = make(32u << 20, 256u << 10, 4, NULL);
