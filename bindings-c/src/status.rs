@@ -235,18 +235,18 @@ mod tests {
     #[test]
     fn every_status_has_its_own_message() {
         let mut seen = std::collections::HashSet::new();
-        for code in 0..=15 {
+        for code in 0..=16 {
             // SAFETY: segcache_strerror returns static NUL-terminated strings.
             let msg = unsafe { CStr::from_ptr(segcache_strerror(code)) };
             assert!(seen.insert(msg.to_owned()), "duplicate message for {code}");
             assert_ne!(msg.to_bytes(), b"unknown status", "code {code}");
         }
-        for code in [-1, 16, i32::MAX, i32::MIN] {
+        for code in [-1, 17, i32::MAX, i32::MIN] {
             // SAFETY: as above.
             let msg = unsafe { CStr::from_ptr(segcache_strerror(code)) };
             assert_eq!(msg.to_bytes(), b"unknown status");
         }
-        assert_eq!(SEGCACHE_INTERNAL as i32, 15, "the table above stops at 15");
+        assert_eq!(SEGCACHE_PERSISTENCE as i32, 16, "the table above stops at 16");
     }
 
     #[test]
