@@ -246,7 +246,10 @@ mod tests {
             let msg = unsafe { CStr::from_ptr(segcache_strerror(code)) };
             assert_eq!(msg.to_bytes(), b"unknown status");
         }
-        assert_eq!(SEGCACHE_PERSISTENCE as i32, 16, "the table above stops at 16");
+        assert_eq!(
+            SEGCACHE_PERSISTENCE as i32, 16,
+            "the table above stops at 16"
+        );
     }
 
     #[test]
