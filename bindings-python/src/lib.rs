@@ -27,20 +27,33 @@
 //!   operation. Reads copy the value straight from the segment into the new
 //!   `bytes` object under the shard lock, which needs the GIL.
 //!
+//! - Warm restart: `Cache(datapool=PATH, restore=True)` keeps shard `i`'s
+//!   heap in `PATH.shard<i>` and brings back what the last `save()` wrote
+//!   (`restore_outcome` says, per shard, whether it did and why not).
+//!   `save()` takes the cache out of the object, so every later call raises
+//!   `RuntimeError`; the datapool's I/O failures are `OSError`.
+//!
 //! Lock order: a shard lock is only ever taken either with the GIL held and
 //! released before anything that could wait for the GIL, or with the GIL
 //! released; no code path waits for the GIL while holding a shard lock, so
-//! the two locks cannot deadlock.
+//! the two locks cannot deadlock. Each call also holds a read lock on the
+//! cache (so that `save()` can take it); why that lock cannot deadlock
+//! against the GIL either is explained at `PyCache::cache`.
 
+use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard};
 use pyo3::create_exception;
-use pyo3::exceptions::{PyKeyError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{
+    PyKeyError, PyMemoryError, PyOSError, PyRuntimeError, PyTypeError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{
     PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyMemoryView, PyString, PyTuple, PyType,
 };
-use segcache::{Eviction, Segcache, ShardedCache};
+use segcache::{Eviction, RestoreOutcome, Segcache, ShardedCache};
 use std::borrow::Cow;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Writes of values at least this long release the GIL while the cache
@@ -235,7 +248,8 @@ fn to_py_err(err: segcache::Error, key: Option<&Bound<'_, PyAny>>) -> PyErr {
             None => PyKeyError::new_err("not found"),
         },
         E::HashTableFull | E::OutOfMemory => CacheFullError::new_err(err.to_string()),
-        E::Persistence(_) | E::Closed => PyRuntimeError::new_err(err.to_string()),
+        E::Persistence(_) => PyOSError::new_err(err.to_string()),
+        E::Closed => PyRuntimeError::new_err(err.to_string()),
         _ => PyValueError::new_err(err.to_string()),
     }
 }
@@ -303,8 +317,27 @@ impl PyManualClock {
 /// A memory-bounded, thread-safe cache of byte strings with TTLs.
 #[pyclass(frozen, module = "segcache", name = "Cache")]
 struct PyCache {
-    inner: ShardedCache,
+    /// The cache; `None` once `save()` has taken it. Read with
+    /// [`PyCache::cache`], never with `read()` (see there).
+    inner: RwLock<Option<ShardedCache>>,
+    /// Set by `save()` before it waits for the write lock: calls that start
+    /// after it fail at once instead of queueing behind the save.
+    closing: AtomicBool,
     eviction: Eviction,
+    shards: usize,
+    datapool: Option<PathBuf>,
+    /// Per shard, what the build found in the datapool.
+    restore_outcome: Vec<RestoreOutcome>,
+}
+
+/// A read lock on an open cache, held for one operation.
+type CacheRef<'a> = MappedRwLockReadGuard<'a, ShardedCache>;
+
+fn closed_error() -> PyErr {
+    PyRuntimeError::new_err(
+        "this segcache.Cache is closed: save() shut it down (open a new \
+         Cache(datapool=..., restore=True) to serve the saved items)",
+    )
 }
 
 /// The default shard count: the machine's parallelism rounded up to a
@@ -324,12 +357,35 @@ type StoreFn =
     fn(&ShardedCache, &[u8], &[u8], u32, Option<Duration>) -> Result<(), segcache::Error>;
 
 impl PyCache {
-    fn get_bytes<'py>(&self, py: Python<'py>, key: &[u8]) -> Option<Bound<'py, PyBytes>> {
+    /// The open cache, read-locked for one operation, or the "closed"
+    /// `RuntimeError` once `save()` has begun.
+    ///
+    /// `read_recursive` never waits for a *waiting* writer, only for one
+    /// holding the lock, and `save()` holds it just long enough to take the
+    /// cache out, with the GIL released and without running Python code.
+    /// So a reader can neither deadlock against a save waiting for readers
+    /// (which may need the GIL to finish), nor starve it (`closing` turns
+    /// new calls away). Callers take the guard after converting their
+    /// arguments and run no Python code while holding it, so a call cannot
+    /// re-enter `save()` under its own guard.
+    #[inline]
+    fn cache(&self) -> PyResult<CacheRef<'_>> {
+        if self.closing.load(Ordering::Relaxed) {
+            return Err(closed_error());
+        }
+        RwLockReadGuard::try_map(self.inner.read_recursive(), Option::as_ref)
+            .map_err(|_| closed_error())
+    }
+
+    fn get_bytes<'py>(
+        cache: &ShardedCache,
+        py: Python<'py>,
+        key: &[u8],
+    ) -> Option<Bound<'py, PyBytes>> {
         // Holding the shard lock while allocating the bytes object is safe:
         // allocating a (non-GC) bytes object runs no Python code, and no
         // thread waits for the GIL while holding a shard lock.
-        self.inner
-            .get_with(key, |item| item.map(|it| PyBytes::new(py, it.value())))
+        cache.get_with(key, |item| item.map(|it| PyBytes::new(py, it.value())))
     }
 
     fn set_impl(
@@ -345,7 +401,8 @@ impl PyCache {
         let v = buf(value, "value")?;
         let ttl = ttl_arg(ttl)?;
         let flags = flags_arg(flags)?;
-        let cache = &self.inner;
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
         Ok(if v.len() >= DETACH_AT {
             let (k, v) = (&*k, &*v);
             py.detach(|| op(cache, k, v, flags, ttl))
@@ -358,13 +415,17 @@ impl PyCache {
 #[pymethods]
 impl PyCache {
     #[new]
-    #[pyo3(signature = (heap_size=None, segment_size=None, hash_power=None, eviction=None, shards=None, _clock=None))]
+    #[pyo3(signature = (heap_size=None, segment_size=None, hash_power=None, eviction=None, shards=None, datapool=None, restore=None, _clock=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         heap_size: Option<&Bound<'_, PyAny>>,
         segment_size: Option<&Bound<'_, PyAny>>,
         hash_power: Option<&Bound<'_, PyAny>>,
         eviction: Option<&Bound<'_, PyAny>>,
         shards: Option<&Bound<'_, PyAny>>,
+        datapool: Option<&Bound<'_, PyAny>>,
+        restore: Option<&Bound<'_, PyAny>>,
         _clock: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         fn opt<'py>(o: Option<&Bound<'py, PyAny>>) -> Option<Bound<'py, PyAny>> {
@@ -414,10 +475,99 @@ impl PyCache {
             Some(o) => int_arg(&o, "shards", 1, 1024)? as usize,
             None => default_shards(heap_size, segment_size),
         };
-        let inner = builder
-            .build_sharded(shards)
+        let datapool = match opt(datapool) {
+            Some(o) => Some(o.extract::<PathBuf>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "datapool must be a str or os.PathLike path, not {}",
+                    type_name(&o)
+                ))
+            })?),
+            None => None,
+        };
+        let restore = match opt(restore) {
+            Some(o) => o.cast::<PyBool>().map(|b| b.is_true()).map_err(|_| {
+                PyTypeError::new_err(format!("restore must be a bool, not {}", type_name(&o)))
+            })?,
+            None => false,
+        };
+        if let Some(path) = &datapool {
+            builder = builder.datapool(path);
+        }
+        builder = builder.restore(restore);
+        // Mapping (and, on restore, checksumming) the datapool files can
+        // take a while: let other threads run meanwhile.
+        let inner = py
+            .detach(|| builder.build_sharded(shards))
             .map_err(|e| to_py_err(e, None))?;
-        Ok(PyCache { inner, eviction })
+        Ok(PyCache {
+            restore_outcome: inner.restore_outcomes(),
+            shards: inner.shards(),
+            inner: RwLock::new(Some(inner)),
+            closing: AtomicBool::new(false),
+            eviction,
+            datapool,
+        })
+    }
+
+    /// Saves the cache for a warm restart and closes it: waits for calls
+    /// in progress on other threads, then flushes each shard's datapool
+    /// file and writes its metadata beside it. Afterwards every method
+    /// raises `RuntimeError`, whether or not the save succeeded.
+    /// `ValueError` (and the cache stays open) without a datapool;
+    /// `OSError` if a file cannot be written.
+    fn save(&self, py: Python<'_>) -> PyResult<()> {
+        if self.datapool.is_none() {
+            drop(self.cache()?);
+            return Err(PyValueError::new_err(
+                "save() needs a datapool: create the cache with Cache(datapool=PATH)",
+            ));
+        }
+        self.closing.store(true, Ordering::Relaxed);
+        // The GIL is released while waiting: a call holding the read lock
+        // may need it to finish.
+        let cache = py
+            .detach(|| self.inner.write().take())
+            .ok_or_else(closed_error)?;
+        py.detach(|| cache.save()).map_err(|e| to_py_err(e, None))
+    }
+
+    /// True once `save()` has closed the cache.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.closing.load(Ordering::Relaxed)
+    }
+
+    /// The datapool path given to the constructor (as a str), or `None`.
+    #[getter]
+    fn datapool(&self) -> Option<String> {
+        self.datapool
+            .as_ref()
+            .map(|p| p.to_string_lossy().into_owned())
+    }
+
+    /// What the constructor found in the datapool, one dict per shard:
+    /// `status` ("not_requested", "restored" or "fresh"), `items` (the
+    /// number restored, else 0) and `reason` (why a shard started fresh,
+    /// else `None`).
+    #[getter]
+    fn restore_outcome<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let dicts = self
+            .restore_outcome
+            .iter()
+            .map(|o| {
+                let (status, items, reason) = match o {
+                    RestoreOutcome::NotRequested => ("not_requested", 0, None),
+                    RestoreOutcome::Restored { items } => ("restored", *items, None),
+                    RestoreOutcome::Fresh { reason } => ("fresh", 0, Some(reason.as_str())),
+                };
+                let d = PyDict::new(py);
+                d.set_item("status", status)?;
+                d.set_item("items", items)?;
+                d.set_item("reason", reason)?;
+                Ok(d)
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        PyTuple::new(py, dicts)
     }
 
     /// The value stored under `key`, or `default` when it is missing.
@@ -429,7 +579,8 @@ impl PyCache {
         default: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let k = buf(key, "key")?;
-        Ok(match self.get_bytes(py, &k) {
+        let found = Self::get_bytes(&*self.cache()?, py, &k);
+        Ok(match found {
             Some(v) => v.into_any(),
             None => default.unwrap_or_else(|| py.None().into_bound(py)),
         })
@@ -442,7 +593,7 @@ impl PyCache {
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
         let k = buf(key, "key")?;
-        let found = self.inner.get_with(&k, |item| {
+        let found = self.cache()?.get_with(&k, |item| {
             item.map(|it| (PyBytes::new(py, it.value()), it.cas()))
         });
         found.map(|(v, cas)| (v, cas).into_pyobject(py)).transpose()
@@ -455,7 +606,7 @@ impl PyCache {
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
         let k = buf(key, "key")?;
-        let found = self.inner.get_with(&k, |item| {
+        let found = self.cache()?.get_with(&k, |item| {
             item.map(|it| (PyBytes::new(py, it.value()), it.flags()))
         });
         found.map(|(v, f)| (v, f).into_pyobject(py)).transpose()
@@ -464,7 +615,7 @@ impl PyCache {
     /// The stored flags of `key` (0 unless set), or `None` when missing.
     fn flags(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
         let k = buf(key, "key")?;
-        Ok(self.inner.get_with(&k, |item| item.map(|it| it.flags())))
+        Ok(self.cache()?.get_with(&k, |item| item.map(|it| it.flags())))
     }
 
     /// Stores `value` under `key`, replacing any old value.
@@ -530,7 +681,8 @@ impl PyCache {
         let v = buf(value, "value")?;
         let ttl = ttl_arg(ttl)?;
         let flags = flags_arg(flags)?;
-        let cache = &self.inner;
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
         let result = if v.len() >= DETACH_AT {
             let (k, v) = (&*k, &*v);
             py.detach(|| cache.cas(k, v, flags, ttl, token))
@@ -544,14 +696,14 @@ impl PyCache {
     /// if it is missing.
     fn append(&self, key: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>) -> PyResult<bool> {
         let (k, d) = (buf(key, "key")?, buf(data, "data")?);
-        conditional(self.inner.append(&k, &d), key)
+        conditional(self.cache()?.append(&k, &d), key)
     }
 
     /// Prepends `data` to the value of `key` (TTL and flags stay); `False`
     /// if it is missing.
     fn prepend(&self, key: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>) -> PyResult<bool> {
         let (k, d) = (buf(key, "key")?, buf(data, "data")?);
-        conditional(self.inner.prepend(&k, &d), key)
+        conditional(self.cache()?.prepend(&k, &d), key)
     }
 
     /// Adds `delta` to a decimal value and returns the new value (wrapping
@@ -560,7 +712,9 @@ impl PyCache {
     fn incr(&self, key: &Bound<'_, PyAny>, delta: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
         let d = delta.map_or(Ok(1), |d| int_arg(d, "delta", 0, u64::MAX))?;
         let k = buf(key, "key")?;
-        self.inner.incr(&k, d).map_err(|e| to_py_err(e, Some(key)))
+        self.cache()?
+            .incr(&k, d)
+            .map_err(|e| to_py_err(e, Some(key)))
     }
 
     /// Subtracts `delta` from a decimal value, stopping at 0, and returns
@@ -569,7 +723,9 @@ impl PyCache {
     fn decr(&self, key: &Bound<'_, PyAny>, delta: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
         let d = delta.map_or(Ok(1), |d| int_arg(d, "delta", 0, u64::MAX))?;
         let k = buf(key, "key")?;
-        self.inner.decr(&k, d).map_err(|e| to_py_err(e, Some(key)))
+        self.cache()?
+            .decr(&k, d)
+            .map_err(|e| to_py_err(e, Some(key)))
     }
 
     /// Gives `key` a new TTL (`None` or 0: never expires); `False` if it
@@ -578,20 +734,20 @@ impl PyCache {
     fn touch(&self, key: &Bound<'_, PyAny>, ttl: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
         let k = buf(key, "key")?;
         let ttl = ttl_arg(ttl)?;
-        conditional(self.inner.touch(&k, ttl), key)
+        conditional(self.cache()?.touch(&k, ttl), key)
     }
 
     /// Removes `key`; `True` if it was present.
     fn delete(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let k = buf(key, "key")?;
-        Ok(self.inner.delete(&k))
+        Ok(self.cache()?.delete(&k))
     }
 
     /// Whole seconds until `key` expires, `None` if it never does;
     /// `KeyError` if it is missing.
     fn ttl(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
         let k = buf(key, "key")?;
-        match self.inner.ttl(&k) {
+        match self.cache()?.ttl(&k) {
             Some(left) => Ok(left.map(|d| d.as_secs())),
             None => Err(PyKeyError::new_err(key.clone().unbind())),
         }
@@ -608,7 +764,10 @@ impl PyCache {
         for key in keys.try_iter()? {
             let key = key?;
             let k = buf(&key, "key")?;
-            if let Some(v) = self.get_bytes(py, &k) {
+            // The read lock is dropped before `set_item`, which may run
+            // Python code (a str subclass's `__hash__`).
+            let found = Self::get_bytes(&*self.cache()?, py, &k);
+            if let Some(v) = found {
                 out.set_item(key, v)?;
             }
         }
@@ -641,13 +800,15 @@ impl PyCache {
             .map(|(k, v)| Ok((buf(k, "key")?, buf(v, "value")?)))
             .collect::<PyResult<Vec<_>>>()?;
         let slices: Vec<(&[u8], &[u8])> = bufs.iter().map(|(k, v)| (&**k, &**v)).collect();
-        let cache = &self.inner;
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
         let failed = py.detach(|| {
             slices
                 .iter()
                 .enumerate()
                 .find_map(|(i, (k, v))| cache.set(k, v, 0, ttl).err().map(|e| (i, e)))
         });
+        drop(guard);
         match failed {
             None => Ok(()),
             Some((i, e)) => Err(to_py_err(e, Some(&pairs[i].0))),
@@ -662,7 +823,8 @@ impl PyCache {
             Some(d) if !d.is_none() => seconds_arg(d, "delay")?,
             _ => Duration::ZERO,
         };
-        let cache = &self.inner;
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
         py.detach(|| {
             if delay.is_zero() {
                 cache.flush()
@@ -675,20 +837,24 @@ impl PyCache {
 
     /// Frees expired items now (the cache also does so as it goes);
     /// returns how many were freed.
-    fn expire(&self, py: Python<'_>) -> usize {
-        let cache = &self.inner;
-        py.detach(|| cache.expire().items)
+    fn expire(&self, py: Python<'_>) -> PyResult<usize> {
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
+        Ok(py.detach(|| cache.expire().items))
     }
 
     /// Drops every item; counters other than items and bytes are kept.
-    fn clear(&self, py: Python<'_>) {
-        let cache = &self.inner;
-        py.detach(|| cache.clear())
+    fn clear(&self, py: Python<'_>) -> PyResult<()> {
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
+        py.detach(|| cache.clear());
+        Ok(())
     }
 
     /// Counters and memory, summed over the shards, as a dict of ints.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let cache = &self.inner;
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
         let s = py.detach(|| cache.stats());
         let d = PyDict::new(py);
         let fields: [(&str, u64); 15] = [
@@ -711,7 +877,7 @@ impl PyCache {
         for (name, value) in fields {
             d.set_item(name, value)?;
         }
-        d.set_item("shards", self.inner.shards())?;
+        d.set_item("shards", self.shards)?;
         Ok(d)
     }
 
@@ -721,13 +887,13 @@ impl PyCache {
         let n = key_len.map_or(Ok(1), |k| {
             int_arg(k, "key_len", 1, segcache::MAX_KEY_LEN as u64)
         })?;
-        Ok(self.inner.max_value_len(n as usize))
+        Ok(self.cache()?.max_value_len(n as usize))
     }
 
     /// Number of shards (independently locked parts of the cache).
     #[getter]
     fn shards(&self) -> usize {
-        self.inner.shards()
+        self.shards
     }
 
     /// The eviction policy's name.
@@ -736,9 +902,10 @@ impl PyCache {
         self.eviction.name()
     }
 
-    fn __len__(&self, py: Python<'_>) -> usize {
-        let cache = &self.inner;
-        py.detach(|| cache.len())
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
+        Ok(py.detach(|| cache.len()))
     }
 
     fn __bool__(&self) -> bool {
@@ -749,7 +916,7 @@ impl PyCache {
 
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let k = buf(key, "key")?;
-        Ok(self.inner.contains(&k))
+        Ok(self.cache()?.contains(&k))
     }
 
     fn __getitem__<'py>(
@@ -758,7 +925,7 @@ impl PyCache {
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
         let k = buf(key, "key")?;
-        self.get_bytes(py, &k)
+        Self::get_bytes(&*self.cache()?, py, &k)
             .ok_or_else(|| PyKeyError::new_err(key.clone().unbind()))
     }
 
@@ -773,7 +940,7 @@ impl PyCache {
 
     fn __delitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
         let k = buf(key, "key")?;
-        if self.inner.delete(&k) {
+        if self.cache()?.delete(&k) {
             Ok(())
         } else {
             Err(PyKeyError::new_err(key.clone().unbind()))
@@ -787,14 +954,22 @@ impl PyCache {
     }
 
     fn __repr__(&self, py: Python<'_>) -> String {
-        let cache = &self.inner;
+        let Ok(guard) = self.cache() else {
+            return format!(
+                "segcache.Cache(closed, shards={}, eviction={:?})",
+                self.shards,
+                self.eviction.name()
+            );
+        };
+        let cache: &ShardedCache = &guard;
         let (items, heap) = py.detach(|| {
             let s = cache.stats();
             (s.items, s.heap_bytes)
         });
+        drop(guard);
         format!(
             "segcache.Cache(items={items}, heap_size={heap}, shards={}, eviction={:?})",
-            self.inner.shards(),
+            self.shards,
             self.eviction.name()
         )
     }

@@ -20,7 +20,8 @@ Conventions shared by every method:
 """
 
 import datetime
-from typing import Iterable, Mapping, Optional, Tuple, TypeVar, Union
+import os
+from typing import Iterable, Literal, Mapping, Optional, Tuple, TypedDict, TypeVar, Union
 
 Key = Union[bytes, bytearray, memoryview, str]
 Value = Union[bytes, bytearray, memoryview, str]
@@ -33,6 +34,25 @@ MAX_TTL: int
 """Longest TTL, in seconds (about 97 days)."""
 DETACH_AT: int
 """Writes of values at least this many bytes release the GIL."""
+
+class ShardRestoreOutcome(TypedDict):
+    """What ``Cache(datapool=..., restore=...)`` found for one shard (an
+    item of ``Cache.restore_outcome``). Only for type checkers: at run time
+    it is a plain ``dict``, and this name exists only in the stub (import
+    it from ``segcache._segcache`` under ``typing.TYPE_CHECKING``)."""
+
+    status: Literal["not_requested", "restored", "fresh"]
+    """``"not_requested"``: ``restore`` was false, the shard started
+    empty. ``"restored"``: the shard's items of the last ``save()`` came
+    back. ``"fresh"``: a restore was asked for but the shard started empty
+    (``reason`` says why)."""
+    items: int
+    """Items restored (those that expired while down are not counted);
+    0 unless ``status`` is ``"restored"``."""
+    reason: Optional[str]
+    """Why the shard started fresh (no metadata after a crash or on the
+    first start, changed settings, a checksum mismatch...); ``None``
+    otherwise."""
 
 class CacheFullError(MemoryError):
     """A write found no room: eviction is ``"none"`` and the heap, or the
@@ -71,6 +91,22 @@ class Cache:
     fewer if a shard would get under 8 segments). ``_clock``: a
     ``ManualClock``, for tests.
 
+    Warm restart: ``datapool`` (a ``str`` or ``os.PathLike`` path) keeps
+    shard ``i``'s heap in the file ``f"{datapool}.shard{i}"`` (created or
+    resized; tmpfs, a DAX filesystem or a disk) instead of anonymous
+    memory. ``save()`` writes each shard's metadata beside its file
+    (``.meta``) and closes the cache; a later ``Cache(..., datapool=same,
+    restore=True)`` with the same ``heap_size``, ``segment_size``,
+    ``hash_power`` and ``shards`` brings every item back, values, flags,
+    CAS tokens and TTLs included (time spent down counts against TTLs).
+    Pass ``shards`` explicitly: the default depends on the CPU count. If
+    the files are missing, damaged or were made with other settings, or
+    the last run did not ``save()``, the shard starts empty and
+    ``restore_outcome`` says why. The metadata is consumed on start, so a
+    crash later restarts empty, never stale. ``restore=True`` without a
+    datapool raises ``ValueError``; a datapool that cannot be opened,
+    ``OSError``.
+
     Bad arguments raise ``TypeError`` (wrong type) or ``ValueError`` (out
     of range), with the argument's name in the message.
 
@@ -87,12 +123,41 @@ class Cache:
         hash_power: Optional[int] = None,
         eviction: Optional[str] = "merge",
         shards: Optional[int] = None,
+        datapool: Union[None, str, "os.PathLike[str]"] = None,
+        restore: bool = False,
         _clock: Optional[ManualClock] = None,
     ) -> None: ...
     @property
     def shards(self) -> int: ...
     @property
     def eviction(self) -> str: ...
+    @property
+    def datapool(self) -> Optional[str]:
+        """The datapool path given to the constructor, or ``None``."""
+    @property
+    def restore_outcome(self) -> Tuple[ShardRestoreOutcome, ...]:
+        """What the constructor found in the datapool, one dict per shard
+        (in shard order)::
+
+            outcome = cache.restore_outcome
+            if all(o["status"] == "restored" for o in outcome):
+                print("restored", sum(o["items"] for o in outcome), "items")
+            else:
+                print("started (partly) empty:", [o["reason"] for o in outcome if o["reason"]])
+
+        Still readable after ``save()``."""
+    @property
+    def closed(self) -> bool:
+        """``True`` once ``save()`` has closed the cache."""
+    def save(self) -> None:
+        """Saves the cache for a warm restart and closes it: waits for
+        calls in progress on other threads, then flushes each shard's
+        datapool file and writes its metadata. Afterwards (even if the save
+        failed) every method raises ``RuntimeError``; ``closed``,
+        ``datapool``, ``restore_outcome``, ``shards``, ``eviction`` and
+        ``repr`` still work. Without a datapool it raises ``ValueError``
+        and the cache stays open; ``OSError`` if a file cannot be
+        written."""
     def get(self, key: Key, default: _T = None) -> Union[bytes, _T]:  # type: ignore[assignment]
         """The value of ``key``, or ``default`` if it is missing or expired."""
     def gets(self, key: Key) -> Optional[Tuple[bytes, int]]:
