@@ -1,7 +1,8 @@
 //! Warm restart through the server: with `--datapool`, SIGTERM saves the
 //! cache and the next start serves every key again (values and flags); a
 //! SIGKILL saves nothing and the next start is empty; a datapool path that
-//! cannot be used stops start-up with exit 2 naming the key.
+//! cannot be used stops start-up with exit 2 naming the key, and a save that
+//! fails on SIGTERM makes the server exit 1.
 
 mod common;
 use common::{Server, BIN};
@@ -65,4 +66,27 @@ fn an_unusable_datapool_path_is_a_config_error() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("seg.datapool (--datapool)"), "{stderr}");
+}
+
+#[test]
+fn a_save_that_fails_on_sigterm_exits_nonzero() {
+    let dir =
+        std::env::temp_dir().join(format!("segcache-server-warm-fail-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pool = dir.join("pool");
+    let pool_arg = pool.to_str().unwrap().to_string();
+    let mut server = Server::start(&["--heap-size", "16MiB", "--datapool", pool_arg.as_str()]);
+    let mut conn = server.connect();
+    conn.expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+    drop(conn);
+    // A directory where the snapshot goes: the storage thread's save fails,
+    // and the server must say so with its exit code.
+    std::fs::create_dir(dir.join("pool.meta")).unwrap();
+    assert_eq!(
+        server.signal_and_wait("TERM"),
+        Some(1),
+        "failed save exits 1"
+    );
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
 }
