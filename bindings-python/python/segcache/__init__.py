@@ -1,88 +1,179 @@
 """segcache: a memory-bounded, thread-safe in-memory cache with TTLs.
 
-The storage is the Rust `segcache` crate (the Segcache design: items packed
+The storage is the Rust ``segcache`` crate (the Segcache design: items packed
 into fixed-size segments grouped by TTL, expired a whole segment at a time,
-merge eviction when the heap is full). This package re-exports the native
-classes from :mod:`segcache._segcache` and adds the :func:`cached`
-memoizing decorator.
+merge eviction when the heap is full). :class:`Cache` is a
+:class:`collections.abc.MutableMapping` of Python keys to Python values;
+:func:`cached` memoizes functions (sync or async) in one.
 
 >>> import segcache
->>> cache = segcache.Cache(heap_size=16 << 20)
->>> cache.set("user:42", b'{"name": "Ada"}', ttl=300)
+>>> cache = segcache.Cache(heap_size=1 << 20)
+>>> cache.set("user:42", {"name": "Ada"}, ttl=300)
 >>> cache.get("user:42")
-b'{"name": "Ada"}'
->>> cache["missing"]
-Traceback (most recent call last):
-    ...
-KeyError: 'missing'
+{'name': 'Ada'}
+>>> cache[1] = "one"
+>>> cache[1.0], 1 in cache, cache.get("missing")
+('one', True, None)
 
-Keys and values are ``bytes``, ``bytearray``, ``memoryview`` or ``str``
-(UTF-8; ``"a"`` and ``b"a"`` are the same key); values come back as
-``bytes``. TTLs are ``int``/``float`` seconds or ``datetime.timedelta``,
-counted in whole seconds; ``None`` or ``0`` means "never expires".
-See ``_segcache.pyi`` for every method and what it raises or returns.
+Keys: ``str``, ``bytes``, ``int``, ``float``, ``bool``, ``None`` and tuples
+of these, with Python's equality (``1``, ``1.0`` and ``True`` are one key;
+``"a"`` and ``b"a"`` are two). Values: ``bytes``, ``str`` and ``int`` are
+stored as themselves, anything else through the serializer (``pickle``
+unless ``Cache(serializer=...)`` says otherwise). TTLs are ``int``/``float``
+seconds or ``datetime.timedelta``, counted in whole seconds; ``None`` or
+``0`` means "never expires". See ``_segcache.pyi`` for every method.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections.abc
 import datetime
 import functools
-import hashlib
-from typing import Any, Callable, Optional, TypeVar, Union
+import inspect
+from typing import Any, Callable, Iterator, Optional, TypeVar, Union
 
+from . import _segcache
 from ._segcache import (
     DETACH_AT,
     MAX_KEY_LEN,
     MAX_TTL,
-    Cache,
+    BoundCachedMethod,
     CacheFullError,
+    CachedFunction,
     ManualClock,
+    __version__,
 )
 
 __all__ = [
     "Cache",
     "CacheFullError",
+    "CachedFunction",
     "ManualClock",
     "cached",
     "MAX_KEY_LEN",
     "MAX_TTL",
     "DETACH_AT",
+    "__version__",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# Stored-item flags the decorator uses to give back the type it was given.
-_FLAG_BYTES = 0
-_FLAG_STR = 1
-_FLAG_SERIALIZED = 2
 
-# Argument types whose repr() identifies their value, so the default key
-# built from them can never make two different calls share an entry.
-_KEYABLE = (str, bytes, int, float, bool, type(None))
+class _KeysView(collections.abc.KeysView):
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._mapping)
 
 
-def _key_part(value: Any, fn_name: str) -> str:
-    if isinstance(value, _KEYABLE):
-        return repr(value)
-    if isinstance(value, tuple):
-        return "(" + ",".join(_key_part(v, fn_name) for v in value) + ",)"
-    if isinstance(value, frozenset):
-        return "frozenset(" + ",".join(sorted(_key_part(v, fn_name) for v in value)) + ")"
-    raise TypeError(
-        f"@segcache.cached({fn_name}): cannot build a default cache key from an argument "
-        f"of type {type(value).__name__}; pass key=lambda *args, **kwargs: ... to cached()"
-    )
+class _ValuesView(collections.abc.ValuesView):
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._mapping._iter_values()
 
 
-def _default_key(fn: Callable[..., Any], args: tuple, kwargs: dict) -> str:
-    name = f"{fn.__module__}.{fn.__qualname__}"
-    parts = [_key_part(a, name) for a in args]
-    parts += [f"{k}={_key_part(v, name)}" for k, v in sorted(kwargs.items())]
-    key = f"{name}({','.join(parts)})"
-    if len(key.encode("utf-8")) <= MAX_KEY_LEN:
-        return key
-    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=20).hexdigest()
-    return f"{name[: MAX_KEY_LEN - 50]}#{digest}"
+class _ItemsView(collections.abc.ItemsView):
+    __slots__ = ()
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._mapping._iter_items()
+
+
+def _rebuild(cls: type, config: dict, items: list) -> "Cache":
+    cache = cls(**config)
+    for key, value, ttl in items:
+        cache.set(key, value, ttl=ttl)
+    return cache
+
+
+class Cache(_segcache.Cache, collections.abc.MutableMapping):
+    # The native base class documents the constructor and every method.
+    __doc__ = _segcache.Cache.__doc__
+    __slots__ = ()
+    __module__ = "segcache"
+
+    def keys(self) -> collections.abc.KeysView:
+        """A view of the live keys (iterating walks the cache shard by
+        shard; see ``__iter__``)."""
+        return _KeysView(self)
+
+    def values(self) -> collections.abc.ValuesView:
+        """A view of the live values."""
+        return _ValuesView(self)
+
+    def items(self) -> collections.abc.ItemsView:
+        """A view of the live ``(key, value)`` pairs."""
+        return _ItemsView(self)
+
+    def __eq__(self, other: object) -> bool:
+        # Caches compare by identity (comparing contents would walk both
+        # caches, and two caches are different objects to cache in).
+        return self is other
+
+    __hash__ = object.__hash__
+
+    def __bool__(self) -> bool:
+        # A cache is always truthy, so ``cache or default`` means "is there
+        # a cache", not "is it empty" (use ``len(cache)`` for that).
+        return True
+
+    def __reduce__(self) -> tuple:
+        # copy.copy, copy.deepcopy and pickle: a new cache with the same
+        # settings (not the datapool) and the live items, with the TTL
+        # they have left. Needs a picklable serializer (the default is).
+        return (_rebuild, (type(self), self._config(), list(self._iter_dump())))
+
+    def __copy__(self) -> "Cache":
+        func, args = self.__reduce__()
+        return func(*args)
+
+    def __deepcopy__(self, memo: dict) -> "Cache":
+        return self.__copy__()
+
+
+async def _async_call(func: "CachedFunction", obj: Any, args: tuple, kwargs: Optional[dict]) -> Any:
+    """The body of a cached coroutine function's call: one computation per
+    key at a time per event loop (other callers await it)."""
+    kwargs = kwargs or {}
+    key, value = func._lookup(obj, args, kwargs, _MISS)
+    if value is not _MISS:
+        return value
+    loop = asyncio.get_running_loop()
+    pending = _PENDING.setdefault(loop, {})
+    while True:
+        running = pending.get(key)
+        if running is None:
+            break
+        try:
+            return await asyncio.shield(running)
+        except Exception:
+            # The computation failed for its own caller; try again.
+            value = func._peek(key, _MISS)
+            if value is not _MISS:
+                return value
+    future: asyncio.Future = loop.create_future()
+    pending[key] = future
+    try:
+        target = func.__wrapped__
+        result = await (target(obj, *args, **kwargs) if obj is not None else target(*args, **kwargs))
+        func._store(key, result)
+        future.set_result(result)
+        return result
+    except BaseException as e:
+        future.set_exception(e)
+        # Nobody may be waiting: mark the exception as retrieved.
+        future.exception()
+        raise
+    finally:
+        del pending[key]
+        if not pending:
+            _PENDING.pop(loop, None)
+
+
+_MISS = object()
+_PENDING: "dict[asyncio.AbstractEventLoop, dict[bytes, asyncio.Future]]" = {}
 
 
 def _check_ttl(ttl: Any) -> None:
@@ -100,99 +191,59 @@ def _check_ttl(ttl: Any) -> None:
 
 def cached(
     cache: Cache,
-    ttl: Union[None, int, float, Any] = None,
-    key: Optional[Callable[..., Union[str, bytes]]] = None,
-    serializer: Any = None,
+    ttl: Union[None, int, float, datetime.timedelta] = None,
+    key: Optional[Callable[..., Any]] = None,
+    typed: bool = False,
 ) -> Callable[[F], F]:
     """Memoize a function's results in ``cache``.
 
     ``ttl``: how long a result stays (seconds or ``timedelta``; ``None``
-    means until evicted). ``key``: a function of the call's arguments
-    returning the cache key (``str`` or ``bytes``); by default the key is
-    the function's qualified name and the ``repr`` of its arguments, which
-    must then be ``str``, ``bytes``, numbers, ``bool``, ``None`` or
-    tuples/frozensets of those (anything else raises ``TypeError``: pass
-    ``key=``). Keys longer than ``MAX_KEY_LEN`` bytes are hashed.
+    means until evicted). The key of a call is built in Rust from the
+    function's ``module.qualname`` and its arguments, which must be keys
+    themselves (``str``, ``bytes``, ``int``, ``float``, ``bool``, ``None``
+    or tuples of these; else ``TypeError``); ``key=`` replaces the
+    arguments by ``key(*args, **kwargs)``'s result. ``typed=True`` keeps
+    ``1``, ``1.0`` and ``True`` apart, as ``functools.lru_cache`` does.
+    Results are stored as ``Cache`` values are (through the cache's
+    serializer unless bytes, str or int); a result too large for the
+    cache is returned uncached.
 
-    Without ``serializer`` the function must return ``bytes``, ``str``,
-    ``bytearray`` or ``memoryview``; a ``str`` comes back as ``str``, the
-    others as ``bytes``, and any other result raises ``TypeError``. With a
-    ``serializer`` (any object with ``dumps(obj) -> bytes | str`` and
-    ``loads(bytes) -> obj``, such as :mod:`pickle` or :mod:`json`), any
-    result the serializer accepts is cached. Only use :mod:`pickle` with a
-    cache that untrusted code cannot write to.
+    Concurrent calls that miss on one key run the function once: the others
+    wait for its result (threads) or await it (coroutine functions, per
+    event loop). If it raises, the caller that ran it gets the exception
+    and the next call tries again.
 
-    A result too large for the cache, or one the cache has no room for
-    (``CacheFullError``), is returned but not cached.
-    Concurrent calls that miss at once each run the function. The wrapper
-    has ``.cache`` and ``.cache_key(*args, **kwargs)``.
+    Works on functions, coroutine functions and methods (``self`` is not
+    part of the key: every instance shares the results, so a method whose
+    result depends on the instance needs ``key=lambda self, *a: ...``).
+    The wrapper has ``cache_info()``, ``cache_clear()`` (removes this
+    function's entries), ``cache_key(*args, **kwargs)``, ``cache`` and
+    ``__wrapped__``.
 
-    >>> cache = Cache(heap_size=8 << 20)
+    >>> cache = Cache(heap_size=1 << 20)
     >>> @cached(cache, ttl=60)
-    ... def greet(name: str) -> str:
-    ...     return f"hello {name}"
-    >>> greet("ada"), greet("ada")
-    ('hello ada', 'hello ada')
+    ... def square(n: int) -> int:
+    ...     return n * n
+    >>> square(4), square(4), square.cache_info()
+    (16, 16, CacheInfo(hits=1, misses=1, maxsize=None, currsize=1))
     """
-    if not isinstance(cache, Cache):
+    if not isinstance(cache, _segcache.Cache):
         raise TypeError(f"cached() needs a segcache.Cache, not {type(cache).__name__}")
     if key is not None and not callable(key):
-        raise TypeError("key must be a callable returning str or bytes")
-    if serializer is not None and not (
-        callable(getattr(serializer, "dumps", None)) and callable(getattr(serializer, "loads", None))
-    ):
-        raise TypeError("serializer must have dumps() and loads(), like pickle or json")
+        raise TypeError("key must be a callable returning a cache key")
+    if not isinstance(typed, bool):
+        raise TypeError("typed must be a bool")
     _check_ttl(ttl)
 
     def decorate(fn: F) -> F:
-        def cache_key(*args: Any, **kwargs: Any) -> Union[str, bytes]:
-            if key is None:
-                return _default_key(fn, args, kwargs)
-            k = key(*args, **kwargs)
-            raw = k.encode("utf-8") if isinstance(k, str) else k
-            if not isinstance(raw, (bytes, bytearray, memoryview)):
-                raise TypeError(f"key function returned {type(k).__name__}, not str or bytes")
-            if not 1 <= len(raw) <= MAX_KEY_LEN:
-                raise ValueError(f"key function returned a key of {len(raw)} bytes; keys are 1 to {MAX_KEY_LEN} bytes")
-            return k
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            k = cache_key(*args, **kwargs)
-            hit = cache._get_flagged(k)
-            if hit is not None:
-                raw, flags = hit
-                if flags == _FLAG_SERIALIZED and serializer is not None:
-                    return serializer.loads(raw)
-                if flags == _FLAG_STR:
-                    return raw.decode("utf-8")
-                if flags == _FLAG_BYTES and serializer is None:
-                    return raw
-                # Written by another decorator configuration: recompute.
-            result = fn(*args, **kwargs)
-            if serializer is not None:
-                data = serializer.dumps(result)
-                if isinstance(data, str):
-                    data = data.encode("utf-8")
-                flags = _FLAG_SERIALIZED
-            elif isinstance(result, str):
-                data, flags = result, _FLAG_STR
-            elif isinstance(result, (bytes, bytearray, memoryview)):
-                data, flags = result, _FLAG_BYTES
-            else:
-                raise TypeError(
-                    f"@segcache.cached({fn.__qualname__}) returned {type(result).__name__}; "
-                    "without a serializer only bytes and str can be cached "
-                    "(pass serializer=pickle, for example)"
-                )
-            try:
-                cache.set(k, data, ttl=ttl, flags=flags)
-            except (ValueError, CacheFullError):
-                pass
-            return result
-
-        wrapper.cache = cache  # type: ignore[attr-defined]
-        wrapper.cache_key = cache_key  # type: ignore[attr-defined]
+        if not callable(fn):
+            raise TypeError(f"cached() decorates a callable, not {type(fn).__name__}")
+        name = f"{getattr(fn, '__module__', None)}.{getattr(fn, '__qualname__', repr(fn))}"
+        is_async = inspect.iscoroutinefunction(fn)
+        wrapper = CachedFunction(cache, fn, name, ttl, key, typed, is_async)
+        functools.update_wrapper(wrapper, fn, updated=())
+        if is_async and hasattr(inspect, "markcoroutinefunction"):
+            inspect.markcoroutinefunction(wrapper)
         return wrapper  # type: ignore[return-value]
 
     return decorate

@@ -1,0 +1,1033 @@
+//! The Python class `segcache._segcache.Cache`: a [`ShardedCache`] holding
+//! Python keys and values (see [`crate::key`] and [`crate::value`]).
+//!
+//! Owns the cache object, its mapping methods, the memcache-style methods,
+//! `get_or_set` and the warm-restart lifecycle. The pure-Python subclass
+//! `segcache.Cache` adds the `collections.abc.MutableMapping` views and
+//! pickling on top.
+//!
+//! Lock order: a shard lock is taken either with the GIL held (and released
+//! before anything that could wait for the GIL; under it the code only
+//! builds `bytes`/`str`/`int` objects, which runs no Python code) or with
+//! the GIL released. Serializers run before a write takes the shard lock
+//! and after a read has dropped it. Each call also holds a read lock on the
+//! cache so that `save()` can take it: see [`PyCache::cache`].
+
+use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard};
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString, PyTuple};
+use segcache::{Eviction, RestoreOutcome, Segcache, ShardedCache};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::clock::PyManualClock;
+use crate::convert::{buf, conditional, int_arg, seconds_arg, to_py_err, ttl_arg, type_name};
+use crate::flight::{Flights, Role};
+use crate::key::{self, Key, KeyError};
+use crate::value::{self, Serializer, FLAG_BYTES, FLAG_STR};
+use crate::DETACH_AT;
+
+/// Smallest `hash_power` the core accepts (it is not exported).
+const MIN_HASH_POWER: u64 = 3;
+
+/// The default shard count is at most this (and a power of two).
+const MAX_DEFAULT_SHARDS: usize = 8;
+
+/// The default shard count keeps at least this many segments per shard.
+const MIN_SEGMENTS_PER_SHARD: usize = 8;
+
+/// The default segment size for heaps of 16 MiB and more.
+const DEFAULT_SEGMENT_SIZE: usize = 1 << 20;
+
+/// The smallest segment size the core accepts.
+const MIN_SEGMENT_SIZE: usize = 1 << 10;
+
+/// The settings a cache was built with (for `copy`/pickle and `repr`).
+struct Config {
+    heap_size: usize,
+    segment_size: usize,
+    hash_power: Option<u8>,
+    eviction: Eviction,
+    shards: usize,
+}
+
+/// A memory-bounded, thread-safe cache of Python values with TTLs.
+#[pyclass(frozen, subclass, module = "segcache", name = "Cache")]
+pub struct PyCache {
+    /// The cache; `None` once `save()` has taken it. Read with
+    /// [`PyCache::cache`], never with `read()` (see there).
+    inner: RwLock<Option<ShardedCache>>,
+    /// Set by `save()` before it waits for the write lock.
+    closing: AtomicBool,
+    config: Config,
+    datapool: Option<PathBuf>,
+    restore_outcome: Vec<RestoreOutcome>,
+    /// How values other than bytes, str and int are stored.
+    pub serializer: Serializer,
+    /// Keys whose `get_or_set` factory is running.
+    flights: Flights,
+}
+
+/// A read lock on an open cache, held for one operation.
+type CacheRef<'a> = MappedRwLockReadGuard<'a, ShardedCache>;
+
+fn closed_error() -> PyErr {
+    PyRuntimeError::new_err(
+        "this segcache.Cache is closed: save() shut it down (open a new \
+         Cache(datapool=..., restore=True) to serve the saved items)",
+    )
+}
+
+/// The default segment size: 1 MiB, or for heaps under 16 MiB the largest
+/// power of two giving 16 segments (at least 1 KiB), so small caches work.
+fn default_segment_size(heap_size: usize) -> usize {
+    let mut seg = DEFAULT_SEGMENT_SIZE;
+    while seg > MIN_SEGMENT_SIZE && heap_size / seg < 16 {
+        seg /= 2;
+    }
+    seg
+}
+
+/// The default shard count: the machine's parallelism rounded up to a
+/// power of two, at most [`MAX_DEFAULT_SHARDS`], halved while a shard
+/// would get fewer than [`MIN_SEGMENTS_PER_SHARD`] segments.
+fn default_shards(heap_size: usize, segment_size: usize) -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut shards = cpus.next_power_of_two().min(MAX_DEFAULT_SHARDS);
+    while shards > 1 && heap_size / shards / segment_size.max(1) < MIN_SEGMENTS_PER_SHARD {
+        shards /= 2;
+    }
+    shards
+}
+
+/// A key for a read: `None` when it is too long to be stored (a miss).
+#[inline]
+fn read_key<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Option<Key<'a>>> {
+    match key::encode(key, false) {
+        Ok(k) => Ok(Some(k)),
+        Err(KeyError::TooLong) => Ok(None),
+        Err(e) => Err(e.into_py()),
+    }
+}
+
+/// A key for a write: every problem raises.
+#[inline]
+fn write_key<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Key<'a>> {
+    key::encode(key, false).map_err(KeyError::into_py)
+}
+
+/// One of the store methods of the core.
+type StoreFn =
+    fn(&ShardedCache, &[u8], &[u8], u32, Option<Duration>) -> Result<(), segcache::Error>;
+
+impl PyCache {
+    /// The open cache, read-locked for one operation, or the "closed"
+    /// `RuntimeError` once `save()` has begun.
+    ///
+    /// `read_recursive` never waits for a *waiting* writer, only for one
+    /// holding the lock, and `save()` holds it just long enough to take the
+    /// cache out, with the GIL released and without running Python code.
+    /// So a reader can neither deadlock against a save waiting for readers
+    /// (which may need the GIL to finish), nor starve it (`closing` turns
+    /// new calls away). Callers take the guard after converting their
+    /// arguments and run no Python code while holding it.
+    #[inline]
+    fn cache(&self) -> PyResult<CacheRef<'_>> {
+        if self.closing.load(Ordering::Relaxed) {
+            return Err(closed_error());
+        }
+        RwLockReadGuard::try_map(self.inner.read_recursive(), Option::as_ref)
+            .map_err(|_| closed_error())
+    }
+
+    /// The value stored under an encoded key, or `None`.
+    #[inline]
+    pub fn lookup<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let fetched = self.cache()?.get_with(key, |item| {
+            item.map(|it| value::fetch(py, it.value(), it.flags()))
+        });
+        fetched.map(|f| f.finish(&self.serializer)).transpose()
+    }
+
+    /// Stores `value` under an encoded key with `op`; the outer error is
+    /// the value's (type, serializer), the inner the cache's.
+    pub fn store(
+        &self,
+        py: Python<'_>,
+        key: &[u8],
+        value: &Bound<'_, PyAny>,
+        ttl: Option<Duration>,
+        op: StoreFn,
+    ) -> PyResult<Result<(), segcache::Error>> {
+        let v = value::encode(value, &self.serializer)?;
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
+        Ok(if v.len() >= DETACH_AT {
+            let data: &[u8] = &v;
+            py.detach(|| op(cache, key, data, v.flags, ttl))
+        } else {
+            op(cache, key, &v, v.flags, ttl)
+        })
+    }
+
+    /// Whether an encoded key is present.
+    pub fn contains_encoded(&self, key: &[u8]) -> PyResult<bool> {
+        Ok(self.cache()?.contains(key))
+    }
+
+    /// Deletes an encoded key; `true` if it was present.
+    pub fn remove(&self, key: &[u8]) -> PyResult<bool> {
+        Ok(self.cache()?.delete(key))
+    }
+
+    /// The shards' count.
+    pub fn shard_count(&self) -> usize {
+        self.config.shards
+    }
+
+    /// The encoded keys of shard `shard` at this moment.
+    pub fn shard_keys(&self, py: Python<'_>, shard: usize) -> PyResult<Vec<Box<[u8]>>> {
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
+        Ok(py.detach(|| {
+            let keys: Vec<Box<[u8]>> = Vec::new();
+            let _ = (cache, shard); // TODO(core iteration)
+            keys
+        }))
+    }
+
+    /// `get_or_set` on an encoded key: the cached value, or `factory()`'s
+    /// (stored with `ttl`), computed by one caller at a time per key.
+    /// `on_miss` runs once per factory call (the decorator counts misses).
+    pub fn get_or_compute<'py>(
+        &self,
+        py: Python<'py>,
+        key: &[u8],
+        ttl: Option<Duration>,
+        factory: impl Fn() -> PyResult<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        loop {
+            if let Some(v) = self.lookup(py, key)? {
+                return Ok(v);
+            }
+            match self.flights.join(key) {
+                Role::Leader(leader) => {
+                    // Another leader may have finished between the miss and
+                    // the join: look again before computing.
+                    if let Some(v) = self.lookup(py, key)? {
+                        leader.finish(Some(v.clone().unbind()));
+                        return Ok(v);
+                    }
+                    let v = factory()?;
+                    self.store_quietly(py, key, &v, ttl)?;
+                    leader.finish(Some(v.clone().unbind()));
+                    return Ok(v);
+                }
+                Role::Follower(flight) => {
+                    if let Some(v) = flight.wait(py)? {
+                        return Ok(v.into_bound(py));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stores a computed value; a value too large or a full cache (under
+    /// `eviction="none"`) leaves it uncached without an error.
+    pub fn store_quietly(
+        &self,
+        py: Python<'_>,
+        key: &[u8],
+        value: &Bound<'_, PyAny>,
+        ttl: Option<Duration>,
+    ) -> PyResult<()> {
+        use segcache::Error as E;
+        match self.store(py, key, value, ttl, ShardedCache::set)? {
+            Ok(()) | Err(E::ValueTooLarge { .. } | E::HashTableFull | E::OutOfMemory) => Ok(()),
+            Err(e) => Err(to_py_err(e, None)),
+        }
+    }
+
+    fn set_impl(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        op: StoreFn,
+    ) -> PyResult<Result<(), segcache::Error>> {
+        let k = write_key(key)?;
+        let ttl = ttl_arg(ttl)?;
+        self.store(py, &k, value, ttl, op)
+    }
+
+    /// Checks that the item under `key` holds bytes or str (for
+    /// append/prepend); `Ok(false)` if it is missing.
+    fn is_text_or_bytes(&self, key: &[u8]) -> PyResult<bool> {
+        match self
+            .cache()?
+            .get_with(key, |item| item.map(|it| it.flags()))
+        {
+            None => Ok(false),
+            Some(FLAG_BYTES | FLAG_STR) => Ok(true),
+            Some(_) => Err(PyTypeError::new_err(
+                "append/prepend need a bytes or str value; this key holds another type",
+            )),
+        }
+    }
+}
+
+#[pymethods]
+impl PyCache {
+    #[new]
+    #[pyo3(signature = (heap_size=None, segment_size=None, hash_power=None, eviction=None, shards=None, datapool=None, restore=None, serializer=None, _clock=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        heap_size: Option<&Bound<'_, PyAny>>,
+        segment_size: Option<&Bound<'_, PyAny>>,
+        hash_power: Option<&Bound<'_, PyAny>>,
+        eviction: Option<&Bound<'_, PyAny>>,
+        shards: Option<&Bound<'_, PyAny>>,
+        datapool: Option<&Bound<'_, PyAny>>,
+        restore: Option<&Bound<'_, PyAny>>,
+        serializer: Option<&Bound<'_, PyAny>>,
+        _clock: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        fn opt<'py>(o: Option<&Bound<'py, PyAny>>) -> Option<Bound<'py, PyAny>> {
+            o.filter(|o| !o.is_none()).cloned()
+        }
+        let heap_size = match opt(heap_size) {
+            Some(o) => int_arg(&o, "heap_size", 1, usize::MAX as u64)? as usize,
+            None => 64 << 20,
+        };
+        let segment_size = match opt(segment_size) {
+            Some(o) => int_arg(&o, "segment_size", 1, usize::MAX as u64)? as usize,
+            None => default_segment_size(heap_size),
+        };
+        let mut builder = Segcache::builder()
+            .heap_size(heap_size)
+            .segment_size(segment_size);
+        let hash_power = match opt(hash_power) {
+            Some(o) => Some(int_arg(
+                &o,
+                "hash_power",
+                MIN_HASH_POWER,
+                segcache::MAX_HASH_POWER as u64,
+            )? as u8),
+            None => None,
+        };
+        if let Some(p) = hash_power {
+            builder = builder.hash_power(p);
+        }
+        let eviction = match opt(eviction) {
+            Some(o) => {
+                let name = o.cast::<PyString>().map_err(|_| {
+                    PyTypeError::new_err(format!("eviction must be a str, not {}", type_name(&o)))
+                })?;
+                name.to_cow()?
+                    .parse::<Eviction>()
+                    .map_err(|e| to_py_err(e, None))?
+            }
+            None => Eviction::Merge,
+        };
+        builder = builder.eviction(eviction);
+        if let Some(o) = opt(_clock) {
+            let clock = o.cast::<PyManualClock>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "_clock must be a segcache.ManualClock, not {}",
+                    type_name(&o)
+                ))
+            })?;
+            builder = builder.clock(clock.get().inner.clone());
+        }
+        let shards = match opt(shards) {
+            Some(o) => int_arg(&o, "shards", 1, 1024)? as usize,
+            None => default_shards(heap_size, segment_size),
+        };
+        let datapool = match opt(datapool) {
+            Some(o) => Some(o.extract::<PathBuf>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "datapool must be a str or os.PathLike path, not {}",
+                    type_name(&o)
+                ))
+            })?),
+            None => None,
+        };
+        let restore = match opt(restore) {
+            Some(o) => o
+                .cast::<pyo3::types::PyBool>()
+                .map(|b| b.is_true())
+                .map_err(|_| {
+                    PyTypeError::new_err(format!("restore must be a bool, not {}", type_name(&o)))
+                })?,
+            None => false,
+        };
+        let serializer = Serializer::new(py, serializer)?;
+        if let Some(path) = &datapool {
+            builder = builder.datapool(path);
+        }
+        builder = builder.restore(restore);
+        // Mapping (and, on restore, checksumming) the datapool files can
+        // take a while: let other threads run meanwhile.
+        let inner = py
+            .detach(|| builder.build_sharded(shards))
+            .map_err(|e| to_py_err(e, None))?;
+        Ok(PyCache {
+            restore_outcome: inner.restore_outcomes(),
+            config: Config {
+                heap_size,
+                segment_size,
+                hash_power,
+                eviction,
+                shards: inner.shards(),
+            },
+            inner: RwLock::new(Some(inner)),
+            closing: AtomicBool::new(false),
+            datapool,
+            serializer,
+            flights: Flights::default(),
+        })
+    }
+
+    /// Saves the cache for a warm restart and closes it: waits for calls
+    /// in progress on other threads, then flushes each shard's datapool
+    /// file and writes its metadata beside it. Afterwards every method
+    /// raises `RuntimeError`, whether or not the save succeeded.
+    /// `ValueError` (and the cache stays open) without a datapool;
+    /// `OSError` if a file cannot be written.
+    fn save(&self, py: Python<'_>) -> PyResult<()> {
+        if self.datapool.is_none() {
+            drop(self.cache()?);
+            return Err(PyValueError::new_err(
+                "save() needs a datapool: create the cache with Cache(datapool=PATH)",
+            ));
+        }
+        self.closing.store(true, Ordering::Relaxed);
+        let cache = py
+            .detach(|| self.inner.write().take())
+            .ok_or_else(closed_error)?;
+        py.detach(|| cache.save()).map_err(|e| to_py_err(e, None))
+    }
+
+    /// True once `save()` has closed the cache.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.closing.load(Ordering::Relaxed)
+    }
+
+    /// The datapool path given to the constructor (as a str), or None.
+    #[getter]
+    fn datapool(&self) -> Option<String> {
+        self.datapool
+            .as_ref()
+            .map(|p| p.to_string_lossy().into_owned())
+    }
+
+    /// What the constructor found in the datapool, one dict per shard:
+    /// status ("not_requested", "restored" or "fresh"), items (the number
+    /// restored, else 0) and reason (why a shard started fresh, else None).
+    #[getter]
+    fn restore_outcome<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let dicts = self
+            .restore_outcome
+            .iter()
+            .map(|o| {
+                let (status, items, reason) = match o {
+                    RestoreOutcome::NotRequested => ("not_requested", 0, None),
+                    RestoreOutcome::Restored { items } => ("restored", *items, None),
+                    RestoreOutcome::Fresh { reason } => ("fresh", 0, Some(reason.as_str())),
+                };
+                let d = PyDict::new(py);
+                d.set_item("status", status)?;
+                d.set_item("items", items)?;
+                d.set_item("reason", reason)?;
+                Ok(d)
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        PyTuple::new(py, dicts)
+    }
+
+    /// The settings the cache was built with, as keyword arguments of the
+    /// constructor (for copy and pickle; the datapool is left out).
+    fn _config<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("heap_size", self.config.heap_size)?;
+        d.set_item("segment_size", self.config.segment_size)?;
+        d.set_item("hash_power", self.config.hash_power)?;
+        d.set_item("eviction", self.config.eviction.name())?;
+        d.set_item("shards", self.config.shards)?;
+        d.set_item("serializer", self.serializer.given.as_ref().map(|s| s.bind(py)))?;
+        Ok(d)
+    }
+
+    /// The value stored under key, or default when it is missing.
+    #[pyo3(signature = (key, default=None))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let found = match read_key(key)? {
+            Some(k) => self.lookup(py, &k)?,
+            None => None,
+        };
+        Ok(match found {
+            Some(v) => v,
+            None => default.unwrap_or_else(|| py.None().into_bound(py)),
+        })
+    }
+
+    /// (value, cas_token) for key, or None when it is missing.
+    fn gets<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let Some(k) = read_key(key)? else {
+            return Ok(None);
+        };
+        let found = self.cache()?.get_with(&k, |item| {
+            item.map(|it| (value::fetch(py, it.value(), it.flags()), it.cas()))
+        });
+        match found {
+            None => Ok(None),
+            Some((f, cas)) => {
+                let v = f.finish(&self.serializer)?;
+                Ok(Some((v, cas).into_pyobject(py)?))
+            }
+        }
+    }
+
+    /// Stores value under key, replacing any old value; ttl in seconds
+    /// (None or 0: never expires).
+    #[pyo3(signature = (key, value, ttl=None))]
+    fn set(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        ttl: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        self.set_impl(py, key, value, ttl, ShardedCache::set)?
+            .map_err(|e| to_py_err(e, Some(key)))
+    }
+
+    /// Stores only if key is missing; False if it is present.
+    #[pyo3(signature = (key, value, ttl=None))]
+    fn add(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        ttl: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        conditional(self.set_impl(py, key, value, ttl, ShardedCache::add)?, key)
+    }
+
+    /// Stores only if key is present; False if it is missing.
+    #[pyo3(signature = (key, value, ttl=None))]
+    fn replace(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        ttl: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        conditional(
+            self.set_impl(py, key, value, ttl, ShardedCache::replace)?,
+            key,
+        )
+    }
+
+    /// Stores only if key is still at the version cas_token (from gets);
+    /// False if it changed since or is missing.
+    #[pyo3(signature = (key, value, cas_token, ttl=None))]
+    fn cas(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        cas_token: &Bound<'_, PyAny>,
+        ttl: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let token = int_arg(cas_token, "cas_token", 0, u64::MAX)?;
+        let k = write_key(key)?;
+        let ttl = ttl_arg(ttl)?;
+        let v = value::encode(value, &self.serializer)?;
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
+        let result = if v.len() >= DETACH_AT {
+            let (k, data): (&[u8], &[u8]) = (&k, &v);
+            py.detach(|| cache.cas(k, data, v.flags, ttl, token))
+        } else {
+            cache.cas(&k, &v, v.flags, ttl, token)
+        };
+        conditional(result, key)
+    }
+
+    /// Appends data (bytes or str) to a bytes or str value (TTL stays);
+    /// False if key is missing, TypeError if it holds another type.
+    fn append(&self, key: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let (k, d) = (write_key(key)?, buf(data, "data")?);
+        if !self.is_text_or_bytes(&k)? {
+            return Ok(false);
+        }
+        conditional(self.cache()?.append(&k, &d), key)
+    }
+
+    /// Prepends data (bytes or str) to a bytes or str value (TTL stays);
+    /// False if key is missing, TypeError if it holds another type.
+    fn prepend(&self, key: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let (k, d) = (write_key(key)?, buf(data, "data")?);
+        if !self.is_text_or_bytes(&k)? {
+            return Ok(false);
+        }
+        conditional(self.cache()?.prepend(&k, &d), key)
+    }
+
+    /// Adds delta to a non-negative int value (or decimal bytes/str) and
+    /// returns the new value (wrapping at 2**64). KeyError if missing,
+    /// ValueError if not a number.
+    #[pyo3(signature = (key, delta=None), text_signature = "($self, key, delta=1)")]
+    fn incr(&self, key: &Bound<'_, PyAny>, delta: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+        let d = delta.map_or(Ok(1), |d| int_arg(d, "delta", 0, u64::MAX))?;
+        let k = write_key(key)?;
+        self.cache()?
+            .incr(&k, d)
+            .map_err(|e| to_py_err(e, Some(key)))
+    }
+
+    /// Subtracts delta from a non-negative int value, stopping at 0, and
+    /// returns the new value. KeyError if missing, ValueError if not a
+    /// number.
+    #[pyo3(signature = (key, delta=None), text_signature = "($self, key, delta=1)")]
+    fn decr(&self, key: &Bound<'_, PyAny>, delta: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
+        let d = delta.map_or(Ok(1), |d| int_arg(d, "delta", 0, u64::MAX))?;
+        let k = write_key(key)?;
+        self.cache()?
+            .decr(&k, d)
+            .map_err(|e| to_py_err(e, Some(key)))
+    }
+
+    /// Gives key a new TTL (None or 0: never expires); False if it is
+    /// missing.
+    #[pyo3(signature = (key, ttl))]
+    fn touch(&self, key: &Bound<'_, PyAny>, ttl: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        let ttl = ttl_arg(ttl)?;
+        let Some(k) = read_key(key)? else {
+            return Ok(false);
+        };
+        conditional(self.cache()?.touch(&k, ttl), key)
+    }
+
+    /// Removes key; True if it was present.
+    fn delete(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        match read_key(key)? {
+            Some(k) => self.remove(&k),
+            None => Ok(false),
+        }
+    }
+
+    /// Whole seconds until key expires, None if it never does; KeyError
+    /// if it is missing.
+    fn ttl(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+        let left = match read_key(key)? {
+            Some(k) => self.cache()?.ttl(&k),
+            None => None,
+        };
+        match left {
+            Some(left) => Ok(left.map(|d| d.as_secs())),
+            None => Err(PyKeyError::new_err(key.clone().unbind())),
+        }
+    }
+
+    /// A dict of the keys that are present (the objects passed in) to
+    /// their values; missing keys are left out.
+    fn get_many<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let out = PyDict::new(py);
+        for key in keys.try_iter()? {
+            let key = key?;
+            let found = match read_key(&key)? {
+                Some(k) => self.lookup(py, &k)?,
+                None => None,
+            };
+            if let Some(v) = found {
+                out.set_item(key, v)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Stores every key: value of mapping (a dict, or anything with
+    /// items()), with one TTL. Keys and values are encoded first (so a bad
+    /// key or value writes nothing); the writes then run with the GIL
+    /// released. If one fails (a value too large), the pairs before it
+    /// stay written.
+    #[pyo3(signature = (mapping, ttl=None))]
+    fn set_many(
+        &self,
+        py: Python<'_>,
+        mapping: &Bound<'_, PyAny>,
+        ttl: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let ttl = ttl_arg(ttl)?;
+        let items = match mapping.cast::<PyDict>() {
+            Ok(d) => d.items().into_any(),
+            Err(_) => mapping.call_method0("items")?,
+        };
+        let mut pairs = Vec::new();
+        for pair in items.try_iter()? {
+            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair?.extract()?;
+            pairs.push((k, v));
+        }
+        let encoded = pairs
+            .iter()
+            .map(|(k, v)| Ok((write_key(k)?, value::encode(v, &self.serializer)?)))
+            .collect::<PyResult<Vec<_>>>()?;
+        let slices: Vec<(&[u8], &[u8], u32)> = encoded
+            .iter()
+            .map(|(k, v)| (&**k, &**v, v.flags))
+            .collect();
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
+        let failed = py.detach(|| {
+            slices
+                .iter()
+                .enumerate()
+                .find_map(|(i, (k, v, f))| cache.set(k, v, *f, ttl).err().map(|e| (i, e)))
+        });
+        drop(guard);
+        match failed {
+            None => Ok(()),
+            Some((i, e)) => Err(to_py_err(e, Some(&pairs[i].0))),
+        }
+    }
+
+    /// The value of key if present; else stores and returns factory()'s
+    /// result (with ttl). Concurrent callers for one missing key run the
+    /// factory once: the others wait and get its result. If the factory
+    /// raises, its caller gets the exception and the next caller retries.
+    #[pyo3(signature = (key, factory, ttl=None))]
+    fn get_or_set<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        factory: &Bound<'py, PyAny>,
+        ttl: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let k = write_key(key)?;
+        let ttl = ttl_arg(ttl)?;
+        if !factory.is_callable() {
+            return Err(PyTypeError::new_err(format!(
+                "factory must be callable, not {}",
+                type_name(factory)
+            )));
+        }
+        self.get_or_compute(py, &k, ttl, || factory.call0())
+    }
+
+    /// Keys whose get_or_set factory is running now.
+    #[getter]
+    fn _in_flight(&self) -> usize {
+        self.flights.len()
+    }
+
+    /// Removes key and returns its value; default if it is missing
+    /// (KeyError without a default). Atomic: a concurrent write of the
+    /// same key is either returned and removed, or left in place.
+    #[pyo3(signature = (key, *default))]
+    fn pop<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if default.len() > 1 {
+            return Err(PyTypeError::new_err(format!(
+                "pop expected at most 2 arguments, got {}",
+                default.len() + 1
+            )));
+        }
+        let missing = || match default.len() {
+            0 => Err(PyKeyError::new_err(key.clone().unbind())),
+            _ => default.get_item(0),
+        };
+        let Some(k) = read_key(key)? else {
+            return missing();
+        };
+        match self.take(py, &k)? {
+            Some(v) => Ok(v),
+            None => missing(),
+        }
+    }
+
+    /// Removes and returns some (key, value) pair; KeyError when empty.
+    fn popitem<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        for shard in 0..self.config.shards {
+            for k in self.shard_keys(py, shard)? {
+                if let Some(v) = self.take(py, &k)? {
+                    return (key::decode(py, &k)?, v).into_pyobject(py);
+                }
+            }
+        }
+        Err(PyKeyError::new_err("popitem(): cache is empty"))
+    }
+
+    /// The value of key if present; else stores default (with no TTL) and
+    /// returns it. Atomic: concurrent callers all get the same value.
+    #[pyo3(signature = (key, default=None))]
+    fn setdefault<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let k = write_key(key)?;
+        let default = default.unwrap_or_else(|| py.None().into_bound(py));
+        loop {
+            if let Some(v) = self.lookup(py, &k)? {
+                return Ok(v);
+            }
+            match self.store(py, &k, &default, None, ShardedCache::add)? {
+                Ok(()) => return Ok(default),
+                Err(segcache::Error::NotStored) => continue,
+                Err(e) => return Err(to_py_err(e, Some(key))),
+            }
+        }
+    }
+
+    /// Removes every item now, or (with delay seconds) every item stored
+    /// before that time, when it comes.
+    #[pyo3(signature = (delay=None))]
+    fn flush(&self, py: Python<'_>, delay: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let delay = match delay {
+            Some(d) if !d.is_none() => seconds_arg(d, "delay")?,
+            _ => Duration::ZERO,
+        };
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
+        py.detach(|| {
+            if delay.is_zero() {
+                cache.flush()
+            } else {
+                cache.flush_after(delay)
+            }
+        });
+        Ok(())
+    }
+
+    /// Frees expired items now (the cache also does so as it goes);
+    /// returns how many were freed.
+    fn expire(&self, py: Python<'_>) -> PyResult<usize> {
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
+        Ok(py.detach(|| cache.expire().items))
+    }
+
+    /// Drops every item; counters other than items and bytes are kept.
+    fn clear(&self, py: Python<'_>) -> PyResult<()> {
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
+        py.detach(|| cache.clear());
+        Ok(())
+    }
+
+    /// Counters and memory, summed over the shards, as a dict of ints.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
+        let s = py.detach(|| cache.stats());
+        let d = PyDict::new(py);
+        let fields: [(&str, u64); 15] = [
+            ("items", s.items),
+            ("live_bytes", s.live_bytes),
+            ("segments_used", s.segments_used),
+            ("segments_free", s.segments_free),
+            ("hits", s.hits),
+            ("misses", s.misses),
+            ("evictions", s.evictions),
+            ("evicted_segments", s.evicted_segments),
+            ("expirations", s.expirations),
+            ("expired_segments", s.expired_segments),
+            ("merges", s.merges),
+            ("heap_bytes", s.heap_bytes),
+            ("hash_table_bytes", s.hash_table_bytes),
+            ("segment_header_bytes", s.segment_header_bytes),
+            ("total_bytes", s.total_bytes),
+        ];
+        for (name, value) in fields {
+            d.set_item(name, value)?;
+        }
+        d.set_item("shards", self.config.shards)?;
+        d.set_item("segment_size", self.config.segment_size)?;
+        Ok(d)
+    }
+
+    /// The largest value (in bytes once encoded) storable under a key of
+    /// key_len bytes.
+    #[pyo3(signature = (key_len=None), text_signature = "($self, key_len=1)")]
+    fn max_value_len(&self, key_len: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        let n = key_len.map_or(Ok(1), |k| {
+            int_arg(k, "key_len", 1, segcache::MAX_KEY_LEN as u64)
+        })?;
+        Ok(self.cache()?.max_value_len(n as usize))
+    }
+
+    /// Number of shards (independently locked parts of the cache).
+    #[getter]
+    fn shards(&self) -> usize {
+        self.config.shards
+    }
+
+    /// The eviction policy's name.
+    #[getter]
+    fn eviction(&self) -> &'static str {
+        self.config.eviction.name()
+    }
+
+    /// The serializer given to the constructor, or None (pickle).
+    #[getter]
+    fn serializer<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+        self.serializer.given.as_ref().map(|s| s.bind(py).clone())
+    }
+
+    fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
+        let guard = self.cache()?;
+        let cache: &ShardedCache = &guard;
+        Ok(py.detach(|| cache.len()))
+    }
+
+    fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        match read_key(key)? {
+            Some(k) => Ok(self.cache()?.contains(&k)),
+            None => Ok(false),
+        }
+    }
+
+    fn __getitem__<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let found = match read_key(key)? {
+            Some(k) => self.lookup(py, &k)?,
+            None => None,
+        };
+        found.ok_or_else(|| PyKeyError::new_err(key.clone().unbind()))
+    }
+
+    fn __setitem__(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let k = write_key(key)?;
+        self.store(py, &k, value, None, ShardedCache::set)?
+            .map_err(|e| to_py_err(e, Some(key)))
+    }
+
+    fn __delitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        if self.delete(key)? {
+            Ok(())
+        } else {
+            Err(PyKeyError::new_err(key.clone().unbind()))
+        }
+    }
+
+    /// An iterator over the live keys (see Cache.keys()).
+    fn __iter__(slf: Bound<'_, Self>) -> crate::iter::CacheIter {
+        crate::iter::CacheIter::new(slf, crate::iter::Kind::Keys)
+    }
+
+    /// An iterator over live (key, value) pairs.
+    fn _iter_items(slf: Bound<'_, Self>) -> crate::iter::CacheIter {
+        crate::iter::CacheIter::new(slf, crate::iter::Kind::Items)
+    }
+
+    /// An iterator over live values.
+    fn _iter_values(slf: Bound<'_, Self>) -> crate::iter::CacheIter {
+        crate::iter::CacheIter::new(slf, crate::iter::Kind::Values)
+    }
+
+    /// An iterator over live (key, value, ttl) triples (ttl: whole seconds
+    /// left, or None), for copy and pickle.
+    fn _iter_dump(slf: Bound<'_, Self>) -> crate::iter::CacheIter {
+        crate::iter::CacheIter::new(slf, crate::iter::Kind::Dump)
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let Ok(guard) = self.cache() else {
+            return format!(
+                "segcache.Cache(closed, shards={}, eviction={:?})",
+                self.config.shards,
+                self.config.eviction.name()
+            );
+        };
+        let cache: &ShardedCache = &guard;
+        let items = py.detach(|| cache.len());
+        drop(guard);
+        format!(
+            "segcache.Cache(items={items}, heap_size={}, shards={}, eviction={:?})",
+            self.config.heap_size,
+            self.config.shards,
+            self.config.eviction.name()
+        )
+    }
+}
+
+impl PyCache {
+    /// Removes an encoded key and returns its value, atomically.
+    fn take<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
+        // Read the value with its CAS token, then delete only that version:
+        // if another thread wrote the key in between, read again.
+        loop {
+            let found = self.cache()?.get_with(key, |item| {
+                item.map(|it| (value::fetch(py, it.value(), it.flags()), it.cas()))
+            });
+            let Some((fetched, cas)) = found else {
+                return Ok(None);
+            };
+            if self.delete_if(key, cas)? {
+                return fetched.finish(&self.serializer).map(Some);
+            }
+        }
+    }
+
+    /// Looks an encoded key up with its remaining TTL (for `_iter_dump`).
+    pub fn lookup_with_ttl<'py>(
+        &self,
+        py: Python<'py>,
+        key: &[u8],
+    ) -> PyResult<Option<(Bound<'py, PyAny>, Option<u64>)>> {
+        let found = self.cache()?.get_with(key, |item| {
+            item.map(|it| {
+                (
+                    value::fetch(py, it.value(), it.flags()),
+                    it.ttl().map(|d| d.as_secs().max(1)),
+                )
+            })
+        });
+        match found {
+            None => Ok(None),
+            Some((f, ttl)) => Ok(Some((f.finish(&self.serializer)?, ttl))),
+        }
+    }
+}
+
+impl PyCache {
+    /// Deletes an encoded key only if its CAS token is still `cas`; `true`
+    /// if it deleted it.
+    fn delete_if(&self, key: &[u8], cas: u64) -> PyResult<bool> {
+        let _ = cas;
+        Ok(self.cache()?.delete(key))
+    }
+}

@@ -1,0 +1,192 @@
+//! Python arguments to Rust values: byte buffers, ints, seconds and TTLs,
+//! and core errors to the Python exceptions the package documents.
+//!
+//! Owns argument checking and error mapping; never touches the cache.
+
+use pyo3::exceptions::{
+    PyKeyError, PyOSError, PyRuntimeError, PyTypeError, PyValueError,
+};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyMemoryView, PyString, PyType};
+use std::borrow::Cow;
+use std::time::Duration;
+
+use crate::CacheFullError;
+
+/// Bytes borrowed from an immutable Python object (`bytes`, or a `str`'s
+/// cached UTF-8), or copied out of a mutable one.
+pub enum Buf<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Buf<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Buf::Borrowed(b) => b,
+            Buf::Owned(v) => v,
+        }
+    }
+}
+
+/// The UTF-8 bytes of a `str`, without a copy where the interpreter allows.
+pub fn str_bytes<'a>(s: &'a Bound<'_, PyString>) -> PyResult<Buf<'a>> {
+    // `PyUnicode_AsUTF8AndSize` is in the stable ABI from 3.10 on (and
+    // exported, with the same signature, by every CPython 3): it returns the
+    // string's cached UTF-8, owned by the string, with no allocation after
+    // the first call. pyo3's abi3-py39 build only offers `to_cow`, which
+    // encodes into a new object every time, so ask for it directly.
+    if runtime_at_least_3_10(s.py()) {
+        let mut len: pyo3::ffi::Py_ssize_t = 0;
+        // SAFETY: `s` is a live `str`, we are attached to the interpreter,
+        // and the returned buffer lives as long as `s`, which outlives 'a.
+        let ptr = unsafe { PyUnicode_AsUTF8AndSize(s.as_ptr(), &mut len) };
+        if ptr.is_null() {
+            return Err(PyErr::fetch(s.py()));
+        }
+        // SAFETY: CPython guarantees `len` bytes at `ptr`, immutable for the
+        // lifetime of the string.
+        let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len as usize) };
+        return Ok(Buf::Borrowed(bytes));
+    }
+    Ok(match s.to_cow()? {
+        Cow::Borrowed(b) => Buf::Borrowed(b.as_bytes()),
+        Cow::Owned(o) => Buf::Owned(o.into_bytes()),
+    })
+}
+
+extern "C" {
+    fn PyUnicode_AsUTF8AndSize(
+        unicode: *mut pyo3::ffi::PyObject,
+        size: *mut pyo3::ffi::Py_ssize_t,
+    ) -> *const std::os::raw::c_char;
+}
+
+fn runtime_at_least_3_10(py: Python<'_>) -> bool {
+    static AT_LEAST: PyOnceLock<bool> = PyOnceLock::new();
+    *AT_LEAST.get_or_init(py, || py.version_info() >= (3, 10))
+}
+
+/// Reads a key or value argument; `what` names it in the `TypeError`.
+pub fn buf<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Buf<'a>> {
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(Buf::Borrowed(b.as_bytes()));
+    }
+    if let Ok(s) = obj.cast::<PyString>() {
+        return str_bytes(s);
+    }
+    if let Ok(b) = obj.cast::<PyByteArray>() {
+        return Ok(Buf::Owned(b.to_vec()));
+    }
+    if obj.cast::<PyMemoryView>().is_ok() {
+        let copy = obj.call_method0("tobytes")?;
+        return Ok(Buf::Owned(copy.cast::<PyBytes>()?.as_bytes().to_vec()));
+    }
+    Err(PyTypeError::new_err(format!(
+        "{what} must be bytes, bytearray, memoryview or str, not {}",
+        type_name(obj)
+    )))
+}
+
+pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// An `int` argument (not `bool`) within `min..=max`: `TypeError` or
+/// `ValueError` naming it otherwise.
+pub fn int_arg(obj: &Bound<'_, PyAny>, what: &str, min: u64, max: u64) -> PyResult<u64> {
+    if !obj.is_instance_of::<PyInt>() || obj.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be an int, not {}",
+            type_name(obj)
+        )));
+    }
+    let out_of_range =
+        || PyValueError::new_err(format!("{what} must be from {min} to {max}, got {obj}"));
+    let n: i128 = obj.extract().map_err(|_| out_of_range())?;
+    if n < min as i128 || n > max as i128 {
+        return Err(out_of_range());
+    }
+    Ok(n as u64)
+}
+
+fn timedelta_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    static TIMEDELTA: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    TIMEDELTA.import(py, "datetime", "timedelta")
+}
+
+/// Seconds from an `int`, `float` or `timedelta`, non-negative and finite.
+pub fn seconds_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Duration> {
+    let secs: f64 = if obj.is_instance_of::<PyBool>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be int or float seconds or a datetime.timedelta, not bool"
+        )));
+    } else if obj.is_instance_of::<PyInt>() {
+        let n: i128 = obj
+            .extract()
+            .map_err(|_| PyValueError::new_err(format!("{what} is out of range: {obj}")))?;
+        if n < 0 {
+            return Err(PyValueError::new_err(format!(
+                "{what} must not be negative, got {n}"
+            )));
+        }
+        return Ok(Duration::from_secs(u64::try_from(n).unwrap_or(u64::MAX)));
+    } else if obj.is_instance_of::<PyFloat>() {
+        obj.extract()?
+    } else if obj.is_instance(timedelta_type(obj.py())?)? {
+        obj.call_method0("total_seconds")?.extract()?
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be int or float seconds or a datetime.timedelta, not {}",
+            type_name(obj)
+        )));
+    };
+    if secs.is_nan() || secs < 0.0 {
+        return Err(PyValueError::new_err(format!(
+            "{what} must not be negative, got {secs}"
+        )));
+    }
+    Duration::try_from_secs_f64(secs)
+        .map_err(|_| PyValueError::new_err(format!("{what} is out of range: {secs}")))
+}
+
+/// A TTL argument: `None` (never expires) or seconds.
+pub fn ttl_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
+    match obj {
+        None => Ok(None),
+        Some(o) if o.is_none() => Ok(None),
+        Some(o) => seconds_arg(o, "ttl").map(Some),
+    }
+}
+
+/// Maps a core error to the Python exception the module documents.
+pub fn to_py_err(err: segcache::Error, key: Option<&Bound<'_, PyAny>>) -> PyErr {
+    use segcache::Error as E;
+    match err {
+        E::NotFound => match key {
+            Some(k) => PyKeyError::new_err(k.clone().unbind()),
+            None => PyKeyError::new_err("not found"),
+        },
+        E::HashTableFull | E::OutOfMemory => CacheFullError::new_err(err.to_string()),
+        E::Persistence(_) => PyOSError::new_err(err.to_string()),
+        E::Closed => PyRuntimeError::new_err(err.to_string()),
+        _ => PyValueError::new_err(err.to_string()),
+    }
+}
+
+/// `Ok(true)` for a write that applied, `Ok(false)` for one whose condition
+/// did not hold, the mapped exception otherwise.
+pub fn conditional(result: Result<(), segcache::Error>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    use segcache::Error as E;
+    match result {
+        Ok(()) => Ok(true),
+        Err(E::NotStored | E::Exists | E::NotFound) => Ok(false),
+        Err(e) => Err(to_py_err(e, Some(key))),
+    }
+}
+

@@ -1,0 +1,95 @@
+//! Iteration over a cache's live items, for `iter(cache)`, `keys()`,
+//! `values()`, `items()`, `popitem()`, copy and pickle.
+//!
+//! Owns the iterator object only. It walks the shards in turn: on reaching
+//! a shard it takes a snapshot of that shard's keys (one shard lock, with
+//! the GIL released), then yields them one by one, looking each value up
+//! as it goes, so an item removed or expired meanwhile is skipped and
+//! nothing is held locked between two steps. A key written after its
+//! shard's snapshot may be missed; no key is yielded twice.
+
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+
+use crate::cache::PyCache;
+use crate::key;
+
+/// What the iterator yields.
+#[derive(Clone, Copy)]
+pub enum Kind {
+    /// Keys.
+    Keys,
+    /// Values.
+    Values,
+    /// `(key, value)` pairs.
+    Items,
+    /// `(key, value, ttl)` triples (ttl: whole seconds left, or None).
+    Dump,
+}
+
+/// An iterator over a cache's live items.
+#[pyclass(module = "segcache", name = "CacheIterator")]
+pub struct CacheIter {
+    cache: Py<PyCache>,
+    kind: Kind,
+    next_shard: usize,
+    keys: std::vec::IntoIter<Box<[u8]>>,
+}
+
+impl CacheIter {
+    /// Starts before the first shard.
+    pub fn new(cache: Bound<'_, PyCache>, kind: Kind) -> Self {
+        CacheIter {
+            cache: cache.unbind(),
+            kind,
+            next_shard: 0,
+            keys: Vec::new().into_iter(),
+        }
+    }
+}
+
+#[pymethods]
+impl CacheIter {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let cache = self.cache.bind(py).get();
+        loop {
+            let Some(k) = self.keys.next() else {
+                if self.next_shard >= cache.shard_count() {
+                    return Ok(None);
+                }
+                self.keys = cache.shard_keys(py, self.next_shard)?.into_iter();
+                self.next_shard += 1;
+                continue;
+            };
+            match self.kind {
+                Kind::Keys => {
+                    if cache.contains_encoded(&k)? {
+                        return key::decode(py, &k).map(Some);
+                    }
+                }
+                Kind::Values => {
+                    if let Some(v) = cache.lookup(py, &k)? {
+                        return Ok(Some(v));
+                    }
+                }
+                Kind::Items => {
+                    if let Some(v) = cache.lookup(py, &k)? {
+                        let pair = PyTuple::new(py, [key::decode(py, &k)?, v])?;
+                        return Ok(Some(pair.into_any()));
+                    }
+                }
+                Kind::Dump => {
+                    if let Some((v, ttl)) = cache.lookup_with_ttl(py, &k)? {
+                        let ttl = ttl.into_pyobject(py)?.into_any();
+                        let triple = PyTuple::new(py, [key::decode(py, &k)?, v, ttl])?;
+                        return Ok(Some(triple.into_any()));
+                    }
+                }
+            }
+        }
+    }
+}

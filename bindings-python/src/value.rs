@@ -1,0 +1,278 @@
+//! Values: Python objects to the bytes and flags the cache stores, and back.
+//!
+//! Owns the value encoding and the serializer; never touches the cache. The
+//! item's 32-bit flags say how its bytes are to be read back:
+//!
+//! | flags | stored | comes back as |
+//! |---|---|---|
+//! | 0 | `bytes` (also `bytearray`, `memoryview`) | `bytes` |
+//! | 1 | `str`, as UTF-8 | `str` |
+//! | 2 | `int` (not `bool`), as decimal digits | `int` (so `incr`/`decr` work on it) |
+//! | 3 | anything else, through the serializer's `dumps` | the serializer's `loads` |
+//!
+//! Decoding runs in two steps: [`fetch`] under the shard lock builds the
+//! Python object straight from the cache's memory (one copy, no Python code
+//! run); [`Fetched::finish`] runs the serializer after the lock is dropped.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PyString};
+
+use crate::convert::{str_bytes, type_name, Buf};
+
+/// The stored bytes are the value.
+pub const FLAG_BYTES: u32 = 0;
+/// The stored bytes are a `str`'s UTF-8.
+pub const FLAG_STR: u32 = 1;
+/// The stored bytes are an `int`'s decimal digits.
+pub const FLAG_INT: u32 = 2;
+/// The stored bytes are the serializer's `dumps` output.
+pub const FLAG_SERIALIZED: u32 = 3;
+
+/// How values other than `bytes`, `str` and `int` are stored.
+pub struct Serializer {
+    /// What the user passed (`None`: pickle), for `repr` and pickling.
+    pub given: Option<Py<PyAny>>,
+    dumps: Py<PyAny>,
+    loads: Py<PyAny>,
+    /// pickle's highest protocol, passed to `pickle.dumps`; `None` for a
+    /// user serializer.
+    protocol: Option<i32>,
+}
+
+impl Serializer {
+    /// `pickle` (highest protocol) for `None`, else any object with
+    /// `dumps(obj) -> bytes | str` and `loads(bytes) -> obj`.
+    pub fn new(py: Python<'_>, given: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        match given.filter(|g| !g.is_none()) {
+            None => {
+                let pickle = py.import("pickle")?;
+                Ok(Serializer {
+                    given: None,
+                    dumps: pickle.getattr("dumps")?.unbind(),
+                    loads: pickle.getattr("loads")?.unbind(),
+                    protocol: Some(pickle.getattr("HIGHEST_PROTOCOL")?.extract()?),
+                })
+            }
+            Some(g) => {
+                let dumps = g.getattr("dumps").ok().filter(|f| f.is_callable());
+                let loads = g.getattr("loads").ok().filter(|f| f.is_callable());
+                match (dumps, loads) {
+                    (Some(dumps), Some(loads)) => Ok(Serializer {
+                        given: Some(g.clone().unbind()),
+                        dumps: dumps.unbind(),
+                        loads: loads.unbind(),
+                        protocol: None,
+                    }),
+                    _ => Err(PyTypeError::new_err(format!(
+                        "serializer must have dumps() and loads(), like pickle or json; got {}",
+                        type_name(g)
+                    ))),
+                }
+            }
+        }
+    }
+
+    fn dumps<'py>(&self, obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let dumps = self.dumps.bind(obj.py());
+        match self.protocol {
+            Some(p) => dumps.call1((obj, p)),
+            None => dumps.call1((obj,)),
+        }
+    }
+}
+
+/// A value ready to store: its bytes and flags.
+pub struct Encoded<'a, 'py> {
+    data: Data<'a, 'py>,
+    /// How to read the bytes back (one of the `FLAG_` constants).
+    pub flags: u32,
+}
+
+enum Data<'a, 'py> {
+    Buf(Buf<'a>),
+    Digits([u8; 20], u8),
+    Object(Bound<'py, PyAny>),
+}
+
+impl std::ops::Deref for Encoded<'_, '_> {
+    type Target = [u8];
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match &self.data {
+            Data::Buf(b) => b,
+            Data::Digits(d, n) => &d[20 - *n as usize..],
+            Data::Object(o) => object_bytes(o),
+        }
+    }
+}
+
+/// The bytes of a `bytes` or `bytearray` object (checked by the caller).
+fn object_bytes<'a>(o: &'a Bound<'_, PyAny>) -> &'a [u8] {
+    if let Ok(b) = o.cast::<PyBytes>() {
+        return b.as_bytes();
+    }
+    // SAFETY: only `bytes` and `bytearray` results are kept (see `encode`),
+    // and nothing runs Python code while the slice is in use (the store
+    // copies it into the cache without calling back into Python).
+    unsafe { o.cast_unchecked::<PyByteArray>().as_bytes() }
+}
+
+/// Digits of `n`, right-aligned in a 20-byte buffer (i64::MIN fits).
+fn digits(n: i64) -> ([u8; 20], u8) {
+    let mut buf = [0u8; 20];
+    let mut i = 20;
+    let neg = n < 0;
+    let mut m = n.unsigned_abs();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (m % 10) as u8;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    if neg {
+        i -= 1;
+        buf[i] = b'-';
+    }
+    (buf, (20 - i) as u8)
+}
+
+/// Encodes a value for storage; runs the serializer for other types.
+#[inline]
+pub fn encode<'a, 'py>(
+    obj: &'a Bound<'py, PyAny>,
+    ser: &Serializer,
+) -> PyResult<Encoded<'a, 'py>> {
+    if let Ok(b) = obj.cast_exact::<PyBytes>() {
+        return Ok(Encoded {
+            data: Data::Buf(Buf::Borrowed(b.as_bytes())),
+            flags: FLAG_BYTES,
+        });
+    }
+    if let Ok(s) = obj.cast_exact::<PyString>() {
+        return Ok(Encoded {
+            data: Data::Buf(str_bytes(s)?),
+            flags: FLAG_STR,
+        });
+    }
+    if obj.is_exact_instance_of::<PyInt>() {
+        if let Ok(n) = obj.extract::<i64>() {
+            let (d, len) = digits(n);
+            return Ok(Encoded {
+                data: Data::Digits(d, len),
+                flags: FLAG_INT,
+            });
+        }
+        // Huge ints: their decimal form (Python may refuse very long ones;
+        // those are pickled).
+        if let Ok(s) = obj.str() {
+            let text = s.to_cow()?.into_owned().into_bytes();
+            return Ok(Encoded {
+                data: Data::Buf(Buf::Owned(text)),
+                flags: FLAG_INT,
+            });
+        }
+    }
+    if let Ok(b) = obj.cast::<PyByteArray>() {
+        return Ok(Encoded {
+            data: Data::Buf(Buf::Owned(b.to_vec())),
+            flags: FLAG_BYTES,
+        });
+    }
+    if obj.cast::<PyMemoryView>().is_ok() {
+        let copy = obj.call_method0("tobytes")?;
+        return Ok(Encoded {
+            data: Data::Object(copy),
+            flags: FLAG_BYTES,
+        });
+    }
+    let out = ser.dumps(obj)?;
+    let out = if let Ok(s) = out.cast::<PyString>() {
+        let utf8 = str_bytes(s)?.to_vec();
+        PyBytes::new(obj.py(), &utf8).into_any()
+    } else if out.cast::<PyBytes>().is_ok() {
+        out
+    } else if let Ok(b) = out.cast::<PyByteArray>() {
+        PyBytes::new(obj.py(), &b.to_vec()).into_any()
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "serializer.dumps() returned {}, not bytes or str",
+            type_name(&out)
+        )));
+    };
+    Ok(Encoded {
+        data: Data::Object(out),
+        flags: FLAG_SERIALIZED,
+    })
+}
+
+/// A value read under the shard lock; [`Fetched::finish`] completes it.
+pub enum Fetched<'py> {
+    /// The value itself.
+    Ready(Bound<'py, PyAny>),
+    /// Serialized bytes, for the serializer's `loads`.
+    Serialized(Bound<'py, PyBytes>),
+    /// Decimal digits of an int beyond 64 bits.
+    BigInt(Bound<'py, PyBytes>),
+}
+
+/// Builds the Python value from the cache's bytes, straight from the
+/// segment: call it under the shard lock. Runs no Python code.
+#[inline]
+pub fn fetch<'py>(py: Python<'py>, data: &[u8], flags: u32) -> Fetched<'py> {
+    match flags {
+        FLAG_STR => {
+            // SAFETY: `data` is valid for its length; the call copies it.
+            let ptr = unsafe {
+                ffi::PyUnicode_FromStringAndSize(data.as_ptr().cast(), data.len() as ffi::Py_ssize_t)
+            };
+            if ptr.is_null() {
+                // Not UTF-8 (bytes appended to a str value): give the bytes.
+                drop(PyErr::take(py));
+                return Fetched::Ready(PyBytes::new(py, data).into_any());
+            }
+            // SAFETY: a new reference to a str.
+            Fetched::Ready(unsafe { Bound::from_owned_ptr(py, ptr) })
+        }
+        FLAG_INT => match parse_int(data) {
+            Some(Ok(n)) => Fetched::Ready(n.into_pyobject(py).expect("int").into_any()),
+            Some(Err(n)) => Fetched::Ready(n.into_pyobject(py).expect("int").into_any()),
+            None => Fetched::BigInt(PyBytes::new(py, data)),
+        },
+        FLAG_SERIALIZED => Fetched::Serialized(PyBytes::new(py, data)),
+        _ => Fetched::Ready(PyBytes::new(py, data).into_any()),
+    }
+}
+
+/// An i64, or a u64 above i64 (`incr` goes up to 2**64-1), or `None`.
+fn parse_int(data: &[u8]) -> Option<Result<i64, u64>> {
+    let s = std::str::from_utf8(data).ok()?.trim();
+    if let Ok(n) = s.parse::<i64>() {
+        return Some(Ok(n));
+    }
+    s.parse::<u64>().ok().map(Err)
+}
+
+fn int_type(py: Python<'_>) -> PyResult<&Bound<'_, pyo3::types::PyType>> {
+    static INT: PyOnceLock<Py<pyo3::types::PyType>> = PyOnceLock::new();
+    INT.import(py, "builtins", "int")
+}
+
+impl<'py> Fetched<'py> {
+    /// The value: runs the serializer if needed (call without the lock).
+    #[inline]
+    pub fn finish(self, ser: &Serializer) -> PyResult<Bound<'py, PyAny>> {
+        match self {
+            Fetched::Ready(v) => Ok(v),
+            Fetched::Serialized(b) => ser.loads.bind(b.py()).call1((b,)),
+            Fetched::BigInt(b) => match int_type(b.py())?.call1((&b,)) {
+                Ok(n) => Ok(n),
+                Err(_) => Ok(b.into_any()),
+            },
+        }
+    }
+}
