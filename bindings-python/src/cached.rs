@@ -15,7 +15,7 @@
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDict, PyTuple};
+use pyo3::types::{IntoPyDict, PyBytes, PyDict, PyTuple};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -83,7 +83,7 @@ impl CachedFunction {
             return Ok(k);
         }
         let digest = hashlib_blake2b(py)?
-            .call1((PyBytes::new(py, &k), 20))?
+            .call((PyBytes::new(py, &k),), Some(&[("digest_size", 20)].into_py_dict(py)?))?
             .call_method0("digest")?;
         let hashed = PyTuple::new(py, [pyo3::types::PyString::new(py, "#blake2b").into_any(), digest])?;
         let k = key::encode_named(&self.name, &hashed, false).map_err(KeyError::into_py)?;
@@ -174,15 +174,16 @@ impl CachedFunction {
 
     #[pyo3(signature = (*args, **kwargs))]
     fn __call__<'py>(
-        &self,
-        py: Python<'py>,
+        slf: &Bound<'py, Self>,
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        if self.is_async {
-            return async_call(py)?.call1((self.func.bind(py), py.None(), args, kwargs));
+        let py = slf.py();
+        let this = slf.get();
+        if this.is_async {
+            return async_call(py)?.call1((slf, py.None(), args, kwargs));
         }
-        self.call(py, None, args, kwargs)
+        this.call(py, None, args, kwargs)
     }
 
     fn __get__<'py>(

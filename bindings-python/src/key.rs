@@ -178,7 +178,9 @@ impl<'a> Key<'a> {
         if len > 1 << 12 {
             return Err(KeyError::TooLong);
         }
-        let bytes = n.call_method1("to_bytes", (len, "little", true))?;
+        let kwargs = pyo3::types::PyDict::new(n.py());
+        kwargs.set_item("signed", true)?;
+        let bytes = n.call_method("to_bytes", (len, "little"), Some(&kwargs))?;
         self.sized(T_INT, bytes.cast::<PyBytes>().map_err(PyErr::from)?.as_bytes())
     }
 

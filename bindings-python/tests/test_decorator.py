@@ -5,6 +5,7 @@ custom keys, and what it refuses."""
 import datetime
 import json
 import pickle
+import sys
 
 import pytest
 
@@ -45,15 +46,14 @@ def test_str_results_are_memoized_and_come_back_as_str(cache):
     assert type(greet("ada")) is str
 
 
-def test_bytes_results(cache):
-    fn, calls = counting(lambda n: bytes([n]) * n)
+def test_any_result_type_round_trips(cache):
+    results = {1: b"\x03", 2: 7, 3: {"a": [1]}, 4: None, 5: (1, "x")}
+    fn, calls = counting(lambda n: results[n])
     f = segcache.cached(cache)(fn)
-    assert f(3) == b"\x03\x03\x03"
-    assert f(3) == b"\x03\x03\x03"
-    assert len(calls) == 1
-    g = segcache.cached(cache, key=lambda n: f"g{n}")(lambda n: bytearray(b"ba"))
-    assert g(1) == bytearray(b"ba")
-    assert g(1) == b"ba" and type(g(1)) is bytes
+    for n, r in results.items():
+        assert f(n) == r
+        assert f(n) == r and type(f(n)) is type(r)
+    assert len(calls) == len(results), "None results are cached too"
 
 
 def test_ttl_expires_results(cache, clock):
@@ -68,47 +68,77 @@ def test_ttl_expires_results(cache, clock):
     assert len(calls) == 2
 
 
-@pytest.mark.parametrize("serializer", [pickle, json])
-def test_serializers_cache_any_object(cache, serializer):
-    fn, calls = counting(lambda user: {"id": user, "tags": ["a", "b"]})
-    f = segcache.cached(cache, ttl=60, serializer=serializer)(fn)
-    assert f(7) == {"id": 7, "tags": ["a", "b"]}
-    assert f(7) == {"id": 7, "tags": ["a", "b"]}
+def test_cache_serializer_is_used(clock):
+    c = segcache.Cache(heap_size=1 << 20, serializer=json, _clock=clock)
+    fn, calls = counting(lambda user: {"id": user, "tags": ("a", "b")})
+    f = segcache.cached(c, ttl=60)(fn)
+    assert f(7) == {"id": 7, "tags": ("a", "b")}
+    assert f(7) == {"id": 7, "tags": ["a", "b"]}, "came back through json"
     assert len(calls) == 1
-    none_fn, none_calls = counting(lambda: None)
-    g = segcache.cached(cache, serializer=serializer)(none_fn)
-    assert g() is None and g() is None
-    assert len(none_calls) == 1, "None results are cached too"
 
 
 def test_custom_key_and_cache_key_helper(cache):
     fn, calls = counting(lambda obj: f"user {obj['id']}")
-    f = segcache.cached(cache, key=lambda obj: f"user:{obj['id']}")(fn)
+    f = segcache.cached(cache, key=lambda obj: obj["id"])(fn)
     assert f({"id": 1}) == "user 1"
     assert f({"id": 1, "ignored": True}) == "user 1"
     assert len(calls) == 1
     assert f.cache is cache
-    assert f.cache_key({"id": 5}) == "user:5"
-    assert cache.get("user:1") == b"user 1"
+    name = f"{fn.__module__}.{fn.__qualname__}"
+    assert f.cache_key({"id": 5}) == (name, 5)
+    assert cache.get((name, 1)) == "user 1"
+    with pytest.raises(TypeError, match="cannot build a cache key"):
+        segcache.cached(cache, key=lambda obj: obj)(fn)({"id": 1})
 
 
-def test_default_key_refuses_arguments_without_a_value_repr(cache):
+def test_default_key_is_a_tuple_of_the_arguments(cache):
+    @segcache.cached(cache)
+    def f(a, b=0, *, c=None):
+        return [a, b, c]
+
+    name = f"{f.__module__}.{f.__qualname__}"
+    assert f.cache_key(1, 2) == (name, (1, 2))
+    assert f.cache_key(1, c="x", b=2) == (name, (1,), (("b", 2), ("c", "x")))
+    assert f(1, c="x", b=2) == [1, 2, "x"]
+    assert cache[(name, (1,), (("b", 2), ("c", "x")))] == [1, 2, "x"]
+    assert f(1, b=2, c="x") == [1, 2, "x"]
+    assert f.cache_info().hits == 1, "keyword order does not matter"
+
+
+def test_equal_arguments_share_an_entry_unless_typed(cache):
+    fn, calls = counting(lambda x: repr(x))
+    f = segcache.cached(cache)(fn)
+    assert f(1) == "1" and f(1.0) == "1" and f(True) == "1"
+    assert len(calls) == 1
+    g_fn, g_calls = counting(lambda x: repr(x))
+    g_fn.__qualname__ = "typed_g"
+    g = segcache.cached(cache, typed=True)(g_fn)
+    assert (g(1), g(1.0), g(True), g(1)) == ("1", "1.0", "True", "1")
+    assert len(g_calls) == 3
+    assert repr(g.cache_key(True)) != repr(g.cache_key(1))
+    assert repr(f.cache_key(True)) == repr(f.cache_key(1))
+
+
+def test_default_key_refuses_unsupported_arguments(cache):
     f = segcache.cached(cache)(lambda obj: "x")
     with pytest.raises(TypeError, match="key="):
         f(object())
     with pytest.raises(TypeError, match="key="):
         f([1, 2])
+    with pytest.raises(TypeError, match="key="):
+        f(x=[1, 2])
     assert f((1, "a", None)) == "x", "tuples of simple values are fine"
 
 
-def test_long_default_keys_are_hashed(cache):
+def test_long_keys_are_hashed(cache):
     fn, calls = counting(lambda s: s[:3])
     f = segcache.cached(cache)(fn)
     a, b = "a" * 1000, "a" * 999 + "b"
-    assert len(f.cache_key(a).encode()) <= segcache.MAX_KEY_LEN
-    assert f.cache_key(a) != f.cache_key(b)
+    ka, kb = f.cache_key(a), f.cache_key(b)
+    assert ka[1][0] == "#blake2b" and ka != kb
     f(a), f(a), f(b)
     assert len(calls) == 2
+    assert f(("x",) * 400) == ("x",) * 3
 
 
 def test_functions_with_the_same_arguments_do_not_share_entries(cache):
@@ -123,18 +153,28 @@ def test_functions_with_the_same_arguments_do_not_share_entries(cache):
     assert (one(1), two(1), one(1), two(1)) == ("one", "two", "one", "two")
 
 
-def test_unserializable_results_without_serializer_raise(cache):
-    f = segcache.cached(cache)(lambda: 42)
-    with pytest.raises(TypeError, match="serializer"):
-        f()
-
-
 def test_results_too_large_are_returned_uncached(cache):
     fn, calls = counting(lambda: b"x" * (1 << 20))
     f = segcache.cached(cache)(fn)
     assert len(f()) == 1 << 20
     assert len(f()) == 1 << 20
     assert len(calls) == 2
+
+
+def test_exceptions_propagate_and_are_not_cached(cache):
+    attempts = []
+
+    @segcache.cached(cache)
+    def flaky(x):
+        attempts.append(x)
+        if len(attempts) == 1:
+            raise ValueError("first call fails")
+        return x
+
+    with pytest.raises(ValueError, match="first call"):
+        flaky(1)
+    assert flaky(1) == 1 and flaky(1) == 1
+    assert attempts == [1, 1]
 
 
 def test_bad_decorator_arguments(cache):
@@ -144,13 +184,12 @@ def test_bad_decorator_arguments(cache):
         segcache.cached(cache, ttl=-5)
     with pytest.raises(TypeError, match="ttl"):
         segcache.cached(cache, ttl="5")
-    with pytest.raises(TypeError, match="serializer"):
-        segcache.cached(cache, serializer=object())
     with pytest.raises(TypeError, match="key"):
         segcache.cached(cache, key="k")
-    f = segcache.cached(cache, key=lambda: "")(lambda: "x")
-    with pytest.raises(ValueError, match="key"):
-        f()
+    with pytest.raises(TypeError, match="typed"):
+        segcache.cached(cache, typed=1)
+    with pytest.raises(TypeError, match="callable"):
+        segcache.cached(cache)(5)
 
 
 def test_functools_wraps_keeps_metadata(cache):
@@ -161,3 +200,131 @@ def test_functools_wraps_keeps_metadata(cache):
 
     assert documented.__name__ == "documented"
     assert documented.__doc__ == "Docs."
+    assert documented.__wrapped__(1) == "x"
+    assert "documented" in repr(documented)
+
+
+def test_methods_share_results_across_instances_without_self_in_the_key(cache):
+    calls = []
+
+    class Repo:
+        def __init__(self, scale):
+            self.scale = scale
+
+        @segcache.cached(cache)
+        def load(self, n):
+            calls.append(n)
+            return n * self.scale
+
+        @segcache.cached(cache, key=lambda self, n: (self.scale, n))
+        def per_instance(self, n):
+            return n * self.scale
+
+    a, b = Repo(2), Repo(3)
+    assert a.load(5) == 10 and b.load(5) == 10, "self is not part of the key"
+    assert calls == [5]
+    assert a.per_instance(5) == 10 and b.per_instance(5) == 15
+    assert a.load.__self__ is a
+    assert Repo.load.cache_key(5) == a.load.cache_key(5)
+    assert a.load.cache_info().hits == 1
+
+
+def test_cache_info_and_cache_clear(cache):
+    fn, calls = counting(lambda x: x * 2)
+    f = segcache.cached(cache)(fn)
+    cache["other"] = "stays"
+    for x in (1, 2, 1, 1):
+        f(x)
+    info = f.cache_info()
+    assert (info.hits, info.misses, info.maxsize, info.currsize) == (2, 2, None, 2)
+    f.cache_clear()
+    assert f.cache_info() == (0, 0, None, 0)
+    assert cache["other"] == "stays"
+    f(1)
+    assert len(calls) == 3
+
+
+def test_single_flight_across_threads(cache):
+    import threading
+    import time
+
+    started = threading.Event()
+    calls = []
+
+    @segcache.cached(cache)
+    def slow(x):
+        calls.append(x)
+        started.set()
+        time.sleep(0.2)
+        return x * 10
+
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(slow(4))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert results == [40] * 8
+    assert calls == [4], "8 threads, one call"
+
+
+def test_async_functions(cache):
+    import asyncio
+
+    calls = []
+
+    @segcache.cached(cache, ttl=60)
+    async def fetch(x):
+        calls.append(x)
+        await asyncio.sleep(0.05)
+        return {"x": x}
+
+    async def main():
+        first = await asyncio.gather(*(fetch(1) for _ in range(10)))
+        again = await fetch(1)
+        other = await fetch(2)
+        return first, again, other
+
+    first, again, other = asyncio.run(main())
+    assert first == [{"x": 1}] * 10 and again == {"x": 1} and other == {"x": 2}
+    assert calls == [1, 2], "concurrent awaits of one key ran it once"
+    import inspect
+
+    assert inspect.iscoroutinefunction(fetch) or sys.version_info < (3, 12)
+    info = fetch.cache_info()
+    assert info.currsize == 2 and info.hits >= 1
+
+
+def test_async_exceptions_let_the_next_call_retry(cache):
+    import asyncio
+
+    attempts = []
+
+    @segcache.cached(cache)
+    async def flaky():
+        attempts.append(1)
+        await asyncio.sleep(0.01)
+        if len(attempts) == 1:
+            raise KeyError("boom")
+        return "ok"
+
+    async def main():
+        got = await asyncio.gather(flaky(), flaky(), return_exceptions=True)
+        return got, await flaky()
+
+    got, last = asyncio.run(main())
+    assert isinstance(got[0], KeyError)
+    assert last == "ok"
+
+
+def test_async_methods(cache):
+    import asyncio
+
+    class Svc:
+        @segcache.cached(cache)
+        async def get(self, n):
+            return n + 1
+
+    assert asyncio.run(Svc().get(1)) == 2
+    assert asyncio.run(Svc().get(1)) == 2
+    assert Svc.get.cache_info().hits == 1

@@ -94,5 +94,5 @@ def test_cas_under_contention_admits_one_winner_per_version():
                     break
 
     run_threads(work)
-    assert c.get("n") == str(THREADS * 500).encode()
+    assert c.get("n") == str(THREADS * 500)
     assert sum(wins) == THREADS * 500

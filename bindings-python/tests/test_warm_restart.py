@@ -1,5 +1,5 @@
 """Warm restart: Cache(datapool=..., restore=True), save() and
-restore_outcome. Fill, save, reopen: same values, flags and CAS tokens, TTLs
+restore_outcome. Fill, save, reopen: same values (of every type) and CAS tokens, TTLs
 still counting (moved by a ManualClock); damaged metadata or no save starts
 empty and says why; a saved cache is closed."""
 
@@ -22,12 +22,13 @@ def open_cache(pool, clock, restore=True, **kwargs):
 
 
 def fill(cache, n=5000):
-    """Writes n varied items; returns {key: (value, flags, cas_token)}."""
+    """Writes n varied items; returns {key: (value, cas_token)}."""
     for i in range(n):
         key = f"key:{i}"
         value = bytes([i % 251]) * (10 + i % 200)
+        value = (value, value.hex(), i, {"i": i, "v": value})[i % 4]
         ttl = (None, 3600, 50)[i % 3]
-        cache.set(key, value, ttl=ttl, flags=i % 7)
+        cache.set(key, value, ttl=ttl)
     for i in range(0, n, 5):
         del cache[f"key:{i}"]
     found = {}
@@ -35,7 +36,7 @@ def fill(cache, n=5000):
         key = f"key:{i}"
         hit = cache.gets(key)
         if hit is not None:
-            found[key] = (hit[0], cache.flags(key), hit[1])
+            found[key] = hit
     return found
 
 
@@ -75,23 +76,22 @@ def test_save_and_restore_bring_back_every_item(pool, clock):
     assert all(o["reason"] is None for o in cache.restore_outcome)
     assert sum(o["items"] for o in cache.restore_outcome) == 4000
     assert len(cache) == 4000
-    for key, (value, flags, token) in before.items():
+    for key, (value, token) in before.items():
         assert cache.gets(key) == (value, token), key
-        assert cache.flags(key) == flags, key
     for i in range(0, 5000, 5):
         assert f"key:{i}" not in cache, "deleted items stay deleted"
     # The metadata was consumed on start.
     assert not any((pool.parent / f"pool.shard{i}.meta").exists() for i in range(SHARDS))
 
     # CAS tokens from before the restart still work, once.
-    key, (_, _, token) = next(iter(before.items()))
+    key, (_, token) = next(iter(before.items()))
     assert cache.cas(key, b"new", token)
     assert not cache.cas(key, b"newer", token)
     # Writes after a restore survive the next restart too.
-    cache.set("after", "restore", flags=9)
+    cache.set("after", "restore")
     cache.save()
     cache = open_cache(pool, clock)
-    assert cache.get("after") == b"restore" and cache.flags("after") == 9
+    assert cache.get("after") == "restore"
     assert cache.get(key) == b"new"
     assert len(cache) == 4001
 
@@ -107,7 +107,7 @@ def test_ttls_keep_counting_while_down(pool, clock):
     clock.advance(25)  # down 25 s: "short" has 0 s left, "long" 65 s
     cache = open_cache(pool, clock)
     assert statuses(cache) == ["restored"] * SHARDS
-    assert cache.get("long") == b"v"
+    assert cache.get("long") == "v"
     assert 60 <= cache.ttl("long") <= 65
     assert cache.ttl("forever") is None
     cache.save()
@@ -118,7 +118,7 @@ def test_ttls_keep_counting_while_down(pool, clock):
     assert cache.ttl("long") <= 25
     clock.advance(30)
     assert "long" not in cache, "expires on the cache's own clock after a restore"
-    assert cache.get("forever") == b"v"
+    assert cache.get("forever") == "v"
 
 
 def test_tampered_metadata_starts_that_shard_empty_with_a_reason(pool, clock):
@@ -140,7 +140,7 @@ def test_tampered_metadata_starts_that_shard_empty_with_a_reason(pool, clock):
     assert not meta.exists(), "the bad snapshot is removed"
     # The fresh cache works normally.
     cache.set("k", "v")
-    assert cache["k"] == b"v"
+    assert cache["k"] == "v"
 
 
 def test_one_damaged_shard_never_serves_wrong_data(pool, clock):
@@ -157,11 +157,11 @@ def test_one_damaged_shard_never_serves_wrong_data(pool, clock):
     assert 0 < restored < len(before)
     assert len(cache) == restored
     hits = 0
-    for key, (value, flags, token) in before.items():
+    for key, (value, token) in before.items():
         got = cache.gets(key)
         if got is not None:
             hits += 1
-            assert got == (value, token) and cache.flags(key) == flags
+            assert got == (value, token)
     assert hits == restored
 
 
@@ -207,7 +207,8 @@ def test_methods_after_save_raise(pool, clock):
     calls = [
         lambda: cache.get("k"),
         lambda: cache.gets("k"),
-        lambda: cache.flags("k"),
+        lambda: cache.get_or_set("k", lambda: 1),
+        lambda: list(cache),
         lambda: cache.set("k", "v"),
         lambda: cache.add("k", "v"),
         lambda: cache.replace("k", "v"),
@@ -244,7 +245,7 @@ def test_methods_after_save_raise(pool, clock):
     assert len(cache.restore_outcome) == SHARDS
     assert cache  # still truthy: "there is a cache object"
     # The save happened: a reopen finds the item.
-    assert open_cache(pool, clock).get("k") == b"v"
+    assert open_cache(pool, clock).get("k") == "v"
 
 
 def test_decorator_on_a_saved_cache_raises(pool, clock):
@@ -272,7 +273,7 @@ def test_save_while_other_threads_use_the_cache(pool, clock):
         try:
             while True:
                 cache.set(f"t{t}:{n % 100}", b"x" * (100 if n % 2 else segcache.DETACH_AT))
-                assert cache.get("shared") == b"v"
+                assert cache.get("shared") == "v"
                 n += 1
         except RuntimeError as e:
             errors.append(str(e))
@@ -292,7 +293,7 @@ def test_save_while_other_threads_use_the_cache(pool, clock):
     assert len(counts) == 4 and sum(counts) > 0
     reopened = open_cache(pool, clock)
     assert statuses(reopened) == ["restored"] * SHARDS
-    assert reopened.get("shared") == b"v"
+    assert reopened.get("shared") == "v"
 
 
 def test_save_needs_a_datapool_and_keeps_the_cache_open():
@@ -301,7 +302,7 @@ def test_save_needs_a_datapool_and_keeps_the_cache_open():
     with pytest.raises(ValueError, match="datapool"):
         cache.save()
     assert not cache.closed
-    assert cache.get("k") == b"v"
+    assert cache.get("k") == "v"
 
 
 def test_bad_datapool_arguments(tmp_path):
@@ -319,7 +320,7 @@ def test_bad_datapool_arguments(tmp_path):
     c.save()
     assert segcache.Cache(
         heap_size=8 << 20, segment_size=64 << 10, shards=2, datapool=str(tmp_path / "s"), restore=True
-    ).get("k") == b"v"
+    ).get("k") == "v"
 
 
 def test_save_failure_is_an_os_error_and_closes(tmp_path, clock):

@@ -1,0 +1,109 @@
+"""Packaging: the build backend refuses to build without cargo instead of
+downloading a toolchain, the version is one everywhere, the typing files
+are installed and the runtime signatures match the stubs."""
+
+import ast
+import importlib.metadata
+import importlib.resources
+import inspect
+import os
+import pathlib
+import sys
+
+import pytest
+
+import segcache
+
+HERE = pathlib.Path(__file__).resolve().parent
+BACKEND = HERE.parent / "build_backend"
+
+
+def test_build_backend_without_cargo_says_so(monkeypatch, tmp_path):
+    pytest.importorskip("maturin")
+    monkeypatch.syspath_prepend(str(BACKEND))
+    import segcache_build
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cargo here
+    monkeypatch.delenv("SEGCACHE_ALLOW_RUST_DOWNLOAD", raising=False)
+    for hook in (
+        lambda: segcache_build.get_requires_for_build_wheel(None),
+        lambda: segcache_build.build_wheel(str(tmp_path)),
+        lambda: segcache_build.prepare_metadata_for_build_wheel(str(tmp_path)),
+    ):
+        with pytest.raises(segcache_build.CargoNotFound, match="needs cargo"):
+            hook()
+    # With the opt-in, maturin's own behaviour (it asks for puccinialin).
+    monkeypatch.setenv("SEGCACHE_ALLOW_RUST_DOWNLOAD", "1")
+    assert "puccinialin" in segcache_build.get_requires_for_build_wheel(None)
+
+
+def test_version_is_consistent():
+    assert segcache.__version__ == importlib.metadata.version("segcache")
+
+
+def test_typing_files_are_installed():
+    files = importlib.resources.files("segcache")
+    assert files.joinpath("py.typed").is_file()
+    assert files.joinpath("_segcache.pyi").is_file()
+
+
+def stub_signatures():
+    """{(class or None, name): parameter names} from the installed stub."""
+    text = importlib.resources.files("segcache").joinpath("_segcache.pyi").read_text()
+    out = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef):
+                    args = item.args
+                    names = [a.arg for a in args.posonlyargs + args.args]
+                    if args.vararg:
+                        names.append("*" + args.vararg.arg)
+                    names += [a.arg for a in args.kwonlyargs]
+                    if args.kwarg:
+                        names.append("**" + args.kwarg.arg)
+                    out[(node.name, item.name)] = names
+    return out
+
+
+def runtime_names(obj):
+    names = []
+    for p in inspect.signature(obj).parameters.values():
+        prefix = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "")
+        names.append(prefix + p.name)
+    return names
+
+
+@pytest.mark.parametrize("cls", ["Cache", "CachedFunction", "ManualClock"])
+def test_runtime_signatures_match_the_stub(cls):
+    stubs = stub_signatures()
+    native = getattr(segcache._segcache, cls)
+    checked = 0
+    for (owner, name), params in stubs.items():
+        if owner != cls or name.startswith("__") and name not in ("__init__",):
+            continue
+        if name == "__init__":
+            obj = native
+            params = params[1:]
+        else:
+            obj = getattr(native, name)
+            if isinstance(obj, property) or not callable(obj):
+                continue
+        try:
+            got = runtime_names(obj)
+        except ValueError:
+            pytest.fail(f"{cls}.{name} has no __text_signature__")
+        if got and got[0] == "self":
+            got = got[1:]
+        if params and params[0] == "self":
+            params = params[1:]
+        assert got == params, f"{cls}.{name}"
+        checked += 1
+    assert checked >= 3
+
+
+def test_docstrings_are_present():
+    for name in ("get", "set", "get_or_set", "pop", "setdefault", "incr", "stats"):
+        assert getattr(segcache.Cache, name).__doc__, name
+    assert "memory-bounded" in segcache.Cache.__doc__
+    assert segcache.cached.__doc__
