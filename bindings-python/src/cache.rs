@@ -25,7 +25,7 @@ use std::time::Duration;
 use crate::clock::PyManualClock;
 use crate::convert::{buf, conditional, int_arg, seconds_arg, to_py_err, ttl_arg, type_name};
 use crate::flight::{Flights, Role};
-use crate::key::{self, Key, KeyError};
+use crate::key::{self, KeyBuf, KeyError};
 use crate::value::{self, Serializer, FLAG_BYTES, FLAG_STR};
 use crate::DETACH_AT;
 
@@ -104,8 +104,8 @@ fn default_shards(heap_size: usize, segment_size: usize) -> usize {
 
 /// A key for a read: `None` when it is too long to be stored (a miss).
 #[inline]
-fn read_key<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Option<Key<'a>>> {
-    match key::encode(key, false) {
+fn read_key<'a>(key: &'a Bound<'_, PyAny>, kb: &'a mut KeyBuf) -> PyResult<Option<&'a [u8]>> {
+    match key::encode(key, false, kb) {
         Ok(k) => Ok(Some(k)),
         Err(KeyError::TooLong) => Ok(None),
         Err(e) => Err(e.into_py()),
@@ -114,8 +114,8 @@ fn read_key<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Option<Key<'a>>> {
 
 /// A key for a write: every problem raises.
 #[inline]
-fn write_key<'a>(key: &'a Bound<'_, PyAny>) -> PyResult<Key<'a>> {
-    key::encode(key, false).map_err(KeyError::into_py)
+fn write_key<'a>(key: &'a Bound<'_, PyAny>, kb: &'a mut KeyBuf) -> PyResult<&'a [u8]> {
+    key::encode(key, false, kb).map_err(KeyError::into_py)
 }
 
 /// One of the store methods of the core.
@@ -258,7 +258,8 @@ impl PyCache {
         ttl: Option<&Bound<'_, PyAny>>,
         op: StoreFn,
     ) -> PyResult<Result<(), segcache::Error>> {
-        let k = write_key(key)?;
+        let mut kb = KeyBuf::new();
+        let k = write_key(key, &mut kb)?;
         let ttl = ttl_arg(ttl)?;
         self.store(py, &k, value, ttl, op)
     }
@@ -471,8 +472,8 @@ impl PyCache {
         key: &Bound<'py, PyAny>,
         default: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let found = match read_key(key)? {
-            Some(k) => self.lookup(py, &k)?,
+        let found = match read_key(key, &mut KeyBuf::new())? {
+            Some(k) => self.lookup(py, k)?,
             None => None,
         };
         Ok(match found {
@@ -487,7 +488,8 @@ impl PyCache {
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let Some(k) = read_key(key)? else {
+        let mut kb = KeyBuf::new();
+        let Some(k) = read_key(key, &mut kb)? else {
             return Ok(None);
         };
         let found = self.cache()?.get_with(&k, |item| {
@@ -555,7 +557,8 @@ impl PyCache {
         ttl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let token = int_arg(cas_token, "cas_token", 0, u64::MAX)?;
-        let k = write_key(key)?;
+        let mut kb = KeyBuf::new();
+        let k = write_key(key, &mut kb)?;
         let ttl = ttl_arg(ttl)?;
         let v = value::encode(value, &self.serializer)?;
         let guard = self.cache()?;
@@ -572,7 +575,8 @@ impl PyCache {
     /// Appends data (bytes or str) to a bytes or str value (TTL stays);
     /// False if key is missing, TypeError if it holds another type.
     fn append(&self, key: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let (k, d) = (write_key(key)?, buf(data, "data")?);
+        let mut kb = KeyBuf::new();
+        let (k, d) = (write_key(key, &mut kb)?, buf(data, "data")?);
         if !self.is_text_or_bytes(&k)? {
             return Ok(false);
         }
@@ -582,7 +586,8 @@ impl PyCache {
     /// Prepends data (bytes or str) to a bytes or str value (TTL stays);
     /// False if key is missing, TypeError if it holds another type.
     fn prepend(&self, key: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let (k, d) = (write_key(key)?, buf(data, "data")?);
+        let mut kb = KeyBuf::new();
+        let (k, d) = (write_key(key, &mut kb)?, buf(data, "data")?);
         if !self.is_text_or_bytes(&k)? {
             return Ok(false);
         }
@@ -595,7 +600,8 @@ impl PyCache {
     #[pyo3(signature = (key, delta=None), text_signature = "($self, key, delta=1)")]
     fn incr(&self, key: &Bound<'_, PyAny>, delta: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
         let d = delta.map_or(Ok(1), |d| int_arg(d, "delta", 0, u64::MAX))?;
-        let k = write_key(key)?;
+        let mut kb = KeyBuf::new();
+        let k = write_key(key, &mut kb)?;
         self.cache()?
             .incr(&k, d)
             .map_err(|e| to_py_err(e, Some(key)))
@@ -607,7 +613,8 @@ impl PyCache {
     #[pyo3(signature = (key, delta=None), text_signature = "($self, key, delta=1)")]
     fn decr(&self, key: &Bound<'_, PyAny>, delta: Option<&Bound<'_, PyAny>>) -> PyResult<u64> {
         let d = delta.map_or(Ok(1), |d| int_arg(d, "delta", 0, u64::MAX))?;
-        let k = write_key(key)?;
+        let mut kb = KeyBuf::new();
+        let k = write_key(key, &mut kb)?;
         self.cache()?
             .decr(&k, d)
             .map_err(|e| to_py_err(e, Some(key)))
@@ -618,7 +625,8 @@ impl PyCache {
     #[pyo3(signature = (key, ttl))]
     fn touch(&self, key: &Bound<'_, PyAny>, ttl: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
         let ttl = ttl_arg(ttl)?;
-        let Some(k) = read_key(key)? else {
+        let mut kb = KeyBuf::new();
+        let Some(k) = read_key(key, &mut kb)? else {
             return Ok(false);
         };
         conditional(self.cache()?.touch(&k, ttl), key)
@@ -626,8 +634,8 @@ impl PyCache {
 
     /// Removes key; True if it was present.
     fn delete(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        match read_key(key)? {
-            Some(k) => self.remove(&k),
+        match read_key(key, &mut KeyBuf::new())? {
+            Some(k) => self.remove(k),
             None => Ok(false),
         }
     }
@@ -635,7 +643,7 @@ impl PyCache {
     /// Whole seconds until key expires, None if it never does; KeyError
     /// if it is missing.
     fn ttl(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
-        let left = match read_key(key)? {
+        let left = match read_key(key, &mut KeyBuf::new())? {
             Some(k) => self.cache()?.ttl(&k),
             None => None,
         };
@@ -655,8 +663,8 @@ impl PyCache {
         let out = PyDict::new(py);
         for key in keys.try_iter()? {
             let key = key?;
-            let found = match read_key(&key)? {
-                Some(k) => self.lookup(py, &k)?,
+            let found = match read_key(&key, &mut KeyBuf::new())? {
+                Some(k) => self.lookup(py, k)?,
                 None => None,
             };
             if let Some(v) = found {
@@ -690,7 +698,10 @@ impl PyCache {
         }
         let encoded = pairs
             .iter()
-            .map(|(k, v)| Ok((write_key(k)?, value::encode(v, &self.serializer)?)))
+            .map(|(k, v)| {
+                let key = write_key(k, &mut KeyBuf::new())?.to_vec();
+                Ok((key, value::encode(v, &self.serializer)?))
+            })
             .collect::<PyResult<Vec<_>>>()?;
         let slices: Vec<(&[u8], &[u8], u32)> = encoded
             .iter()
@@ -723,7 +734,8 @@ impl PyCache {
         factory: &Bound<'py, PyAny>,
         ttl: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let k = write_key(key)?;
+        let mut kb = KeyBuf::new();
+        let k = write_key(key, &mut kb)?;
         let ttl = ttl_arg(ttl)?;
         if !factory.is_callable() {
             return Err(PyTypeError::new_err(format!(
@@ -760,7 +772,8 @@ impl PyCache {
             0 => Err(PyKeyError::new_err(key.clone().unbind())),
             _ => default.get_item(0),
         };
-        let Some(k) = read_key(key)? else {
+        let mut kb = KeyBuf::new();
+        let Some(k) = read_key(key, &mut kb)? else {
             return missing();
         };
         match self.take(py, &k)? {
@@ -790,10 +803,11 @@ impl PyCache {
         key: &Bound<'py, PyAny>,
         default: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let k = write_key(key)?;
+        let mut kb = KeyBuf::new();
+        let k = write_key(key, &mut kb)?;
         let default = default.unwrap_or_else(|| py.None().into_bound(py));
         loop {
-            if let Some(v) = self.lookup(py, &k)? {
+            if let Some(v) = self.lookup(py, k)? {
                 return Ok(v);
             }
             match self.store(py, &k, &default, None, ShardedCache::add)? {
@@ -906,7 +920,7 @@ impl PyCache {
     }
 
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        match read_key(key)? {
+        match read_key(key, &mut KeyBuf::new())? {
             Some(k) => Ok(self.cache()?.contains(&k)),
             None => Ok(false),
         }
@@ -917,8 +931,8 @@ impl PyCache {
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let found = match read_key(key)? {
-            Some(k) => self.lookup(py, &k)?,
+        let found = match read_key(key, &mut KeyBuf::new())? {
+            Some(k) => self.lookup(py, k)?,
             None => None,
         };
         found.ok_or_else(|| PyKeyError::new_err(key.clone().unbind()))
@@ -930,7 +944,8 @@ impl PyCache {
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let k = write_key(key)?;
+        let mut kb = KeyBuf::new();
+        let k = write_key(key, &mut kb)?;
         self.store(py, &k, value, None, ShardedCache::set)?
             .map_err(|e| to_py_err(e, Some(key)))
     }

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::cache::PyCache;
-use crate::key::{self, Key, KeyError};
+use crate::key::{self, KeyBuf, KeyError};
 
 /// A function whose results are kept in a `segcache.Cache`.
 #[pyclass(frozen, dict, module = "segcache", name = "CachedFunction")]
@@ -54,23 +54,25 @@ fn async_call(py: Python<'_>) -> PyResult<&Bound<'_, PyAny>> {
 }
 
 impl CachedFunction {
-    /// The encoded key of a call (`obj`: the bound instance, if any).
+    /// The encoded key of a call (`obj`: the bound instance, if any),
+    /// built in `kb`.
     fn key_of<'a>(
         &self,
         py: Python<'_>,
         obj: Option<&Bound<'_, PyAny>>,
         args: &Bound<'_, PyTuple>,
         kwargs: Option<&Bound<'_, PyDict>>,
-    ) -> PyResult<Key<'a>> {
-        let k = match &self.key_fn {
+        kb: &'a mut KeyBuf,
+    ) -> PyResult<&'a [u8]> {
+        let built = match &self.key_fn {
             Some(f) => {
                 let full = with_self(py, obj, args)?;
                 let result = f.bind(py).call(full, kwargs)?;
-                key::encode_named(&self.name, &result, self.typed)
+                key::encode_named(kb, &self.name, &result, self.typed)
             }
-            None => key::encode_call(&self.name, args, 0, kwargs, self.typed),
+            None => key::encode_call(kb, &self.name, args, kwargs, self.typed),
         };
-        let k = k.map_err(|e| match e {
+        built.map_err(|e| match e {
             KeyError::Unsupported(t) => PyTypeError::new_err(format!(
                 "@segcache.cached({}): cannot build a cache key from an argument of type {t}; \
                  arguments must be {}; pass key=lambda *args, **kwargs: ... to cached()",
@@ -79,21 +81,28 @@ impl CachedFunction {
             )),
             e => e.into_py(),
         })?;
-        if !k.too_long() {
-            return Ok(k);
+        if !kb.too_long() {
+            return Ok(kb.bytes());
         }
         let digest = hashlib_blake2b(py)?
-            .call((PyBytes::new(py, &k),), Some(&[("digest_size", 20)].into_py_dict(py)?))?
+            .call(
+                (PyBytes::new(py, kb.bytes()),),
+                Some(&[("digest_size", 20)].into_py_dict(py)?),
+            )?
             .call_method0("digest")?;
-        let hashed = PyTuple::new(py, [pyo3::types::PyString::new(py, "#blake2b").into_any(), digest])?;
-        let k = key::encode_named(&self.name, &hashed, false).map_err(KeyError::into_py)?;
-        if k.too_long() {
+        let hashed = PyTuple::new(
+            py,
+            [pyo3::types::PyString::new(py, "#blake2b").into_any(), digest],
+        )?;
+        kb.clear();
+        key::encode_named(kb, &self.name, &hashed, false).map_err(KeyError::into_py)?;
+        if kb.too_long() {
             return Err(PyValueError::new_err(format!(
                 "@segcache.cached: the function name {:?} is too long for a cache key",
                 self.name
             )));
         }
-        Ok(k)
+        Ok(kb.bytes())
     }
 
     fn call<'py>(
@@ -104,15 +113,16 @@ impl CachedFunction {
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let cache = self.cache.bind(py).get();
-        let k = self.key_of(py, obj, args, kwargs)?;
-        if let Some(v) = cache.lookup(py, &k)? {
+        let mut kb = KeyBuf::new();
+        let k = self.key_of(py, obj, args, kwargs, &mut kb)?;
+        if let Some(v) = cache.lookup(py, k)? {
             self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok(v);
         }
         let full = with_self(py, obj, args)?;
         let func = self.func.bind(py);
         // The key's borrowed parts are done with: own it past the factory.
-        cache.get_or_compute(py, &k, self.ttl, || {
+        cache.get_or_compute(py, k, self.ttl, || {
             self.misses.fetch_add(1, Ordering::Relaxed);
             func.call(&full, kwargs)
         })
@@ -218,8 +228,9 @@ impl CachedFunction {
         args: &Bound<'py, PyTuple>,
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let k = self.key_of(py, None, args, kwargs)?;
-        key::decode(py, &k)
+        let mut kb = KeyBuf::new();
+        let k = self.key_of(py, None, args, kwargs, &mut kb)?;
+        key::decode(py, k)
     }
 
     /// (encoded key, value or the miss sentinel), for `_async_call`.
@@ -232,16 +243,17 @@ impl CachedFunction {
         miss: Bound<'py, PyAny>,
     ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyAny>)> {
         let obj = obj.filter(|o| !o.is_none());
-        let k = self.key_of(py, obj.as_ref(), args, kwargs)?;
+        let mut kb = KeyBuf::new();
+        let k = self.key_of(py, obj.as_ref(), args, kwargs, &mut kb)?;
         let cache = self.cache.bind(py).get();
-        let found = cache.lookup(py, &k)?;
+        let found = cache.lookup(py, k)?;
         let counter = if found.is_some() {
             &self.hits
         } else {
             &self.misses
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        Ok((PyBytes::new(py, &k), found.unwrap_or(miss)))
+        Ok((PyBytes::new(py, k), found.unwrap_or(miss)))
     }
 
     /// Looks an encoded key up again (`_async_call` after waiting).
@@ -341,8 +353,9 @@ impl BoundCachedMethod {
         kwargs: Option<&Bound<'py, PyDict>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let f = self.func.bind(py).get();
-        let k = f.key_of(py, Some(self.obj.bind(py)), args, kwargs)?;
-        key::decode(py, &k)
+        let mut kb = KeyBuf::new();
+        let k = f.key_of(py, Some(self.obj.bind(py)), args, kwargs, &mut kb)?;
+        key::decode(py, k)
     }
 
     fn cache_info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

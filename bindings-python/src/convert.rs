@@ -9,7 +9,6 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyMemoryView, PyString, PyType};
-use std::borrow::Cow;
 use std::time::Duration;
 
 use crate::CacheFullError;
@@ -31,42 +30,20 @@ impl std::ops::Deref for Buf<'_> {
     }
 }
 
-/// The UTF-8 bytes of a `str`, without a copy where the interpreter allows.
-pub fn str_bytes<'a>(s: &'a Bound<'_, PyString>) -> PyResult<Buf<'a>> {
-    // `PyUnicode_AsUTF8AndSize` is in the stable ABI from 3.10 on (and
-    // exported, with the same signature, by every CPython 3): it returns the
-    // string's cached UTF-8, owned by the string, with no allocation after
-    // the first call. pyo3's abi3-py39 build only offers `to_cow`, which
-    // encodes into a new object every time, so ask for it directly.
-    if runtime_at_least_3_10(s.py()) {
-        let mut len: pyo3::ffi::Py_ssize_t = 0;
-        // SAFETY: `s` is a live `str`, we are attached to the interpreter,
-        // and the returned buffer lives as long as `s`, which outlives 'a.
-        let ptr = unsafe { PyUnicode_AsUTF8AndSize(s.as_ptr(), &mut len) };
-        if ptr.is_null() {
-            return Err(PyErr::fetch(s.py()));
-        }
-        // SAFETY: CPython guarantees `len` bytes at `ptr`, immutable for the
-        // lifetime of the string.
-        let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len as usize) };
-        return Ok(Buf::Borrowed(bytes));
+/// The UTF-8 bytes of a `str`, borrowed from the string (CPython caches
+/// them in the object after the first call: no copy, no allocation).
+#[inline]
+pub fn str_bytes<'a>(s: &'a Bound<'_, PyString>) -> PyResult<&'a [u8]> {
+    let mut len: pyo3::ffi::Py_ssize_t = 0;
+    // SAFETY: `s` is a live `str` and we are attached to the interpreter.
+    let ptr = unsafe { pyo3::ffi::PyUnicode_AsUTF8AndSize(s.as_ptr(), &mut len) };
+    if ptr.is_null() {
+        return Err(PyErr::fetch(s.py()));
     }
-    Ok(match s.to_cow()? {
-        Cow::Borrowed(b) => Buf::Borrowed(b.as_bytes()),
-        Cow::Owned(o) => Buf::Owned(o.into_bytes()),
-    })
-}
-
-extern "C" {
-    fn PyUnicode_AsUTF8AndSize(
-        unicode: *mut pyo3::ffi::PyObject,
-        size: *mut pyo3::ffi::Py_ssize_t,
-    ) -> *const std::os::raw::c_char;
-}
-
-fn runtime_at_least_3_10(py: Python<'_>) -> bool {
-    static AT_LEAST: PyOnceLock<bool> = PyOnceLock::new();
-    *AT_LEAST.get_or_init(py, || py.version_info() >= (3, 10))
+    debug_assert!(len >= 0);
+    // SAFETY: CPython guarantees `len` bytes at `ptr`, immutable and owned
+    // by the string, which outlives 'a.
+    Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len as usize) })
 }
 
 /// Reads a key or value argument; `what` names it in the `TypeError`.
@@ -75,7 +52,7 @@ pub fn buf<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Buf<'a>> {
         return Ok(Buf::Borrowed(b.as_bytes()));
     }
     if let Ok(s) = obj.cast::<PyString>() {
-        return str_bytes(s);
+        return str_bytes(s).map(Buf::Borrowed);
     }
     if let Ok(b) = obj.cast::<PyByteArray>() {
         return Ok(Buf::Owned(b.to_vec()));

@@ -30,7 +30,7 @@ use pyo3::types::{
 };
 use segcache::MAX_KEY_LEN;
 
-use crate::convert::{str_bytes, type_name, Buf};
+use crate::convert::{str_bytes, type_name};
 
 /// First byte of every key that is not a non-empty `str`.
 pub const TAG: u8 = 0xFF;
@@ -78,38 +78,47 @@ impl KeyError {
     }
 }
 
-/// An encoded key: a borrowed `str`'s UTF-8, or bytes built in a stack
-/// buffer (spilling to the heap only past [`MAX_KEY_LEN`], for the
-/// decorator, which hashes such keys).
-pub struct Key<'a> {
-    buf: [u8; MAX_KEY_LEN],
+/// Room to build an encoded key in, on the caller's stack (spilling to the
+/// heap only past [`MAX_KEY_LEN`], for the decorator, which hashes such
+/// keys). The encoders return a slice of it, or of a `str`'s own UTF-8.
+pub struct KeyBuf {
+    buf: [std::mem::MaybeUninit<u8>; MAX_KEY_LEN],
     len: usize,
-    borrowed: Option<&'a [u8]>,
     spill: Option<Vec<u8>>,
 }
 
-impl std::ops::Deref for Key<'_> {
-    type Target = [u8];
-    #[inline]
-    fn deref(&self) -> &[u8] {
-        if let Some(b) = self.borrowed {
-            return b;
-        }
-        match &self.spill {
-            Some(v) => v,
-            None => &self.buf[..self.len],
-        }
+impl Default for KeyBuf {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
-impl<'a> Key<'a> {
-    fn empty() -> Self {
-        Key {
-            buf: [0; MAX_KEY_LEN],
+impl KeyBuf {
+    /// An empty buffer (not zeroed: only what is written is read).
+    #[inline]
+    pub fn new() -> Self {
+        KeyBuf {
+            buf: [std::mem::MaybeUninit::uninit(); MAX_KEY_LEN],
             len: 0,
-            borrowed: None,
             spill: None,
         }
+    }
+
+    /// What has been written.
+    #[inline]
+    pub fn bytes(&self) -> &[u8] {
+        match &self.spill {
+            Some(v) => v,
+            // SAFETY: `push` initialised the first `len` bytes (len <=
+            // MAX_KEY_LEN whenever there is no spill).
+            None => unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), self.len) },
+        }
+    }
+
+    /// Empties the buffer for reuse.
+    pub fn clear(&mut self) {
+        self.len = 0;
+        self.spill = None;
     }
 
     #[inline]
@@ -118,13 +127,21 @@ impl<'a> Key<'a> {
         if let Some(v) = &mut self.spill {
             v.extend_from_slice(bytes);
         } else if end <= MAX_KEY_LEN {
-            self.buf[self.len..end].copy_from_slice(bytes);
+            // SAFETY: `end <= MAX_KEY_LEN`, so the range is inside `buf`;
+            // u8 and MaybeUninit<u8> have the same layout.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    self.buf.as_mut_ptr().add(self.len).cast::<u8>(),
+                    bytes.len(),
+                );
+            }
         } else {
             if end > 1 << 16 {
                 return Err(KeyError::TooLong);
             }
             let mut v = Vec::with_capacity(end * 2);
-            v.extend_from_slice(&self.buf[..self.len]);
+            v.extend_from_slice(self.bytes());
             v.extend_from_slice(bytes);
             self.spill = Some(v);
         }
@@ -134,7 +151,7 @@ impl<'a> Key<'a> {
 
     /// Whether the encoding is longer than the cache takes.
     pub fn too_long(&self) -> bool {
-        self.len() > MAX_KEY_LEN
+        self.len > MAX_KEY_LEN
     }
 
     #[inline]
@@ -207,7 +224,7 @@ impl<'a> Key<'a> {
     /// Appends the tagged encoding of `obj`.
     fn tagged(&mut self, obj: &Bound<'_, PyAny>, typed: bool, depth: u32) -> Result<(), KeyError> {
         if let Ok(s) = obj.cast::<PyString>() {
-            return self.sized(T_STR, &str_bytes(s)?);
+            return self.sized(T_STR, str_bytes(s)?);
         }
         if let Ok(b) = obj.cast::<PyBytes>() {
             return self.sized(T_BYTES, b.as_bytes());
@@ -253,53 +270,52 @@ impl<'a> Key<'a> {
     }
 }
 
-/// Encodes a key (`typed`: keep `bool`, `int` and `float` apart).
+/// Encodes a key (`typed`: keep `bool`, `int` and `float` apart), in
+/// `kb` or, for a `str`, as the string's own UTF-8.
 #[inline]
-pub fn encode<'a>(obj: &'a Bound<'_, PyAny>, typed: bool) -> Result<Key<'a>, KeyError> {
+pub fn encode<'a>(
+    obj: &'a Bound<'_, PyAny>,
+    typed: bool,
+    kb: &'a mut KeyBuf,
+) -> Result<&'a [u8], KeyError> {
     if let Ok(s) = obj.cast_exact::<PyString>() {
         let utf8 = str_bytes(s)?;
         if !utf8.is_empty() {
             if utf8.len() > MAX_KEY_LEN {
                 return Err(KeyError::TooLong);
             }
-            let mut k = Key::empty();
-            match utf8 {
-                Buf::Borrowed(b) => k.borrowed = Some(b),
-                Buf::Owned(v) => k.push(&v)?,
-            }
-            return Ok(k);
+            return Ok(utf8);
         }
     }
-    let mut k = Key::empty();
-    k.byte(TAG)?;
-    k.tagged(obj, typed, 0)?;
-    if k.too_long() {
+    kb.byte(TAG)?;
+    kb.tagged(obj, typed, 0)?;
+    if kb.too_long() {
         return Err(KeyError::TooLong);
     }
-    Ok(k)
+    Ok(kb.bytes())
 }
 
-/// Encodes a decorated call's key, the tuple `(name, args)` or, with
-/// keyword arguments, `(name, args, ((kw, value), ...))` sorted by keyword.
-/// The result may be [`Key::too_long`]: the decorator hashes it then.
-pub fn encode_call<'a>(
+/// Encodes a decorated call's key into `kb`: the tuple `(name, args)` or,
+/// with keyword arguments, `(name, args, ((kw, value), ...))` sorted by
+/// keyword. The result may be [`KeyBuf::too_long`]: the decorator hashes
+/// it then.
+pub fn encode_call(
+    kb: &mut KeyBuf,
     name: &str,
     args: &Bound<'_, PyTuple>,
-    skip: usize,
     kwargs: Option<&Bound<'_, pyo3::types::PyDict>>,
     typed: bool,
-) -> Result<Key<'a>, KeyError> {
-    let mut k = Key::empty();
+) -> Result<(), KeyError> {
     let kwargs = kwargs.filter(|d| !d.is_empty());
-    k.push(&[TAG, T_TUPLE, if kwargs.is_some() { 3 } else { 2 }])?;
-    k.sized(T_STR, name.as_bytes())?;
-    let n = args.len().saturating_sub(skip);
+    kb.push(&[TAG, T_TUPLE, if kwargs.is_some() { 3 } else { 2 }])?;
+    kb.sized(T_STR, name.as_bytes())?;
+    let n = args.len();
     if n > 255 {
         return Err(KeyError::TooLong);
     }
-    k.push(&[T_TUPLE, n as u8])?;
-    for item in args.iter().skip(skip) {
-        k.tagged(&item, typed, 1)?;
+    kb.push(&[T_TUPLE, n as u8])?;
+    for item in args.iter() {
+        kb.tagged(&item, typed, 1)?;
     }
     if let Some(kw) = kwargs {
         let mut pairs: Vec<(String, Bound<'_, PyAny>)> = Vec::with_capacity(kw.len());
@@ -310,14 +326,14 @@ pub fn encode_call<'a>(
         if pairs.len() > 255 {
             return Err(KeyError::TooLong);
         }
-        k.push(&[T_TUPLE, pairs.len() as u8])?;
+        kb.push(&[T_TUPLE, pairs.len() as u8])?;
         for (name, value) in &pairs {
-            k.push(&[T_TUPLE, 2])?;
-            k.sized(T_STR, name.as_bytes())?;
-            k.tagged(value, typed, 2)?;
+            kb.push(&[T_TUPLE, 2])?;
+            kb.sized(T_STR, name.as_bytes())?;
+            kb.tagged(value, typed, 2)?;
         }
     }
-    Ok(k)
+    Ok(())
 }
 
 /// Whether `key` (encoded) is a decorated call's key for function `name`.
@@ -331,14 +347,17 @@ pub fn is_call_of(key: &[u8], name: &str) -> bool {
         && &key[5..5 + name.len()] == name.as_bytes()
 }
 
-/// The key `(name, value)` (the decorator's key for a `key=` function's
-/// result, or `value` a hash digest).
-pub fn encode_named<'a>(name: &str, value: &Bound<'_, PyAny>, typed: bool) -> Result<Key<'a>, KeyError> {
-    let mut k = Key::empty();
-    k.push(&[TAG, T_TUPLE, 2])?;
-    k.sized(T_STR, name.as_bytes())?;
-    k.tagged(value, typed, 1)?;
-    Ok(k)
+/// Encodes the key `(name, value)` into `kb` (the decorator's key for a
+/// `key=` function's result, or for a hash digest).
+pub fn encode_named(
+    kb: &mut KeyBuf,
+    name: &str,
+    value: &Bound<'_, PyAny>,
+    typed: bool,
+) -> Result<(), KeyError> {
+    kb.push(&[TAG, T_TUPLE, 2])?;
+    kb.sized(T_STR, name.as_bytes())?;
+    kb.tagged(value, typed, 1)
 }
 
 /// The Python object a stored key stands for (`None` if the bytes are not

@@ -155,7 +155,7 @@ pub fn encode<'a, 'py>(
     }
     if let Ok(s) = obj.cast_exact::<PyString>() {
         return Ok(Encoded {
-            data: Data::Buf(str_bytes(s)?),
+            data: Data::Buf(Buf::Borrowed(str_bytes(s)?)),
             flags: FLAG_STR,
         });
     }
