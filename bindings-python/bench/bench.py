@@ -1,130 +1,172 @@
-"""Benchmark: segcache.Cache against cachetools (TTLCache, LRUCache),
-cachebox (TTLCache) and a plain dict, in one run, from Python.
+"""Benchmark: segcache.Cache against cachebox, moka-py, cachetools, functools
+and a plain dict, in one process, interleaved.
 
-Measures, for each cache:
-- ns per op of get (hit), get (miss) and set (overwriting a present key),
-  from a Python loop over pre-built keys (the loop's own cost, printed
-  separately, is included in every number);
-- memory per entry after inserting N entries (default 1,000,000) of a
-  ~10-byte str key and a 100-byte bytes value, each cache in a fresh
-  subprocess: the RSS growth (all memory, native included) and what
-  tracemalloc saw (Python's allocator only: it cannot see memory that
-  Rust allocates, so it shows what Python objects the cache keeps alive).
+Per operation (ns per call from a Python loop over pre-built keys; the loop's
+own cost is included in every number and printed separately):
+- get hit, get miss, set (overwrite of a present key), delete (of a present
+  key; the keys are put back, untimed, after each timing), for 64-byte and
+  1 KiB bytes values over RESIDENT str keys (default 100,000);
+- decorator hit: a one-argument function called with a cached int argument
+  (segcache.cached, cachebox.cached, moka_py.cached, cachetools.cached,
+  functools.lru_cache).
 
-Every cache gets room for all N entries (a max size of N, or for segcache a
-heap that holds them) and TTL caches a one-hour TTL, so nothing is evicted
-or expires during the run. Prints a markdown table.
+Timings are taken in ROUNDS rounds; each round times every cache once for
+every operation, the caches in a different (rotated) order each round, so
+load changes on a shared machine hit every cache alike. Reported: the median
+over rounds of each cache's ns/op, and for every peer the ratio peer/segcache
+(median of the per-round ratios, with their min and max: above 1 means
+segcache is faster).
 
-    python bench/bench.py                 # defaults
-    python bench/bench.py --ops 200000 --entries 1000000 --repeat 5
+Memory: ENTRIES entries (default 1,000,000) of a ~10-byte str key and a
+100-byte bytes value inserted into each cache in a fresh subprocess; RSS
+growth from before the cache was built (all memory, native included), per
+entry. Every cache has room for all entries.
+
+    python bench/bench.py                       # defaults, ~5 minutes
+    python bench/bench.py --rounds 3 --resident 20000 --entries 200000
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
 
-TTL = 3600
-VALUE_LEN = 100
+MEMORY_VALUE_LEN = 100
 
 
-def make_cache(name: str, n: int):
-    """A cache that holds n entries without evicting, its get, its set, and
-    whether that set takes the TTL as a third argument (per-item TTL)."""
+# --- caches ------------------------------------------------------------------
+
+
+def make_map(name: str, n: int):
+    """(get, set, delete) of an empty cache with room for n entries."""
     if name == "segcache":
         import segcache
 
-        # Items take ~115 bytes (5-byte header, key, value), but with more
-        # than one shard the core starts evicting at about half of the heap
-        # (reported as a core issue; one shard holds n in n * 160), so the
-        # heap is sized at twice that. Untouched segments cost no RSS.
-        heap = max(32 << 20, n * 320)
-        c = segcache.Cache(heap_size=heap)
-        return c, c.get, c.set, True
-    if name == "cachetools.TTLCache":
-        import cachetools
+        # ~100-byte items fill about 2 * n * 100 bytes of segments at most
+        # (one shard's merge eviction starts when its heap is full); room for
+        # 1 KiB values too. Untouched segments cost no RSS.
+        c = segcache.Cache(heap_size=max(64 << 20, n * 2400))
+        return c.get, c.__setitem__, c.__delitem__
+    if name == "cachebox.LRUCache":
+        import cachebox
 
-        c = cachetools.TTLCache(maxsize=n, ttl=TTL)
-    elif name == "cachetools.LRUCache":
+        c = cachebox.LRUCache(n)
+        return c.get, c.__setitem__, c.__delitem__
+    if name == "moka_py.Moka":
+        import moka_py
+
+        c = moka_py.Moka(n)
+        return c.get, c.set, c.remove
+    if name == "cachetools.LRUCache":
         import cachetools
 
         c = cachetools.LRUCache(maxsize=n)
-    elif name == "cachebox.TTLCache":
+        return c.get, c.__setitem__, c.__delitem__
+    if name == "dict":
+        c = {}
+        return c.get, c.__setitem__, c.__delitem__
+    raise ValueError(name)
+
+
+MAPS = ["segcache", "cachebox.LRUCache", "moka_py.Moka", "cachetools.LRUCache", "dict"]
+
+
+def make_decorated(name: str, n: int):
+    """A cached one-argument function, by library."""
+
+    def square(x):
+        return x * x
+
+    if name == "segcache":
+        import segcache
+
+        return segcache.cached(segcache.Cache(heap_size=64 << 20))(square)
+    if name == "cachebox.LRUCache":
         import cachebox
 
-        c = cachebox.TTLCache(n, TTL)
-    elif name == "dict":
-        c = {}
-    else:
-        raise ValueError(name)
-    return c, c.get, c.__setitem__, False
+        return cachebox.cached(cachebox.LRUCache(n))(square)
+    if name == "moka_py.Moka":
+        import moka_py
+
+        return moka_py.cached(maxsize=n)(square)
+    if name == "cachetools.LRUCache":
+        import cachetools
+
+        return cachetools.cached(cachetools.LRUCache(maxsize=n))(square)
+    if name == "functools":
+        return functools.lru_cache(maxsize=n)(square)
+    raise ValueError(name)
 
 
-NAMES = ["segcache", "cachebox.TTLCache", "cachetools.TTLCache", "cachetools.LRUCache", "dict"]
+DECORATORS = ["segcache", "cachebox.LRUCache", "moka_py.Moka", "cachetools.LRUCache", "functools"]
 
 
-def key(i: int) -> str:
-    return f"key:{i}"
+def version(name: str) -> str:
+    mod = name.split(".")[0]
+    if mod in ("dict", "functools"):
+        return platform.python_version()
+    from importlib.metadata import version as v
+
+    return v(mod.replace("_", "-"))
 
 
-def value(i: int) -> bytes:
-    return b"%0*d" % (VALUE_LEN, i)
+# --- timing ------------------------------------------------------------------
 
 
-def best_ns_per_op(fn, args, repeat: int) -> float:
-    """Best of `repeat` timings of `for a in args: fn(a)`, in ns per call."""
-    best = float("inf")
-    for _ in range(repeat):
-        gc.collect()
-        t0 = time.perf_counter_ns()
-        for a in args:
-            fn(a)
-        best = min(best, (time.perf_counter_ns() - t0) / len(args))
-    return best
+def per_call(fn, args) -> float:
+    gc.collect()
+    t0 = time.perf_counter_ns()
+    for a in args:
+        fn(a)
+    return (time.perf_counter_ns() - t0) / len(args)
 
 
-def best_ns_per_set(fn, with_ttl: bool, keys, vals, repeat: int) -> float:
-    """Best of `repeat` timings of `for k, v in ...: fn(k, v[, TTL])`."""
-    best = float("inf")
-    for _ in range(repeat):
-        gc.collect()
-        t0 = time.perf_counter_ns()
-        if with_ttl:
-            for k, v in zip(keys, vals):
-                fn(k, v, TTL)
-        else:
-            for k, v in zip(keys, vals):
-                fn(k, v)
-        best = min(best, (time.perf_counter_ns() - t0) / len(keys))
-    return best
+def per_set(fn, keys, value) -> float:
+    gc.collect()
+    t0 = time.perf_counter_ns()
+    for k in keys:
+        fn(k, value)
+    return (time.perf_counter_ns() - t0) / len(keys)
 
 
-def time_one(name: str, ops: int, repeat: int) -> dict:
-    cache, get, put, with_ttl = make_cache(name, ops)
-    keys = [key(i) for i in range(ops)]
-    vals = [value(i) for i in range(ops)]
-    for k, v in zip(keys, vals):
-        put(k, v, TTL) if with_ttl else put(k, v)
-    missing = [f"nokey:{i}" for i in range(ops)]
-    # Sanity: every key hits, every other misses, values come back whole.
-    assert get(keys[0]) == vals[0] and get(keys[-1]) == vals[-1], name
+def time_map(name: str, keys, missing, value) -> dict:
+    get, put, delete = make_map(name, len(keys))
+    for k in keys:
+        put(k, value)
+    assert get(keys[0]) == value and get(keys[-1]) == value, name
     assert get(missing[0]) is None, name
-    return {
-        "get_hit": best_ns_per_op(get, keys, repeat),
-        "get_miss": best_ns_per_op(get, missing, repeat),
-        "set": best_ns_per_set(put, with_ttl, keys, vals, repeat),
+    out = {
+        "get hit": per_call(get, keys),
+        "get miss": per_call(get, missing),
+        "set": per_set(put, keys, value),
+        "delete": per_call(delete, keys),
     }
+    assert get(keys[0]) is None, name
+    return out
 
 
-def loop_cost(ops: int, repeat: int) -> float:
-    noop = lambda k: None  # noqa: E731
-    return best_ns_per_op(noop, [key(i) for i in range(ops)], repeat)
+def time_decorator(name: str, n: int) -> float:
+    f = make_decorated(name, n)
+    args = list(range(n))
+    for a in args:
+        f(a)
+    assert f(3) == 9
+    return per_call(f, args)
+
+
+def loop_cost(n: int) -> float:
+    return per_call(lambda k: None, [f"key:{i}" for i in range(n)])
+
+
+# --- memory ------------------------------------------------------------------
 
 
 def rss_bytes() -> int:
@@ -133,60 +175,42 @@ def rss_bytes() -> int:
 
 
 def memory_child(name: str, n: int) -> dict:
-    """Runs in a fresh interpreter: memory growth from inserting n entries."""
-    import tracemalloc
-
-    # The baseline is taken before the cache is built: segcache allocates
-    # its hash table up front, the others grow as they fill.
+    """Runs in a fresh interpreter: RSS growth from inserting n entries."""
     gc.collect()
-    tracemalloc.start()
     rss0 = rss_bytes()
-    cache, get, put, with_ttl = make_cache(name, n)
-    if with_ttl:
-        for i in range(n):
-            put(key(i), value(i), TTL)
-    else:
-        for i in range(n):
-            put(key(i), value(i))
+    get, put, _ = make_map(name, n)
+    for i in range(n):
+        put(f"key:{i}", b"%0*d" % (MEMORY_VALUE_LEN, i))
     gc.collect()
-    traced, _peak = tracemalloc.get_traced_memory()
     rss1 = rss_bytes()
-    tracemalloc.stop()
-    assert get(key(n - 1)) == value(n - 1)
-    out = {"rss_per_entry": (rss1 - rss0) / n, "traced_per_entry": traced / n}
-    if name == "segcache":
-        s = cache.stats()
-        assert s["evictions"] == 0 and s["items"] == n, s
-        out["live_per_entry"] = s["live_bytes"] / n
-        out["table_per_entry"] = s["hash_table_bytes"] / n
-    return out
+    assert get(f"key:{n - 1}") == b"%0*d" % (MEMORY_VALUE_LEN, n - 1)
+    assert get("key:0") is not None, "evicted: the cache was given too little room"
+    return {"rss_per_entry": (rss1 - rss0) / n}
 
 
-def memory_one(name: str, n: int) -> dict:
+def memory_one(name: str, n: int) -> float:
     proc = subprocess.run(
         [sys.executable, __file__, "--memory-child", name, "--entries", str(n)],
         check=True,
         capture_output=True,
         text=True,
     )
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])["rss_per_entry"]
 
 
-def version(name: str) -> str:
-    mod = name.split(".")[0]
-    if mod == "dict":
-        return platform.python_version()
-    from importlib.metadata import version as v
+# --- report ------------------------------------------------------------------
 
-    return v(mod)
+
+def ratio_cell(peer: list, ours: list) -> str:
+    ratios = [p / o for p, o in zip(peer, ours)]
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ops", type=int, default=200_000, help="keys per timing loop")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds")
+    ap.add_argument("--resident", type=int, default=100_000, help="keys in each cache while timing")
     ap.add_argument("--entries", type=int, default=1_000_000, help="entries for the memory test")
-    ap.add_argument("--repeat", type=int, default=5, help="timing repeats (best is kept)")
-    ap.add_argument("--only", nargs="*", default=NAMES, help="caches to run")
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -194,32 +218,51 @@ def main() -> None:
         print(json.dumps(memory_child(args.memory_child, args.entries)))
         return
 
-    print(
-        f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs; "
-        f"{args.ops:,} keys per timing loop, best of {args.repeat}; "
-        f"memory for {args.entries:,} entries of a ~10-byte str key and {VALUE_LEN}-byte bytes value.\n"
-    )
-    rows = []
-    for name in args.only:
-        t = time_one(name, args.ops, args.repeat)
-        m = memory_one(name, args.entries)
-        rows.append((name, version(name), t, m))
-        print(f"  done: {name}", file=sys.stderr)
+    n = args.resident
+    keys = [f"key:{i}" for i in range(n)]
+    missing = [f"nokey:{i}" for i in range(n)]
+    sizes = {"64 B": b"v" * 64, "1 KiB": b"v" * 1024}
+    # samples[(size, op)][cache] = [ns per round]
+    samples: dict = {}
+    for r in range(args.rounds):
+        order = MAPS[r % len(MAPS):] + MAPS[: r % len(MAPS)]
+        for size, value in sizes.items():
+            for name in order:
+                for op, ns in time_map(name, keys, missing, value).items():
+                    samples.setdefault((size, op), {}).setdefault(name, []).append(ns)
+        dorder = DECORATORS[r % len(DECORATORS):] + DECORATORS[: r % len(DECORATORS)]
+        for name in dorder:
+            samples.setdefault(("-", "decorator hit"), {}).setdefault(name, []).append(time_decorator(name, n))
+        print(f"  round {r + 1}/{args.rounds} done", file=sys.stderr)
+    loop = loop_cost(n)
+    memory = {name: memory_one(name, args.entries) for name in MAPS}
 
-    print("| cache | version | get hit (ns/op) | get miss (ns/op) | set (ns/op) | RSS per entry (B) | tracemalloc per entry (B) |")
-    print("|---|---|---:|---:|---:|---:|---:|")
-    for name, ver, t, m in rows:
-        print(
-            f"| {name} | {ver} | {t['get_hit']:.0f} | {t['get_miss']:.0f} | {t['set']:.0f} "
-            f"| {m['rss_per_entry']:.0f} | {m['traced_per_entry']:.0f} |"
-        )
-    print(f"\nThe bare Python loop (`for k in keys: f(k)` with a no-op f) costs {loop_cost(args.ops, args.repeat):.0f} ns/op, included above.")
-    seg = next((m for name, _, _, m in rows if name == "segcache"), None)
-    if seg:
-        print(
-            f"segcache's own accounting: {seg['live_per_entry']:.0f} B of segment data per entry "
-            f"(header + key + value) and {seg['table_per_entry']:.0f} B of hash table per entry."
-        )
+    load = os.getloadavg()
+    print(
+        f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"load average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} at the end; "
+        f"{n:,} resident str keys, {args.rounds} interleaved rounds.\n"
+    )
+    names = sorted({c for per in samples.values() for c in per}, key=lambda c: (c != "segcache", c))
+    print("Median ns per call (the Python loop's own cost included):\n")
+    print("| value | operation | " + " | ".join(f"{c} {version(c)}" for c in names) + " |")
+    print("|---|---|" + "---:|" * len(names))
+    for (size, op), per in samples.items():
+        cells = [f"{statistics.median(per[c]):.0f}" if c in per else "" for c in names]
+        print(f"| {size} | {op} | " + " | ".join(cells) + " |")
+    print("\nPeer time / segcache time (median of per-round ratios, min-max; above 1: segcache faster):\n")
+    peers = [c for c in names if c != "segcache"]
+    print("| value | operation | " + " | ".join(peers) + " |")
+    print("|---|---|" + "---:|" * len(peers))
+    for (size, op), per in samples.items():
+        cells = [ratio_cell(per[c], per["segcache"]) if c in per else "" for c in peers]
+        print(f"| {size} | {op} | " + " | ".join(cells) + " |")
+    print(f"\nThe bare loop (`for k in keys: f(k)`, f a no-op lambda) costs {loop:.0f} ns per call.\n")
+    print(f"Memory: RSS growth per entry for {args.entries:,} entries (~10-byte str key, {MEMORY_VALUE_LEN}-byte bytes value):\n")
+    print("| cache | bytes per entry | vs segcache |")
+    print("|---|---:|---:|")
+    for name in MAPS:
+        print(f"| {name} | {memory[name]:.0f} | {memory[name] / memory['segcache']:.2f}x |")
 
 
 if __name__ == "__main__":
