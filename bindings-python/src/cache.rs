@@ -261,7 +261,7 @@ impl PyCache {
         let mut kb = KeyBuf::new();
         let k = write_key(key, &mut kb)?;
         let ttl = ttl_arg(ttl)?;
-        self.store(py, &k, value, ttl, op)
+        self.store(py, k, value, ttl, op)
     }
 
     /// Checks that the item under `key` holds bytes or str (for
@@ -460,7 +460,10 @@ impl PyCache {
         d.set_item("hash_power", self.config.hash_power)?;
         d.set_item("eviction", self.config.eviction.name())?;
         d.set_item("shards", self.config.shards)?;
-        d.set_item("serializer", self.serializer.given.as_ref().map(|s| s.bind(py)))?;
+        d.set_item(
+            "serializer",
+            self.serializer.given.as_ref().map(|s| s.bind(py)),
+        )?;
         Ok(d)
     }
 
@@ -492,7 +495,7 @@ impl PyCache {
         let Some(k) = read_key(key, &mut kb)? else {
             return Ok(None);
         };
-        let found = self.cache()?.get_with(&k, |item| {
+        let found = self.cache()?.get_with(k, |item| {
             item.map(|it| (value::fetch(py, it.value(), it.flags()), it.cas()))
         });
         match found {
@@ -564,10 +567,10 @@ impl PyCache {
         let guard = self.cache()?;
         let cache: &ShardedCache = &guard;
         let result = if v.len() >= DETACH_AT {
-            let (k, data): (&[u8], &[u8]) = (&k, &v);
+            let (k, data): (&[u8], &[u8]) = (k, &v);
             py.detach(|| cache.cas(k, data, v.flags, ttl, token))
         } else {
-            cache.cas(&k, &v, v.flags, ttl, token)
+            cache.cas(k, &v, v.flags, ttl, token)
         };
         conditional(result, key)
     }
@@ -577,10 +580,10 @@ impl PyCache {
     fn append(&self, key: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>) -> PyResult<bool> {
         let mut kb = KeyBuf::new();
         let (k, d) = (write_key(key, &mut kb)?, buf(data, "data")?);
-        if !self.is_text_or_bytes(&k)? {
+        if !self.is_text_or_bytes(k)? {
             return Ok(false);
         }
-        conditional(self.cache()?.append(&k, &d), key)
+        conditional(self.cache()?.append(k, &d), key)
     }
 
     /// Prepends data (bytes or str) to a bytes or str value (TTL stays);
@@ -588,10 +591,10 @@ impl PyCache {
     fn prepend(&self, key: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>) -> PyResult<bool> {
         let mut kb = KeyBuf::new();
         let (k, d) = (write_key(key, &mut kb)?, buf(data, "data")?);
-        if !self.is_text_or_bytes(&k)? {
+        if !self.is_text_or_bytes(k)? {
             return Ok(false);
         }
-        conditional(self.cache()?.prepend(&k, &d), key)
+        conditional(self.cache()?.prepend(k, &d), key)
     }
 
     /// Adds delta to a non-negative int value (or decimal bytes/str) and
@@ -603,7 +606,7 @@ impl PyCache {
         let mut kb = KeyBuf::new();
         let k = write_key(key, &mut kb)?;
         self.cache()?
-            .incr(&k, d)
+            .incr(k, d)
             .map_err(|e| to_py_err(e, Some(key)))
     }
 
@@ -616,7 +619,7 @@ impl PyCache {
         let mut kb = KeyBuf::new();
         let k = write_key(key, &mut kb)?;
         self.cache()?
-            .decr(&k, d)
+            .decr(k, d)
             .map_err(|e| to_py_err(e, Some(key)))
     }
 
@@ -629,7 +632,7 @@ impl PyCache {
         let Some(k) = read_key(key, &mut kb)? else {
             return Ok(false);
         };
-        conditional(self.cache()?.touch(&k, ttl), key)
+        conditional(self.cache()?.touch(k, ttl), key)
     }
 
     /// Removes key; True if it was present.
@@ -644,7 +647,7 @@ impl PyCache {
     /// if it is missing.
     fn ttl(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
         let left = match read_key(key, &mut KeyBuf::new())? {
-            Some(k) => self.cache()?.ttl(&k),
+            Some(k) => self.cache()?.ttl(k),
             None => None,
         };
         match left {
@@ -703,10 +706,8 @@ impl PyCache {
                 Ok((key, value::encode(v, &self.serializer)?))
             })
             .collect::<PyResult<Vec<_>>>()?;
-        let slices: Vec<(&[u8], &[u8], u32)> = encoded
-            .iter()
-            .map(|(k, v)| (&**k, &**v, v.flags))
-            .collect();
+        let slices: Vec<(&[u8], &[u8], u32)> =
+            encoded.iter().map(|(k, v)| (&**k, &**v, v.flags)).collect();
         let guard = self.cache()?;
         let cache: &ShardedCache = &guard;
         let failed = py.detach(|| {
@@ -743,7 +744,7 @@ impl PyCache {
                 type_name(factory)
             )));
         }
-        self.get_or_compute(py, &k, ttl, || factory.call0())
+        self.get_or_compute(py, k, ttl, || factory.call0())
     }
 
     /// Keys whose get_or_set factory is running now.
@@ -776,7 +777,7 @@ impl PyCache {
         let Some(k) = read_key(key, &mut kb)? else {
             return missing();
         };
-        match self.take(py, &k)? {
+        match self.take(py, k)? {
             Some(v) => Ok(v),
             None => missing(),
         }
@@ -810,7 +811,7 @@ impl PyCache {
             if let Some(v) = self.lookup(py, k)? {
                 return Ok(v);
             }
-            match self.store(py, &k, &default, None, ShardedCache::add)? {
+            match self.store(py, k, &default, None, ShardedCache::add)? {
                 Ok(()) => return Ok(default),
                 Err(segcache::Error::NotStored) => continue,
                 Err(e) => return Err(to_py_err(e, Some(key))),
@@ -921,7 +922,7 @@ impl PyCache {
 
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         match read_key(key, &mut KeyBuf::new())? {
-            Some(k) => Ok(self.cache()?.contains(&k)),
+            Some(k) => Ok(self.cache()?.contains(k)),
             None => Ok(false),
         }
     }
@@ -946,7 +947,7 @@ impl PyCache {
     ) -> PyResult<()> {
         let mut kb = KeyBuf::new();
         let k = write_key(key, &mut kb)?;
-        self.store(py, &k, value, None, ShardedCache::set)?
+        self.store(py, k, value, None, ShardedCache::set)?
             .map_err(|e| to_py_err(e, Some(key)))
     }
 

@@ -92,7 +92,10 @@ impl CachedFunction {
             .call_method0("digest")?;
         let hashed = PyTuple::new(
             py,
-            [pyo3::types::PyString::new(py, "#blake2b").into_any(), digest],
+            [
+                pyo3::types::PyString::new(py, "#blake2b").into_any(),
+                digest,
+            ],
         )?;
         kb.clear();
         key::encode_named(kb, &self.name, &hashed, false).map_err(KeyError::into_py)?;
@@ -268,7 +271,12 @@ impl CachedFunction {
     }
 
     /// Stores a computed result under an encoded key (too large: not kept).
-    fn _store(&self, py: Python<'_>, key: &Bound<'_, PyBytes>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn _store(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyBytes>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         let cache = self.cache.bind(py).get();
         cache.store_quietly(py, key.as_bytes(), value, self.ttl)
     }

@@ -3,9 +3,7 @@
 //!
 //! Owns argument checking and error mapping; never touches the cache.
 
-use pyo3::exceptions::{
-    PyKeyError, PyOSError, PyRuntimeError, PyTypeError, PyValueError,
-};
+use pyo3::exceptions::{PyKeyError, PyOSError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyMemoryView, PyString, PyType};
@@ -166,4 +164,3 @@ pub fn conditional(result: Result<(), segcache::Error>, key: &Bound<'_, PyAny>) 
         Err(e) => Err(to_py_err(e, Some(key))),
     }
 }
-

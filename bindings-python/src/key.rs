@@ -25,9 +25,7 @@
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{
-    PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyMemoryView, PyString, PyTuple,
-};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyMemoryView, PyString, PyTuple};
 use segcache::MAX_KEY_LEN;
 
 use crate::convert::{str_bytes, type_name};
@@ -161,15 +159,25 @@ impl KeyBuf {
 
     /// A tag, a length byte and the bytes.
     fn sized(&mut self, tag: u8, bytes: &[u8]) -> Result<(), KeyError> {
-        if bytes.len() > 255 {
+        if bytes.len() >= 255 {
             // Longer than a key can be: only the decorator goes on (to
-            // hash it), with a two-byte length after a distinct marker.
+            // hash it), with a four-byte length after the marker 255.
             self.push(&[tag, 255])?;
             self.push(&(bytes.len() as u32).to_le_bytes())?;
             return self.push(bytes);
         }
         self.push(&[tag, bytes.len() as u8])?;
         self.push(bytes)
+    }
+
+    /// A tuple tag and element count (255 and four more bytes beyond 254:
+    /// such a key is too long to store, only the decorator hashes it).
+    fn count(&mut self, n: usize) -> Result<(), KeyError> {
+        if n < 255 {
+            return self.push(&[T_TUPLE, n as u8]);
+        }
+        self.push(&[T_TUPLE, 255])?;
+        self.push(&(n as u32).to_le_bytes())
     }
 
     fn int(&mut self, n: i64) -> Result<(), KeyError> {
@@ -198,7 +206,10 @@ impl KeyBuf {
         let kwargs = pyo3::types::PyDict::new(n.py());
         kwargs.set_item("signed", true)?;
         let bytes = n.call_method("to_bytes", (len, "little"), Some(&kwargs))?;
-        self.sized(T_INT, bytes.cast::<PyBytes>().map_err(PyErr::from)?.as_bytes())
+        self.sized(
+            T_INT,
+            bytes.cast::<PyBytes>().map_err(PyErr::from)?.as_bytes(),
+        )
     }
 
     fn float(&mut self, f: &Bound<'_, PyFloat>, typed: bool) -> Result<(), KeyError> {
@@ -250,10 +261,10 @@ impl KeyBuf {
             return self.byte(T_NONE);
         }
         if let Ok(t) = obj.cast::<PyTuple>() {
-            if depth > 32 || t.len() > 255 {
+            if depth > 32 {
                 return Err(KeyError::TooLong);
             }
-            self.push(&[T_TUPLE, t.len() as u8])?;
+            self.count(t.len())?;
             for item in t.iter() {
                 self.tagged(&item, typed, depth + 1)?;
             }
@@ -264,7 +275,10 @@ impl KeyBuf {
         }
         if obj.cast::<PyMemoryView>().is_ok() {
             let copy = obj.call_method0("tobytes")?;
-            return self.sized(T_BYTES, copy.cast::<PyBytes>().map_err(PyErr::from)?.as_bytes());
+            return self.sized(
+                T_BYTES,
+                copy.cast::<PyBytes>().map_err(PyErr::from)?.as_bytes(),
+            );
         }
         Err(KeyError::Unsupported(type_name(obj)))
     }
@@ -309,11 +323,7 @@ pub fn encode_call(
     let kwargs = kwargs.filter(|d| !d.is_empty());
     kb.push(&[TAG, T_TUPLE, if kwargs.is_some() { 3 } else { 2 }])?;
     kb.sized(T_STR, name.as_bytes())?;
-    let n = args.len();
-    if n > 255 {
-        return Err(KeyError::TooLong);
-    }
-    kb.push(&[T_TUPLE, n as u8])?;
+    kb.count(args.len())?;
     for item in args.iter() {
         kb.tagged(&item, typed, 1)?;
     }
@@ -323,10 +333,7 @@ pub fn encode_call(
             pairs.push((name.extract()?, value));
         }
         pairs.sort_by(|a, b| a.0.cmp(&b.0));
-        if pairs.len() > 255 {
-            return Err(KeyError::TooLong);
-        }
-        kb.push(&[T_TUPLE, pairs.len() as u8])?;
+        kb.count(pairs.len())?;
         for (name, value) in &pairs {
             kb.push(&[T_TUPLE, 2])?;
             kb.sized(T_STR, name.as_bytes())?;

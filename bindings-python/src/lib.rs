@@ -7,15 +7,15 @@
 //! `cached` decorator; `_segcache.pyi` documents every signature.
 //!
 //! Modules, one concept each:
-//! - [`convert`]: argument checking (ints, seconds, TTLs) and error mapping;
-//! - [`key`]: keys (str, bytes, int, float, bool, None, tuples) to bytes;
-//! - [`value`]: values to bytes and flags (bytes, str, int as themselves,
+//! - `convert`: argument checking (ints, seconds, TTLs) and error mapping;
+//! - `key`: keys (str, bytes, int, float, bool, None, tuples) to bytes;
+//! - `value`: values to bytes and flags (bytes, str, int as themselves,
 //!   the rest through a serializer, pickle by default), and back;
-//! - [`cache`]: the `Cache` class;
-//! - [`iter`]: iteration over live items;
-//! - [`flight`]: single-flight for `get_or_set` and the decorator;
-//! - [`cached`]: the decorator's native wrapper (`CachedFunction`);
-//! - [`clock`]: `ManualClock`, a test hook.
+//! - `cache`: the `Cache` class;
+//! - `iter`: iteration over live items;
+//! - `flight`: single-flight for `get_or_set` and the decorator;
+//! - `cached`: the decorator's native wrapper (`CachedFunction`);
+//! - `clock`: `ManualClock`, a test hook.
 //!
 //! The GIL is released around storage work that can take long (writes of
 //! values of at least [`DETACH_AT`] bytes, bulk writes, `flush`, `expire`,

@@ -143,10 +143,7 @@ fn digits(n: i64) -> ([u8; 20], u8) {
 
 /// Encodes a value for storage; runs the serializer for other types.
 #[inline]
-pub fn encode<'a, 'py>(
-    obj: &'a Bound<'py, PyAny>,
-    ser: &Serializer,
-) -> PyResult<Encoded<'a, 'py>> {
+pub fn encode<'a, 'py>(obj: &'a Bound<'py, PyAny>, ser: &Serializer) -> PyResult<Encoded<'a, 'py>> {
     if let Ok(b) = obj.cast_exact::<PyBytes>() {
         return Ok(Encoded {
             data: Data::Buf(Buf::Borrowed(b.as_bytes())),
@@ -228,7 +225,10 @@ pub fn fetch<'py>(py: Python<'py>, data: &[u8], flags: u32) -> Fetched<'py> {
         FLAG_STR => {
             // SAFETY: `data` is valid for its length; the call copies it.
             let ptr = unsafe {
-                ffi::PyUnicode_FromStringAndSize(data.as_ptr().cast(), data.len() as ffi::Py_ssize_t)
+                ffi::PyUnicode_FromStringAndSize(
+                    data.as_ptr().cast(),
+                    data.len() as ffi::Py_ssize_t,
+                )
             };
             if ptr.is_null() {
                 // Not UTF-8 (bytes appended to a str value): give the bytes.

@@ -21,6 +21,7 @@ BACKEND = HERE.parent / "build_backend"
 def test_build_backend_without_cargo_says_so(monkeypatch, tmp_path):
     pytest.importorskip("maturin")
     monkeypatch.syspath_prepend(str(BACKEND))
+    monkeypatch.chdir(BACKEND.parent)  # maturin reads ./pyproject.toml
     import segcache_build
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no cargo here
