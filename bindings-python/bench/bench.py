@@ -32,6 +32,7 @@ import argparse
 import functools
 import gc
 import json
+import math
 import os
 import platform
 import statistics
@@ -45,15 +46,20 @@ MEMORY_VALUE_LEN = 100
 # --- caches ------------------------------------------------------------------
 
 
-def make_map(name: str, n: int):
-    """(get, set, delete) of an empty cache with room for n entries."""
+def make_map(name: str, n: int, value_len: int = 1024):
+    """(get, set, delete) of an empty cache with room for n entries of
+    values up to value_len bytes."""
     if name == "segcache":
         import segcache
 
-        # ~100-byte items fill about 2 * n * 100 bytes of segments at most
-        # (one shard's merge eviction starts when its heap is full); room for
-        # 1 KiB values too. Untouched segments cost no RSS.
-        c = segcache.Cache(heap_size=max(64 << 20, n * 2400))
+        # Twice the item bytes (a shard's keys are not spread perfectly
+        # evenly, and eviction starts when one shard is full); the hash
+        # table is sized by the core for ~100-byte items filling the heap,
+        # so a heap far larger than needed would cost table memory.
+        # As the peers get maxsize=n, the table gets room for n keys (7
+        # slots per bucket, at most ~75% full).
+        hash_power = max(10, math.ceil(math.log2(n / 7 / 0.75)))
+        c = segcache.Cache(heap_size=max(16 << 20, n * (value_len + 40) * 2), hash_power=hash_power)
         return c.get, c.__setitem__, c.__delitem__
     if name == "cachebox.LRUCache":
         import cachebox
@@ -138,7 +144,7 @@ def per_set(fn, keys, value) -> float:
 
 
 def time_map(name: str, keys, missing, value) -> dict:
-    get, put, delete = make_map(name, len(keys))
+    get, put, delete = make_map(name, len(keys), len(value))
     for k in keys:
         put(k, value)
     assert get(keys[0]) == value and get(keys[-1]) == value, name
@@ -178,7 +184,7 @@ def memory_child(name: str, n: int) -> dict:
     """Runs in a fresh interpreter: RSS growth from inserting n entries."""
     gc.collect()
     rss0 = rss_bytes()
-    get, put, _ = make_map(name, n)
+    get, put, _ = make_map(name, n, MEMORY_VALUE_LEN)
     for i in range(n):
         put(f"key:{i}", b"%0*d" % (MEMORY_VALUE_LEN, i))
     gc.collect()
