@@ -70,6 +70,36 @@ pub struct PyCache {
     flights: Flights,
 }
 
+/// Keys copied out of one shard, packed in one buffer.
+#[derive(Default)]
+pub struct KeySnapshot {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl KeySnapshot {
+    fn push(&mut self, key: &[u8]) {
+        self.bytes.extend_from_slice(key);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// The number of keys.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The `i`th key.
+    pub fn get(&self, i: usize) -> &[u8] {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.bytes[start..self.ends[i]]
+    }
+
+    /// Every key, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &[u8]> {
+        (0..self.len()).map(|i| self.get(i))
+    }
+}
+
 /// A read lock on an open cache, held for one operation.
 type CacheRef<'a> = MappedRwLockReadGuard<'a, ShardedCache>;
 
@@ -187,13 +217,14 @@ impl PyCache {
         self.config.shards
     }
 
-    /// The encoded keys of shard `shard` at this moment.
-    pub fn shard_keys(&self, py: Python<'_>, shard: usize) -> PyResult<Vec<Box<[u8]>>> {
+    /// The encoded keys of shard `shard` at this moment (one shard lock,
+    /// with the GIL released).
+    pub fn shard_keys(&self, py: Python<'_>, shard: usize) -> PyResult<KeySnapshot> {
         let guard = self.cache()?;
         let cache: &ShardedCache = &guard;
         Ok(py.detach(|| {
-            let keys: Vec<Box<[u8]>> = Vec::new();
-            let _ = (cache, shard); // TODO(core iteration)
+            let mut keys = KeySnapshot::default();
+            let _ = (cache, shard, &mut keys); // TODO(core iteration)
             keys
         }))
     }
@@ -786,9 +817,10 @@ impl PyCache {
     /// Removes and returns some (key, value) pair; KeyError when empty.
     fn popitem<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         for shard in 0..self.config.shards {
-            for k in self.shard_keys(py, shard)? {
-                if let Some(v) = self.take(py, &k)? {
-                    return (key::decode(py, &k)?, v).into_pyobject(py);
+            let keys = self.shard_keys(py, shard)?;
+            for k in keys.iter() {
+                if let Some(v) = self.take(py, k)? {
+                    return (key::decode(py, k)?, v).into_pyobject(py);
                 }
             }
         }

@@ -307,9 +307,9 @@ impl CachedFunction {
     fn cache_clear(&self, py: Python<'_>) -> PyResult<()> {
         let cache = self.cache.bind(py).get();
         for shard in 0..cache.shard_count() {
-            for k in cache.shard_keys(py, shard)? {
-                if key::is_call_of(&k, &self.name) {
-                    cache.remove(&k)?;
+            for k in cache.shard_keys(py, shard)?.iter() {
+                if key::is_call_of(k, &self.name) {
+                    cache.remove(k)?;
                 }
             }
         }

@@ -72,6 +72,16 @@ pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// An int's value: i64 first (one C call), i128 beyond (slower under the
+/// stable ABI); `None` beyond that.
+#[inline]
+fn int_value(obj: &Bound<'_, PyAny>) -> Option<i128> {
+    match obj.extract::<i64>() {
+        Ok(n) => Some(n as i128),
+        Err(_) => obj.extract::<i128>().ok(),
+    }
+}
+
 /// An `int` argument (not `bool`) within `min..=max`: `TypeError` or
 /// `ValueError` naming it otherwise.
 pub fn int_arg(obj: &Bound<'_, PyAny>, what: &str, min: u64, max: u64) -> PyResult<u64> {
@@ -83,7 +93,7 @@ pub fn int_arg(obj: &Bound<'_, PyAny>, what: &str, min: u64, max: u64) -> PyResu
     }
     let out_of_range =
         || PyValueError::new_err(format!("{what} must be from {min} to {max}, got {obj}"));
-    let n: i128 = obj.extract().map_err(|_| out_of_range())?;
+    let n = int_value(obj).ok_or_else(out_of_range)?;
     if n < min as i128 || n > max as i128 {
         return Err(out_of_range());
     }
@@ -102,9 +112,8 @@ pub fn seconds_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Duration> {
             "{what} must be int or float seconds or a datetime.timedelta, not bool"
         )));
     } else if obj.is_instance_of::<PyInt>() {
-        let n: i128 = obj
-            .extract()
-            .map_err(|_| PyValueError::new_err(format!("{what} is out of range: {obj}")))?;
+        let n = int_value(obj)
+            .ok_or_else(|| PyValueError::new_err(format!("{what} is out of range: {obj}")))?;
         if n < 0 {
             return Err(PyValueError::new_err(format!(
                 "{what} must not be negative, got {n}"

@@ -11,7 +11,7 @@
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
-use crate::cache::PyCache;
+use crate::cache::{KeySnapshot, PyCache};
 use crate::key;
 
 /// What the iterator yields.
@@ -33,7 +33,8 @@ pub struct CacheIter {
     cache: Py<PyCache>,
     kind: Kind,
     next_shard: usize,
-    keys: std::vec::IntoIter<Box<[u8]>>,
+    keys: KeySnapshot,
+    next_key: usize,
 }
 
 impl CacheIter {
@@ -43,7 +44,8 @@ impl CacheIter {
             cache: cache.unbind(),
             kind,
             next_shard: 0,
-            keys: Vec::new().into_iter(),
+            keys: KeySnapshot::default(),
+            next_key: 0,
         }
     }
 }
@@ -57,35 +59,38 @@ impl CacheIter {
     fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         let cache = self.cache.bind(py).get();
         loop {
-            let Some(k) = self.keys.next() else {
+            if self.next_key == self.keys.len() {
                 if self.next_shard >= cache.shard_count() {
                     return Ok(None);
                 }
-                self.keys = cache.shard_keys(py, self.next_shard)?.into_iter();
+                self.keys = cache.shard_keys(py, self.next_shard)?;
+                self.next_key = 0;
                 self.next_shard += 1;
                 continue;
-            };
+            }
+            let k = self.keys.get(self.next_key);
+            self.next_key += 1;
             match self.kind {
                 Kind::Keys => {
-                    if cache.contains_encoded(&k)? {
-                        return key::decode(py, &k).map(Some);
+                    if cache.contains_encoded(k)? {
+                        return key::decode(py, k).map(Some);
                     }
                 }
                 Kind::Values => {
-                    if let Some(v) = cache.lookup(py, &k)? {
+                    if let Some(v) = cache.lookup(py, k)? {
                         return Ok(Some(v));
                     }
                 }
                 Kind::Items => {
-                    if let Some(v) = cache.lookup(py, &k)? {
-                        let pair = PyTuple::new(py, [key::decode(py, &k)?, v])?;
+                    if let Some(v) = cache.lookup(py, k)? {
+                        let pair = PyTuple::new(py, [key::decode(py, k)?, v])?;
                         return Ok(Some(pair.into_any()));
                     }
                 }
                 Kind::Dump => {
-                    if let Some((v, ttl)) = cache.lookup_with_ttl(py, &k)? {
+                    if let Some((v, ttl)) = cache.lookup_with_ttl(py, k)? {
                         let ttl = ttl.into_pyobject(py)?.into_any();
-                        let triple = PyTuple::new(py, [key::decode(py, &k)?, v, ttl])?;
+                        let triple = PyTuple::new(py, [key::decode(py, k)?, v, ttl])?;
                         return Ok(Some(triple.into_any()));
                     }
                 }

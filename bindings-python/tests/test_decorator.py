@@ -328,3 +328,28 @@ def test_async_methods(cache):
     assert asyncio.run(Svc().get(1)) == 2
     assert asyncio.run(Svc().get(1)) == 2
     assert Svc.get.cache_info().hits == 1
+
+
+def test_async_cancelled_computation_lets_a_waiter_compute(cache):
+    import asyncio
+
+    attempts = []
+
+    @segcache.cached(cache)
+    async def slow(x):
+        attempts.append(x)
+        await asyncio.sleep(0.2 if len(attempts) == 1 else 0)
+        return x
+
+    async def main():
+        leader = asyncio.ensure_future(slow(1))
+        await asyncio.sleep(0.05)
+        waiter = asyncio.ensure_future(slow(1))
+        await asyncio.sleep(0.05)
+        leader.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await leader
+        return await waiter
+
+    assert asyncio.run(main()) == 1
+    assert attempts == [1, 1]

@@ -148,11 +148,16 @@ async def _async_call(func: "CachedFunction", obj: Any, args: tuple, kwargs: Opt
             break
         try:
             return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            if not running.cancelled():
+                raise  # this caller was cancelled, not the computation
         except Exception:
-            # The computation failed for its own caller; try again.
-            value = func._peek(key, _MISS)
-            if value is not _MISS:
-                return value
+            pass
+        # The computation failed or was cancelled for its own caller: the
+        # value may still have been stored by then; else compute it here.
+        value = func._peek(key, _MISS)
+        if value is not _MISS:
+            return value
     future: asyncio.Future = loop.create_future()
     pending[key] = future
     try:
@@ -161,13 +166,17 @@ async def _async_call(func: "CachedFunction", obj: Any, args: tuple, kwargs: Opt
         func._store(key, result)
         future.set_result(result)
         return result
+    except asyncio.CancelledError:
+        future.cancel()
+        raise
     except BaseException as e:
         future.set_exception(e)
         # Nobody may be waiting: mark the exception as retrieved.
         future.exception()
         raise
     finally:
-        del pending[key]
+        if pending.get(key) is future:
+            del pending[key]
         if not pending:
             _PENDING.pop(loop, None)
 
