@@ -17,7 +17,10 @@ use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
-use segcache::{Eviction, RestoreOutcome, Segcache, ShardedCache};
+use segcache::ops::DeleteOpts;
+use segcache::{
+    Eviction, Request, Response, RestoreOutcome, Segcache, ShardedCache, Store, StoreMode, Ttl,
+};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -148,10 +151,6 @@ fn write_key<'a>(key: &'a Bound<'_, PyAny>, kb: &'a mut KeyBuf) -> PyResult<&'a 
     key::encode(key, false, kb).map_err(KeyError::into_py)
 }
 
-/// One of the store methods of the core.
-type StoreFn =
-    fn(&ShardedCache, &[u8], &[u8], u32, Option<Duration>) -> Result<(), segcache::Error>;
-
 impl PyCache {
     /// The open cache, read-locked for one operation, or the "closed"
     /// `RuntimeError` once `save()` has begun.
@@ -175,31 +174,42 @@ impl PyCache {
     /// The value stored under an encoded key, or `None`.
     #[inline]
     pub fn lookup<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let fetched = self.cache()?.get_with(key, |item| {
+        let fetched = self.cache()?.peek_with(key, |item| {
             item.map(|it| value::fetch(py, it.value(), it.flags()))
         });
         fetched.map(|f| f.finish(&self.serializer)).transpose()
     }
 
-    /// Stores `value` under an encoded key with `op`; the outer error is
-    /// the value's (type, serializer), the inner the cache's.
+    /// Stores `value` under an encoded key in `mode` (compared with `cas`
+    /// if given); the outer error is the value's (type, serializer), the
+    /// inner the cache's.
     pub fn store(
         &self,
         py: Python<'_>,
         key: &[u8],
         value: &Bound<'_, PyAny>,
         ttl: Option<Duration>,
-        op: StoreFn,
+        mode: StoreMode,
+        cas: Option<u64>,
     ) -> PyResult<Result<(), segcache::Error>> {
         let v = value::encode(value, &self.serializer)?;
         let guard = self.cache()?;
         let cache: &ShardedCache = &guard;
-        Ok(if v.len() >= DETACH_AT {
-            let data: &[u8] = &v;
-            py.detach(|| op(cache, key, data, v.flags, ttl))
+        let store = Store {
+            mode,
+            key,
+            value: &*v,
+            flags: v.flags,
+            ttl: Ttl::from(ttl),
+            cas,
+            invalidate: false,
+        };
+        let result = if v.len() >= DETACH_AT {
+            py.detach(|| cache.store(&store))
         } else {
-            op(cache, key, &v, v.flags, ttl)
-        })
+            cache.store(&store)
+        };
+        Ok(result.map(drop))
     }
 
     /// Whether an encoded key is present.
@@ -212,19 +222,14 @@ impl PyCache {
         Ok(self.cache()?.delete(key))
     }
 
-    /// The shards' count.
-    pub fn shard_count(&self) -> usize {
-        self.config.shards
-    }
-
-    /// The encoded keys of shard `shard` at this moment (one shard lock,
-    /// with the GIL released).
-    pub fn shard_keys(&self, py: Python<'_>, shard: usize) -> PyResult<KeySnapshot> {
+    /// The encoded keys of the live items at this moment, copied out one
+    /// shard lock at a time, with the GIL released.
+    pub fn snapshot_keys(&self, py: Python<'_>) -> PyResult<KeySnapshot> {
         let guard = self.cache()?;
         let cache: &ShardedCache = &guard;
         Ok(py.detach(|| {
             let mut keys = KeySnapshot::default();
-            let _ = (cache, shard, &mut keys); // TODO(core iteration)
+            cache.for_each(|item| keys.push(item.key()));
             keys
         }))
     }
@@ -275,7 +280,7 @@ impl PyCache {
         ttl: Option<Duration>,
     ) -> PyResult<()> {
         use segcache::Error as E;
-        match self.store(py, key, value, ttl, ShardedCache::set)? {
+        match self.store(py, key, value, ttl, StoreMode::Set, None)? {
             Ok(()) | Err(E::ValueTooLarge { .. } | E::HashTableFull | E::OutOfMemory) => Ok(()),
             Err(e) => Err(to_py_err(e, None)),
         }
@@ -287,12 +292,12 @@ impl PyCache {
         key: &Bound<'_, PyAny>,
         value: &Bound<'_, PyAny>,
         ttl: Option<&Bound<'_, PyAny>>,
-        op: StoreFn,
+        mode: StoreMode,
     ) -> PyResult<Result<(), segcache::Error>> {
         let mut kb = KeyBuf::new();
         let k = write_key(key, &mut kb)?;
         let ttl = ttl_arg(ttl)?;
-        self.store(py, k, value, ttl, op)
+        self.store(py, k, value, ttl, mode, None)
     }
 
     /// Checks that the item under `key` holds bytes or str (for
@@ -300,7 +305,7 @@ impl PyCache {
     fn is_text_or_bytes(&self, key: &[u8]) -> PyResult<bool> {
         match self
             .cache()?
-            .get_with(key, |item| item.map(|it| it.flags()))
+            .peek_with(key, |item| item.map(|it| it.flags()))
         {
             None => Ok(false),
             Some(FLAG_BYTES | FLAG_STR) => Ok(true),
@@ -526,7 +531,7 @@ impl PyCache {
         let Some(k) = read_key(key, &mut kb)? else {
             return Ok(None);
         };
-        let found = self.cache()?.get_with(k, |item| {
+        let found = self.cache()?.peek_with(k, |item| {
             item.map(|it| (value::fetch(py, it.value(), it.flags()), it.cas()))
         });
         match found {
@@ -548,7 +553,7 @@ impl PyCache {
         value: &Bound<'_, PyAny>,
         ttl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        self.set_impl(py, key, value, ttl, ShardedCache::set)?
+        self.set_impl(py, key, value, ttl, StoreMode::Set)?
             .map_err(|e| to_py_err(e, Some(key)))
     }
 
@@ -561,7 +566,7 @@ impl PyCache {
         value: &Bound<'_, PyAny>,
         ttl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        conditional(self.set_impl(py, key, value, ttl, ShardedCache::add)?, key)
+        conditional(self.set_impl(py, key, value, ttl, StoreMode::Add)?, key)
     }
 
     /// Stores only if key is present; False if it is missing.
@@ -573,10 +578,7 @@ impl PyCache {
         value: &Bound<'_, PyAny>,
         ttl: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        conditional(
-            self.set_impl(py, key, value, ttl, ShardedCache::replace)?,
-            key,
-        )
+        conditional(self.set_impl(py, key, value, ttl, StoreMode::Replace)?, key)
     }
 
     /// Stores only if key is still at the version cas_token (from gets);
@@ -594,16 +596,10 @@ impl PyCache {
         let mut kb = KeyBuf::new();
         let k = write_key(key, &mut kb)?;
         let ttl = ttl_arg(ttl)?;
-        let v = value::encode(value, &self.serializer)?;
-        let guard = self.cache()?;
-        let cache: &ShardedCache = &guard;
-        let result = if v.len() >= DETACH_AT {
-            let (k, data): (&[u8], &[u8]) = (k, &v);
-            py.detach(|| cache.cas(k, data, v.flags, ttl, token))
-        } else {
-            cache.cas(k, &v, v.flags, ttl, token)
-        };
-        conditional(result, key)
+        conditional(
+            self.store(py, k, value, ttl, StoreMode::Set, Some(token))?,
+            key,
+        )
     }
 
     /// Appends data (bytes or str) to a bytes or str value (TTL stays);
@@ -614,7 +610,7 @@ impl PyCache {
         if !self.is_text_or_bytes(k)? {
             return Ok(false);
         }
-        conditional(self.cache()?.append(k, &d), key)
+        conditional(self.cache()?.append(k, &*d), key)
     }
 
     /// Prepends data (bytes or str) to a bytes or str value (TTL stays);
@@ -625,7 +621,7 @@ impl PyCache {
         if !self.is_text_or_bytes(k)? {
             return Ok(false);
         }
-        conditional(self.cache()?.prepend(k, &d), key)
+        conditional(self.cache()?.prepend(k, &*d), key)
     }
 
     /// Adds delta to a non-negative int value (or decimal bytes/str) and
@@ -682,7 +678,7 @@ impl PyCache {
             None => None,
         };
         match left {
-            Some(left) => Ok(left.map(|d| d.as_secs())),
+            Some(left) => Ok(left.duration().map(|d| d.as_secs())),
             None => Err(PyKeyError::new_err(key.clone().unbind())),
         }
     }
@@ -816,12 +812,10 @@ impl PyCache {
 
     /// Removes and returns some (key, value) pair; KeyError when empty.
     fn popitem<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        for shard in 0..self.config.shards {
-            let keys = self.shard_keys(py, shard)?;
-            for k in keys.iter() {
-                if let Some(v) = self.take(py, k)? {
-                    return (key::decode(py, k)?, v).into_pyobject(py);
-                }
+        let keys = self.snapshot_keys(py)?;
+        for k in keys.iter() {
+            if let Some(v) = self.take(py, k)? {
+                return (key::decode(py, k)?, v).into_pyobject(py);
             }
         }
         Err(PyKeyError::new_err("popitem(): cache is empty"))
@@ -843,7 +837,7 @@ impl PyCache {
             if let Some(v) = self.lookup(py, k)? {
                 return Ok(v);
             }
-            match self.store(py, k, &default, None, ShardedCache::add)? {
+            match self.store(py, k, &default, None, StoreMode::Add, None)? {
                 Ok(()) => return Ok(default),
                 Err(segcache::Error::NotStored) => continue,
                 Err(e) => return Err(to_py_err(e, Some(key))),
@@ -979,7 +973,7 @@ impl PyCache {
     ) -> PyResult<()> {
         let mut kb = KeyBuf::new();
         let k = write_key(key, &mut kb)?;
-        self.store(py, k, value, None, ShardedCache::set)?
+        self.store(py, k, value, None, StoreMode::Set, None)?
             .map_err(|e| to_py_err(e, Some(key)))
     }
 
@@ -1038,7 +1032,7 @@ impl PyCache {
         // Read the value with its CAS token, then delete only that version:
         // if another thread wrote the key in between, read again.
         loop {
-            let found = self.cache()?.get_with(key, |item| {
+            let found = self.cache()?.peek_with(key, |item| {
                 item.map(|it| (value::fetch(py, it.value(), it.flags()), it.cas()))
             });
             let Some((fetched, cas)) = found else {
@@ -1056,11 +1050,11 @@ impl PyCache {
         py: Python<'py>,
         key: &[u8],
     ) -> PyResult<Option<(Bound<'py, PyAny>, Option<u64>)>> {
-        let found = self.cache()?.get_with(key, |item| {
+        let found = self.cache()?.peek_with(key, |item| {
             item.map(|it| {
                 (
                     value::fetch(py, it.value(), it.flags()),
-                    it.ttl().map(|d| d.as_secs().max(1)),
+                    it.ttl().duration().map(|d| d.as_secs().max(1)),
                 )
             })
         });
@@ -1075,7 +1069,16 @@ impl PyCache {
     /// Deletes an encoded key only if its CAS token is still `cas`; `true`
     /// if it deleted it.
     fn delete_if(&self, key: &[u8], cas: u64) -> PyResult<bool> {
-        let _ = cas;
-        Ok(self.cache()?.delete(key))
+        let request = Request::Delete {
+            key,
+            opts: DeleteOpts {
+                cas: Some(cas),
+                ..DeleteOpts::default()
+            },
+        };
+        Ok(matches!(
+            self.cache()?.execute(&request),
+            Response::Deleted(Ok(()))
+        ))
     }
 }

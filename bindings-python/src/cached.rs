@@ -285,14 +285,11 @@ impl CachedFunction {
     /// currsize) where currsize counts this function's entries in the cache.
     fn cache_info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let cache = self.cache.bind(py).get();
-        let mut entries = 0usize;
-        for shard in 0..cache.shard_count() {
-            entries += cache
-                .shard_keys(py, shard)?
-                .iter()
-                .filter(|k| key::is_call_of(k, &self.name))
-                .count();
-        }
+        let entries = cache
+            .snapshot_keys(py)?
+            .iter()
+            .filter(|k| key::is_call_of(k, &self.name))
+            .count();
         let info = py.import("functools")?.getattr("_CacheInfo")?;
         info.call1((
             self.hits.load(Ordering::Relaxed),
@@ -306,11 +303,9 @@ impl CachedFunction {
     /// counters.
     fn cache_clear(&self, py: Python<'_>) -> PyResult<()> {
         let cache = self.cache.bind(py).get();
-        for shard in 0..cache.shard_count() {
-            for k in cache.shard_keys(py, shard)?.iter() {
-                if key::is_call_of(k, &self.name) {
-                    cache.remove(k)?;
-                }
+        for k in cache.snapshot_keys(py)?.iter() {
+            if key::is_call_of(k, &self.name) {
+                cache.remove(k)?;
             }
         }
         self.hits.store(0, Ordering::Relaxed);

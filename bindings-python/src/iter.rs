@@ -1,12 +1,12 @@
 //! Iteration over a cache's live items, for `iter(cache)`, `keys()`,
 //! `values()`, `items()`, `popitem()`, copy and pickle.
 //!
-//! Owns the iterator object only. It walks the shards in turn: on reaching
-//! a shard it takes a snapshot of that shard's keys (one shard lock, with
-//! the GIL released), then yields them one by one, looking each value up
-//! as it goes, so an item removed or expired meanwhile is skipped and
-//! nothing is held locked between two steps. A key written after its
-//! shard's snapshot may be missed; no key is yielded twice.
+//! Owns the iterator object only. On its first step it copies the keys of
+//! the live items (one shard lock at a time, with the GIL released, packed
+//! in one buffer), then yields them one by one, looking each value up as it
+//! goes, so an item removed or expired meanwhile is skipped and nothing is
+//! held locked between two steps. A key written after the snapshot is
+//! missed; no key is yielded twice.
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -32,7 +32,7 @@ pub enum Kind {
 pub struct CacheIter {
     cache: Py<PyCache>,
     kind: Kind,
-    next_shard: usize,
+    started: bool,
     keys: KeySnapshot,
     next_key: usize,
 }
@@ -43,7 +43,7 @@ impl CacheIter {
         CacheIter {
             cache: cache.unbind(),
             kind,
-            next_shard: 0,
+            started: false,
             keys: KeySnapshot::default(),
             next_key: 0,
         }
@@ -59,14 +59,13 @@ impl CacheIter {
     fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         let cache = self.cache.bind(py).get();
         loop {
+            if !self.started {
+                self.keys = cache.snapshot_keys(py)?;
+                self.started = true;
+            }
             if self.next_key == self.keys.len() {
-                if self.next_shard >= cache.shard_count() {
-                    return Ok(None);
-                }
-                self.keys = cache.shard_keys(py, self.next_shard)?;
-                self.next_key = 0;
-                self.next_shard += 1;
-                continue;
+                self.keys = KeySnapshot::default();
+                return Ok(None);
             }
             let k = self.keys.get(self.next_key);
             self.next_key += 1;

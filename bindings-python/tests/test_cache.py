@@ -480,18 +480,18 @@ def test_ttl_expiry_with_manual_clock(cache, clock):
     assert clock.now == 5 + 55 + 10**6
 
 
-def test_float_ttls_count_whole_seconds(clock):
+def test_float_ttls_round_up_to_whole_seconds(clock):
     # Separate caches: items of nearby TTLs share segments, and a segment
     # expires at its earliest deadline, so one item's TTL can read lower.
     a, b = small_cache(_clock=clock), small_cache(_clock=clock)
-    a.set("f", b"v", ttl=2.9)
-    assert a.ttl("f") == 2, "fractions are dropped"
+    a.set("f", b"v", ttl=2.1)
+    assert a.ttl("f") == 3, "fractions round up to a whole second"
     b.set("half", b"v", ttl=0.5)
     assert b.ttl("half") == 1, "a positive TTL under 1 s counts as 1 s"
     clock.advance(1)
     assert "half" not in b
     assert "f" in a
-    clock.advance(1)
+    clock.advance(2)
     assert "f" not in a
 
 

@@ -35,11 +35,16 @@ def test_iteration_and_views_match_a_dict(cache):
         ref[k] = [i] if i % 2 else f"v{i}"
     cache.update(ref)
     assert len(cache) == len(ref)
-    assert sorted(map(repr, cache)) == sorted(map(repr, ref))
+    # Integral floats come back as the int they equal (one key, as in a
+    # dict), so compare as sets and dicts, which use that equality.
+    assert len(list(cache)) == len(ref) and set(cache) == set(ref)
     assert set(cache.keys()) == set(ref.keys())
     assert sorted(map(repr, cache.values())) == sorted(map(repr, ref.values()))
-    assert sorted(map(repr, cache.items())) == sorted(map(repr, ref.items()))
+    assert dict(cache.items()) == ref and len(list(cache.items())) == len(ref)
     assert dict(cache) == ref
+    keys = list(cache)
+    assert 3 in keys and "3.0" not in map(repr, keys), "2 * 1.5 comes back as the int 3"
+    assert 7.5 in keys, "5 * 1.5 stays a float"
     assert ("s1", "v1") not in cache.items() and ("s1", [1]) in cache.items()
     assert cache.keys() & {"s1", "nope"} == {"s1"}
     assert len(cache.keys()) == len(ref)
