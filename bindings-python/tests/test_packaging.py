@@ -108,3 +108,13 @@ def test_docstrings_are_present():
         assert getattr(segcache.Cache, name).__doc__, name
     assert "memory-bounded" in segcache.Cache.__doc__
     assert segcache.cached.__doc__
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ELF check")
+def test_extension_has_no_debug_info():
+    so = pathlib.Path(segcache._segcache.__file__)
+    if so.parent == HERE.parent / "python" / "segcache":
+        pytest.skip("a development build (maturin develop), not the wheel")
+    data = so.read_bytes()
+    assert b".debug_info" not in data and b".debug_line" not in data, f"{so} carries debug info"
+    assert len(data) < 8 << 20

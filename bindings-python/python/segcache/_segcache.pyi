@@ -14,8 +14,8 @@ Conventions shared by every method:
   ``bytes``; anything else goes through the cache's serializer (``pickle``
   by default) and comes back as its ``loads`` makes it.
 * ``TTL`` is ``None`` or ``0`` (never expires), ``int``/``float`` seconds
-  or a ``datetime.timedelta``. The cache counts whole seconds: fractions
-  are dropped and any positive TTL under one second counts as one second.
+  or a ``datetime.timedelta``. The cache counts whole seconds: a fraction
+  rounds up (0.5 s counts as 1 s).
   Negative, NaN or above ``MAX_TTL`` raises ``ValueError``; ``bool`` and
   other types raise ``TypeError``.
 * A write that fails (``ValueError`` for a value larger than
@@ -281,9 +281,9 @@ class Cache:
     def __len__(self) -> int: ...
     def __contains__(self, key: object) -> bool: ...
     def __iter__(self) -> Iterator[Any]:
-        """The live keys, shard by shard: one shard's keys are snapshot at
-        a time, items removed meanwhile are skipped, items written
-        meanwhile may be missed; no key comes twice."""
+        """The live keys: copied when iteration starts (one shard lock at
+        a time); items removed meanwhile are skipped, items written after
+        the start are missed; no key comes twice."""
     def __getitem__(self, key: Key) -> Any: ...
     def __setitem__(self, key: Key, value: Any) -> None: ...
     def __delitem__(self, key: Key) -> None: ...
