@@ -107,6 +107,8 @@ def test_docstrings_are_present():
     for name in ("get", "set", "get_or_set", "pop", "setdefault", "incr", "stats"):
         assert getattr(segcache.Cache, name).__doc__, name
     assert "memory-bounded" in segcache.Cache.__doc__
+    for word in ("heap_size", "serializer", "MutableMapping", "1 == 1.0 == True"):
+        assert word in segcache.Cache.__doc__, word
     assert segcache.cached.__doc__
 
 

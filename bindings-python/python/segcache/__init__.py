@@ -89,8 +89,43 @@ def _rebuild(cls: type, config: dict, items: list) -> "Cache":
 
 
 class Cache(_segcache.Cache, collections.abc.MutableMapping):
-    # The native base class documents the constructor and every method.
-    __doc__ = _segcache.Cache.__doc__
+    """A memory-bounded, thread-safe cache of Python values with TTLs, and a
+    ``collections.abc.MutableMapping``.
+
+    ``Cache(heap_size=None, segment_size=None, hash_power=None,
+    eviction=None, shards=None, datapool=None, restore=None,
+    serializer=None)``
+
+    ``heap_size``: bytes of item storage (default 64 MiB); item data never
+    exceeds it (the hash table and segment headers come on top:
+    ``stats()["total_bytes"]``). ``segment_size``: bytes per segment
+    (default 1 MiB, heap/16 for heaps under 16 MiB; the largest item must
+    fit in one). ``hash_power``: ``2**hash_power`` buckets of 7 slots
+    (default: sized for ~100-byte items filling the heap). ``eviction``:
+    ``"merge"`` (default), ``"none"`` (full: ``CacheFullError``),
+    ``"random"``, ``"random_fifo"``, ``"fifo"``, ``"cte"`` or ``"util"``.
+    ``shards``: independently locked parts (a power of two; default from
+    the CPU count). ``serializer``: an object with ``dumps``/``loads`` for
+    values other than bytes, str and int (default ``pickle``).
+    ``datapool``/``restore``: warm restart (see ``save()``).
+
+    Keys: ``str``, ``bytes``, ``int``, ``float``, ``bool``, ``None`` and
+    tuples of these, with a dict's equality (``1 == 1.0 == True``: one
+    key). Values: anything (``bytes``, ``str``, ``int`` stored as
+    themselves, the rest through the serializer). TTLs: seconds or
+    ``timedelta``, ``None``/``0`` for never.
+
+    Mapping: ``c[k]``, ``c[k] = v``, ``del c[k]``, ``k in c``, ``len(c)``,
+    iteration over live keys, ``keys()``/``values()``/``items()``,
+    ``get``, ``pop``, ``popitem``, ``setdefault``, ``update``, ``clear``.
+    Unlike a dict: always truthy, compared and hashed by identity, and
+    items may go at any time (eviction, expiry). ``copy.copy``,
+    ``copy.deepcopy`` and pickle make a new cache with the same settings
+    and live items. Also: ``set(k, v, ttl=...)``, ``get_or_set``,
+    memcache-style ``add``/``replace``/``cas``/``incr``/``touch``...,
+    ``stats()``. See each method's docstring and ``_segcache.pyi``.
+    """
+
     __slots__ = ()
     __module__ = "segcache"
 
