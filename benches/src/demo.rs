@@ -358,7 +358,7 @@ mod tests {
         // in time, so their deadlines allow merging (`ttl::spread`).
         let cfg = DemoConfig {
             requests: 400_000,
-            heap_size: Some(4 << 20),
+            heap_size: Some(2 << 20),
             time_scale: Some(1.0),
             ..Default::default()
         };
