@@ -41,16 +41,15 @@ const MAX_DEFAULT_SHARDS: usize = 8;
 /// The default shard count keeps at least this many segments per shard.
 const MIN_SEGMENTS_PER_SHARD: usize = 8;
 
-/// The default segment size for heaps of 16 MiB and more.
-const DEFAULT_SEGMENT_SIZE: usize = 1 << 20;
-
-/// The smallest segment size the core accepts.
-const MIN_SEGMENT_SIZE: usize = 1 << 10;
+/// Segments of a heap under 64 MiB when the core picks their size (it
+/// cuts such a heap into 64), for the default shard count.
+const DEFAULT_SEGMENTS: usize = 64;
 
 /// The settings a cache was built with (for `copy`/pickle and `repr`).
 struct Config {
     heap_size: usize,
-    segment_size: usize,
+    /// As given (`None`: the core's default for the heap size).
+    segment_size: Option<usize>,
     hash_power: Option<u8>,
     eviction: Eviction,
     shards: usize,
@@ -111,16 +110,6 @@ fn closed_error() -> PyErr {
         "this segcache.Cache is closed: save() shut it down (open a new \
          Cache(datapool=..., restore=True) to serve the saved items)",
     )
-}
-
-/// The default segment size: 1 MiB, or for heaps under 16 MiB the largest
-/// power of two giving 16 segments (at least 1 KiB), so small caches work.
-fn default_segment_size(heap_size: usize) -> usize {
-    let mut seg = DEFAULT_SEGMENT_SIZE;
-    while seg > MIN_SEGMENT_SIZE && heap_size / seg < 16 {
-        seg /= 2;
-    }
-    seg
 }
 
 /// The default shard count: the machine's parallelism rounded up to a
@@ -341,12 +330,13 @@ impl PyCache {
             None => 64 << 20,
         };
         let segment_size = match opt(segment_size) {
-            Some(o) => int_arg(&o, "segment_size", 1, usize::MAX as u64)? as usize,
-            None => default_segment_size(heap_size),
+            Some(o) => Some(int_arg(&o, "segment_size", 1, usize::MAX as u64)? as usize),
+            None => None,
         };
-        let mut builder = Segcache::builder()
-            .heap_size(heap_size)
-            .segment_size(segment_size);
+        let mut builder = Segcache::builder().heap_size(heap_size);
+        if let Some(seg) = segment_size {
+            builder = builder.segment_size(seg);
+        }
         let hash_power = match opt(hash_power) {
             Some(o) => Some(int_arg(
                 &o,
@@ -382,7 +372,10 @@ impl PyCache {
         }
         let shards = match opt(shards) {
             Some(o) => int_arg(&o, "shards", 1, 1024)? as usize,
-            None => default_shards(heap_size, segment_size),
+            None => default_shards(
+                heap_size,
+                segment_size.unwrap_or((heap_size / DEFAULT_SEGMENTS).clamp(4 << 10, 1 << 20)),
+            ),
         };
         let datapool = match opt(datapool) {
             Some(o) => Some(o.extract::<PathBuf>().map_err(|_| {
@@ -908,7 +901,6 @@ impl PyCache {
             d.set_item(name, value)?;
         }
         d.set_item("shards", self.config.shards)?;
-        d.set_item("segment_size", self.config.segment_size)?;
         Ok(d)
     }
 
