@@ -2,12 +2,18 @@
  * segcache.h: C API of segcache, an in-memory cache for small objects
  * (the Segcache design: segment-structured, TTL-grouped, merge eviction).
  *
- * Link with `pkg-config --cflags --libs segcache` (shared library) or
- * `pkg-config --static --libs segcache` (static library).
+ * Link with `pkg-config --cflags --libs segcache` (shared library, with
+ * an rpath to it) or `pkg-config --cflags --libs segcache-static` (the
+ * static library, no .so needed at run time; a separate module because
+ * `pkg-config --static` cannot stop -lsegcache from picking the .so).
+ * CMake: find_package(segcache CONFIG REQUIRED), then link
+ * segcache::segcache or segcache::segcache_static.
  *
  * Conventions
  * - Every operation returns a segcache_status_t: SEGCACHE_OK (0) or a
- *   reason; segcache_strerror() describes any status.
+ *   reason; segcache_strerror() describes any status. When segcache_new()
+ *   or segcache_save() fails, segcache_last_error() says what exactly was
+ *   wrong, naming the configuration field.
  * - THREAD SAFETY: a segcache_t wraps a sharded cache with one lock per
  *   shard. One handle may be used by any number of threads at once without
  *   external locking. Only segcache_free() must not race with other calls
@@ -177,13 +183,15 @@ struct segcache_config_t segcache_config_default(void);
 
 // Creates a cache. Returns NULL when `cfg` is NULL
 // (`SEGCACHE_INVALID_ARGUMENT`) or a setting is out of range
-// (`SEGCACHE_INVALID_CONFIG`); the status is stored in `*err` when `err`
-// is not NULL (`SEGCACHE_OK` on success). Release the handle with
+// (`SEGCACHE_INVALID_CONFIG`; `segcache_last_error()` then names the
+// field and says why); the status is stored in `*err` when `err` is not
+// NULL (`SEGCACHE_OK` on success). Release the handle with
 // `segcache_free`.
 //
 // # Safety
-// `cfg` is NULL or points to a `segcache_config_t` whose `eviction` is
-// NULL or a NUL-terminated string; `err` is NULL or writable.
+// `cfg` is NULL or points to a `segcache_config_t` whose `eviction` and
+// `datapool` are NULL or NUL-terminated strings; `err` is NULL or
+// writable.
 struct segcache_t *segcache_new(const struct segcache_config_t *cfg, enum segcache_status_t *err);
 
 // Releases a cache and all its memory. NULL is ignored. The handle must
@@ -216,6 +224,16 @@ enum segcache_status_t segcache_save(struct segcache_t *c);
 enum segcache_status_t segcache_restore_outcome(const struct segcache_t *c,
                                                 int32_t *outcome,
                                                 uint64_t *items);
+
+// Why the last failing `segcache_new` or `segcache_save` on the calling
+// thread failed: a NUL-terminated English message that names the setting
+// for `SEGCACHE_INVALID_CONFIG` (for example "invalid segment_size: ...")
+// and the file for `SEGCACHE_PERSISTENCE`. The empty string when neither
+// has failed on this thread. Successful calls leave the message alone.
+// The string belongs to the library and stays valid until the next
+// failing `segcache_new` or `segcache_save` on the same thread, or until
+// the thread exits; do not free it.
+const char *segcache_last_error(void);
 
 // Stores `value` under `key`, replacing any existing item. `flags` are
 // opaque client flags returned by the get functions. `ttl` is in seconds:

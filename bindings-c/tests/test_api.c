@@ -40,6 +40,17 @@ static segcache_status_t new_status(segcache_config_t cfg) {
     return err;
 }
 
+/* segcache_last_error() says "invalid <field>: <why>". */
+static int names_field(const char *field) {
+    const char *msg = segcache_last_error();
+    char want[64];
+    snprintf(want, sizeof want, "invalid %s: ", field);
+    if (strncmp(msg, want, strlen(want)) == 0 && strlen(msg) > strlen(want))
+        return 1;
+    fprintf(stderr, "segcache_last_error() = \"%s\", want \"%s...\"\n", msg, want);
+    return 0;
+}
+
 static void test_config(void) {
     segcache_config_t d = segcache_config_default();
     CHECK(d.heap_size == 64u << 20);
@@ -64,6 +75,7 @@ static void test_config(void) {
         bad = segcache_config_default();                                   \
         bad.field = value;                                                 \
         CHECK_ST(new_status(bad), SEGCACHE_INVALID_CONFIG);                \
+        CHECK(names_field(#field));                                        \
     } while (0)
     BAD(heap_size, 0);
     BAD(heap_size, 2u << 20); /* two 1 MiB segments: three are needed */
@@ -87,6 +99,12 @@ static void test_config(void) {
     bad.heap_size = 8u << 20;
     bad.shards = 4;
     CHECK_ST(new_status(bad), SEGCACHE_INVALID_CONFIG);
+    CHECK(names_field("heap_size")); /* "per shard (4 shards): ..." */
+    /* A success leaves the last message alone; a NULL config replaces it. */
+    CHECK_ST(new_status(segcache_config_default()), SEGCACHE_OK);
+    CHECK(names_field("heap_size"));
+    CHECK(segcache_new(NULL, NULL) == NULL);
+    CHECK(strstr(segcache_last_error(), "NULL") != NULL);
 
     const char *names[] = {"merge", "none",  "random",      "random_fifo",
                            "fifo",  "cte",   "util",        "MERGE",
@@ -640,10 +658,12 @@ static void test_warm_restart(void) {
     cfg.datapool = "/nonexistent-dir/x/pool";
     CHECK(segcache_new(&cfg, &err) == NULL);
     CHECK_ST(err, SEGCACHE_PERSISTENCE);
+    CHECK(strstr(segcache_last_error(), "/nonexistent-dir/x/pool") != NULL);
     segcache_config_t plain = segcache_config_default();
     plain.restore = true; /* restore without a datapool */
     CHECK(segcache_new(&plain, &err) == NULL);
     CHECK_ST(err, SEGCACHE_INVALID_CONFIG);
+    CHECK(names_field("restore"));
     plain.restore = false;
     c = segcache_new(&plain, &err);
     CHECK_ST(segcache_restore_outcome(c, &outcome, NULL), SEGCACHE_OK);
