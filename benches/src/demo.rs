@@ -582,10 +582,19 @@ mod tests {
     }
 
     #[test]
-    fn a_small_heap_evicts_and_misses_say_so() {
-        let r = small(Some(4 << 20), None);
+    fn a_small_heap_evicts_by_merging_and_misses_say_so() {
+        // At the cluster's real rate: segments of one TTL bucket are close
+        // in time, so their deadlines allow merging (`ttl::spread`).
+        let cfg = DemoConfig {
+            requests: 400_000,
+            heap_size: Some(4 << 20),
+            time_scale: Some(1.0),
+            peer: None,
+            ..Default::default()
+        };
+        let r = run(load_cluster(52).unwrap(), &cfg).unwrap();
         let s = &r.stats;
-        assert!(s.evictions > 0, "{s:?}");
+        assert!(s.evictions > 0 && s.merges > 0, "{s:?}");
         assert!(r.misses.gone_early > 0, "{:?}", r.misses);
         assert_eq!(r.corrupt_hits, 0);
         assert_eq!(s.items, r.keys_found);

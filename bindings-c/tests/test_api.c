@@ -285,6 +285,54 @@ static void test_conditional_stores(segcache_t *c) {
     expect_value(c, "s", "start-mid-end");
 }
 
+/* segcache_store: every mode, an optional compare, the new token out. */
+static void test_store(segcache_t *c) {
+    uint64_t t1 = 0, t2 = 0, now = 0;
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_REPLACE, S("st"), S("x"), 0, 0, NULL, NULL),
+             SEGCACHE_NOT_STORED);
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_PREPEND, S("st"), S("x"), 0, 0, NULL, NULL),
+             SEGCACHE_NOT_STORED);
+    CHECK_ST(segcache_contains(c, S("st")), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_ADD, S("st"), S("mid"), 7, 60, NULL, &t1),
+             SEGCACHE_OK);
+    CHECK_ST(segcache_get(c, S("st"), NULL, 0, NULL, NULL, &now), SEGCACHE_BUFFER_TOO_SMALL);
+    CHECK(t1 == now);
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_ADD, S("st"), S("x"), 0, 0, NULL, NULL),
+             SEGCACHE_NOT_STORED);
+    /* Append and prepend keep the item's flags and TTL, whatever is passed. */
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_APPEND, S("st"), S(">"), 1, 5, NULL, NULL),
+             SEGCACHE_OK);
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_PREPEND, S("st"), S("<"), 1, 5, NULL, &t2),
+             SEGCACHE_OK);
+    expect_value(c, "st", "<mid>");
+    uint32_t flags = 0;
+    int64_t ttl = 0;
+    CHECK_ST(segcache_get(c, S("st"), NULL, 0, NULL, &flags, &now), SEGCACHE_BUFFER_TOO_SMALL);
+    CHECK(flags == 7 && now == t2 && t2 != t1);
+    CHECK_ST(segcache_ttl(c, S("st"), &ttl), SEGCACHE_OK);
+    CHECK(ttl > 5 && ttl <= 60);
+    /* A stale token changes nothing; the current one stores. */
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_SET, S("st"), S("no"), 0, 0, &t1, NULL),
+             SEGCACHE_EXISTS);
+    expect_value(c, "st", "<mid>");
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_REPLACE, S("st"), S("yes"), 0, 0, &t2, &t1),
+             SEGCACHE_OK);
+    expect_value(c, "st", "yes");
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_SET, S("st-gone"), S("x"), 0, 0, &t1, NULL),
+             SEGCACHE_NOT_FOUND);
+    /* Unknown modes and bad arguments are refused before anything changes. */
+    CHECK_ST(segcache_store(c, 5, S("st"), S("x"), 0, 0, NULL, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_store(c, (segcache_store_mode_t)-1, S("st"), S("x"), 0, 0, NULL, NULL),
+             SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_SET, S("st"), NULL, 2, 0, 0, NULL, NULL),
+             SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_SET, S("st"), S("x"), 0, -1, NULL, NULL),
+             SEGCACHE_TTL_OUT_OF_RANGE);
+    CHECK_ST(segcache_store(NULL, SEGCACHE_STORE_SET, S("st"), S("x"), 0, 0, NULL, NULL),
+             SEGCACHE_INVALID_ARGUMENT);
+    expect_value(c, "st", "yes");
+}
+
 /* --- incr / decr ------------------------------------------------------------ */
 
 static void test_arith(segcache_t *c) {
@@ -550,6 +598,8 @@ static void every_key_function(segcache_t *c, const uint8_t *key, size_t klen,
     CHECK_ST(segcache_cas(c, key, klen, S("v"), 0, 0, 1), want);
     CHECK_ST(segcache_append(c, key, klen, S("v")), want);
     CHECK_ST(segcache_prepend(c, key, klen, S("v")), want);
+    for (segcache_store_mode_t m = SEGCACHE_STORE_SET; m <= SEGCACHE_STORE_PREPEND; m++)
+        CHECK_ST(segcache_store(c, m, key, klen, S("v"), 0, 0, NULL, &n), want);
     CHECK_ST(segcache_incr(c, key, klen, 1, &n), want);
     CHECK_ST(segcache_decr(c, key, klen, 1, &n), want);
     CHECK_ST(segcache_touch(c, key, klen, 10), want);
@@ -685,6 +735,7 @@ int main(void) {
     segcache_t *c = make(32u << 20, 256u << 10, 4, NULL);
     test_set_get(c);
     test_conditional_stores(c);
+    test_store(c);
     test_arith(c);
     test_ttl_touch_delete(c);
     test_bad_arguments(c);
