@@ -15,16 +15,22 @@ echo "== cargo package -p $name =="
 # --allow-dirty: the check is about the files, not about a clean git tree.
 cargo package -p "$name" --allow-dirty
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# Unpacked outside the workspace (else cargo takes it for a member), at a
+# fixed place per checkout, its files stamped now: cargo's fingerprints
+# from an earlier run's build in the same target dir then see changed
+# sources, whatever mtimes the archive carries.
+work="${TMPDIR:-/tmp}/$name-package-$(echo "$PWD" | cksum | cut -d' ' -f1)"
+rm -rf "$work"
+mkdir -p "$work"
 tar xzf "$target/package/$name-$version.crate" -C "$work"
+find "$work" -type f -exec touch {} +
 for f in LICENSE README.md Cargo.toml src/lib.rs; do
     [ -s "$work/$name-$version/$f" ] || { echo "package lacks $f" >&2; exit 1; }
 done
 
 echo "== tests of the packaged $name-$version (outside the workspace) =="
-# Its own target dir, kept between runs; the packaged Cargo.lock pins the
-# same dependency versions as the workspace's.
+# Its own target dir, kept between runs (dependencies build once); the
+# packaged Cargo.lock pins the same dependency versions as the workspace's.
 (cd "$work/$name-$version" &&
     CARGO_TARGET_DIR="$target/package-test" timeout 1200 cargo test --release --locked)
 echo "== package $name-$version: ok =="

@@ -14,7 +14,8 @@
 #   ~/.local can hide a broken instruction (cargo, rustup and pyenv keep
 #   their real homes).
 # - ```rust blocks are not run here: they are the core crate's doctests
-#   (`ReadmeDoctests` in segcache/src/lib.rs), run by `cargo test`.
+#   (`ReadmeDoctests` in segcache/src/lib.rs), run by `cargo test`; other
+#   blocks (```toml, plain ```) are listed as not commands.
 # - `bash scripts/test.sh` is recognised and not run: .ci/run runs it
 #   already, and it would run this script's caller again.
 # - Ends with the list of what ran, how long each took, and what was not
@@ -67,6 +68,8 @@ awk -v dir="$work" '
             if (lang == "python" || lang == "rust") {
                 file = dir "/block" nblock "." lang
                 printf "%s\t%d\t%s\n", lang, start, file >> (dir "/list")
+            } else if (lang != "sh" && lang != "bash" && lang != "shell") {
+                printf "other\t%d\t%s\n", start, (lang == "" ? "plain" : lang) >> (dir "/list")
             }
             next
         }
@@ -150,6 +153,10 @@ while IFS=$'\t' read -r kind line text; do
     case "$kind" in
     rust)
         skipped+=("$readme:$line  rust block: a doctest of the core crate (cargo test)")
+        continue
+        ;;
+    other)
+        skipped+=("$readme:$line  $text block: not a command")
         continue
         ;;
     sh)
