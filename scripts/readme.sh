@@ -7,7 +7,8 @@
 # the next command, as in a terminal.
 #
 # - Each command is bounded by `timeout` (README_TIMEOUT seconds, default
-#   900); the whole run fails on the first command that fails or times out.
+#   900); the whole run stops and fails at the first command that fails or
+#   times out (README_KEEP_GOING=1: runs the rest anyway, still failing).
 # - Commands ending in `&` (servers) run in their own process group; every
 #   one of them is stopped (TERM, then KILL) when the run ends.
 # - $HOME is a fresh temporary directory, so nothing installed earlier under
@@ -20,6 +21,10 @@
 #   already, and it would run this script's caller again.
 # - Ends with the list of what ran, how long each took, and what was not
 #   run and why.
+#
+# It runs in this checkout as it is (CI's checkout is a fresh clone):
+# locally, leftovers of an earlier run (.venv, target/, ~ is fresh though)
+# can hide a failure a fresh clone would show.
 #
 # Usage: scripts/readme.sh [FILE.md]   (default README.md)
 # Installs, as root, the tools the README assumes a user has (cc, make,
@@ -182,16 +187,20 @@ while IFS=$'\t' read -r kind line text; do
     else
         sed 's/^/   /' "$out"
     fi
-    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    # 124/137 with the time used up: our timeout; else the command's own
+    # exit status (it may run a `timeout` of its own).
+    if { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && [ "$secs" -ge "$limit" ]; then
         echo "readme.sh: $readme:$line timed out after ${limit}s: $shown" >&2
         ran+=("TIMEOUT ${secs}s  $readme:$line  $shown")
         status=1
-        break
+        [ -n "${README_KEEP_GOING:-}" ] || break
+        continue
     elif [ $rc -ne 0 ]; then
         echo "readme.sh: $readme:$line failed (exit $rc): $shown" >&2
         ran+=("FAIL ${secs}s  $readme:$line  $shown")
         status=1
-        break
+        [ -n "${README_KEEP_GOING:-}" ] || break
+        continue
     fi
     ran+=("ok ${secs}s  $readme:$line  $shown")
 done <"$work/list"
