@@ -5,8 +5,9 @@
 # - as printed plus `--help` when it is `cargo run ... -- ARGS`: the
 #   program parses ARGS, and fails on a subcommand or flag it does not
 #   know, then prints its help instead of running;
-# - as printed without its `-- FILTER` tail plus `--no-run` when it is
-#   `cargo bench`: the bench target exists and builds.
+# - for `cargo bench -p PKG --bench NAME [-- FILTER]`: PKG has a bench
+#   target NAME (cargo metadata; clippy --all-targets in .ci/run already
+#   compiles it, so no bench-profile build here).
 # Anything else starting with `cargo ` fails the check (teach this script
 # how to check it). Ends with the list of what was checked.
 #
@@ -34,7 +35,14 @@ for entry in "${cmds[@]}"; do
     cmd="${entry#*$'\t'}"
     case "$cmd" in
     "cargo run "*" -- "*) check="$cmd --help" ;;
-    "cargo bench "*) check="${cmd%% -- *} --no-run" ;;
+    "cargo bench "*)
+        pkg=$(sed -n 's/.* -p \([^ ]*\).*/\1/p' <<<"${cmd%% -- *}")
+        bench=$(sed -n 's/.* --bench \([^ ]*\).*/\1/p' <<<"${cmd%% -- *}")
+        check="cargo metadata --no-deps --format-version 1 | python3 -c '
+import json, sys
+pkgs = [p for p in json.load(sys.stdin)[\"packages\"] if p[\"name\"] == \"$pkg\"]
+sys.exit(not any(\"bench\" in t[\"kind\"] and t[\"name\"] == \"$bench\" for p in pkgs for t in p[\"targets\"]))'"
+        ;;
     *)
         echo "benchmarks.sh: $doc:$line: no way to check: $cmd" >&2
         checked+=("FAIL  $doc:$line  $cmd")
