@@ -109,7 +109,10 @@ impl KeyBuf {
             Some(v) => v,
             // SAFETY: `push` initialised the first `len` bytes (len <=
             // MAX_KEY_LEN whenever there is no spill).
-            None => unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), self.len) },
+            None => unsafe {
+                debug_assert!(self.len <= MAX_KEY_LEN);
+                std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), self.len)
+            },
         }
     }
 

@@ -94,7 +94,7 @@ pub struct Encoded<'a, 'py> {
 enum Data<'a, 'py> {
     Buf(Buf<'a>),
     Digits([u8; 20], u8),
-    Object(Bound<'py, PyAny>),
+    Object(Bound<'py, PyBytes>),
 }
 
 impl std::ops::Deref for Encoded<'_, '_> {
@@ -104,20 +104,9 @@ impl std::ops::Deref for Encoded<'_, '_> {
         match &self.data {
             Data::Buf(b) => b,
             Data::Digits(d, n) => &d[20 - *n as usize..],
-            Data::Object(o) => object_bytes(o),
+            Data::Object(o) => o.as_bytes(),
         }
     }
-}
-
-/// The bytes of a `bytes` or `bytearray` object (checked by the caller).
-fn object_bytes<'a>(o: &'a Bound<'_, PyAny>) -> &'a [u8] {
-    if let Ok(b) = o.cast::<PyBytes>() {
-        return b.as_bytes();
-    }
-    // SAFETY: only `bytes` and `bytearray` results are kept (see `encode`),
-    // and nothing runs Python code while the slice is in use (the store
-    // copies it into the cache without calling back into Python).
-    unsafe { o.cast_unchecked::<PyByteArray>().as_bytes() }
 }
 
 /// Digits of `n`, right-aligned in a 20-byte buffer (i64::MIN fits).
@@ -181,7 +170,7 @@ pub fn encode<'a, 'py>(obj: &'a Bound<'py, PyAny>, ser: &Serializer) -> PyResult
         });
     }
     if obj.cast::<PyMemoryView>().is_ok() {
-        let copy = obj.call_method0("tobytes")?;
+        let copy = obj.call_method0("tobytes")?.cast_into::<PyBytes>()?;
         return Ok(Encoded {
             data: Data::Object(copy),
             flags: FLAG_BYTES,
@@ -189,12 +178,11 @@ pub fn encode<'a, 'py>(obj: &'a Bound<'py, PyAny>, ser: &Serializer) -> PyResult
     }
     let out = ser.dumps(obj)?;
     let out = if let Ok(s) = out.cast::<PyString>() {
-        let utf8 = str_bytes(s)?.to_vec();
-        PyBytes::new(obj.py(), &utf8).into_any()
-    } else if out.cast::<PyBytes>().is_ok() {
-        out
+        PyBytes::new(obj.py(), str_bytes(s)?)
+    } else if let Ok(b) = out.cast::<PyBytes>() {
+        b.clone()
     } else if let Ok(b) = out.cast::<PyByteArray>() {
-        PyBytes::new(obj.py(), &b.to_vec()).into_any()
+        PyBytes::new(obj.py(), &b.to_vec())
     } else {
         return Err(PyTypeError::new_err(format!(
             "serializer.dumps() returned {}, not bytes or str",
