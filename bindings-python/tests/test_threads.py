@@ -96,3 +96,60 @@ def test_cas_under_contention_admits_one_winner_per_version():
     run_threads(work)
     assert c.get("n") == str(THREADS * 500)
     assert sum(wins) == THREADS * 500
+
+
+def test_get_or_set_under_contention_computes_each_key_once():
+    c = segcache.Cache(heap_size=16 << 20, shards=4)
+    calls = {}
+    lock = threading.Lock()
+
+    def factory_for(key):
+        def factory():
+            with lock:
+                calls[key] = calls.get(key, 0) + 1
+            return {"key": key}
+
+        return factory
+
+    def work(t):
+        for i in range(2_000):
+            key = ("k", i % 50)
+            assert c.get_or_set(key, factory_for(key)) == {"key": key}
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        run_threads(work)
+    finally:
+        sys.setswitchinterval(old)
+    assert calls == {("k", i): 1 for i in range(50)}, "no item was evicted, so one call per key"
+    assert c._in_flight == 0
+
+
+def test_iteration_while_other_threads_write():
+    c = segcache.Cache(heap_size=16 << 20, shards=4)
+    for i in range(1_000):
+        c[i] = i
+    stop = threading.Event()
+
+    def writer():
+        n = 0
+        while not stop.is_set() and n < 200_000:
+            c[1_000 + n % 500] = n
+            c.pop(n % 1_000 + 5_000, None)
+            n += 1
+
+    threads = [threading.Thread(target=writer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for _ in range(20):
+            seen = list(c.items())
+            keys = [k for k, _ in seen]
+            assert len(keys) == len(set(keys)), "no key twice"
+            assert all(k == v for k, v in seen if k < 1_000), "the untouched keys are intact"
+            assert set(range(1_000)) <= set(keys)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=30)
