@@ -17,7 +17,7 @@ use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
-use segcache::ops::DeleteOpts;
+use segcache::ops::{DeleteOpts, GetOpts};
 use segcache::{
     Eviction, Request, Response, RestoreOutcome, Segcache, ShardedCache, Store, StoreMode, Ttl,
 };
@@ -1036,24 +1036,28 @@ impl PyCache {
         }
     }
 
-    /// Looks an encoded key up with its remaining TTL (for `_iter_dump`).
-    pub fn lookup_with_ttl<'py>(
+    /// Reads an encoded key without counting a hit, a miss or an access
+    /// (for iteration, copy and pickle): its value and whole seconds left
+    /// (`None`: no expiry).
+    pub fn peek<'py>(
         &self,
         py: Python<'py>,
         key: &[u8],
     ) -> PyResult<Option<(Bound<'py, PyAny>, Option<u64>)>> {
-        let found = self.cache()?.peek_with(key, |item| {
-            item.map(|it| {
-                (
-                    value::fetch(py, it.value(), it.flags()),
-                    it.ttl().duration().map(|d| d.as_secs().max(1)),
-                )
-            })
-        });
-        match found {
-            None => Ok(None),
-            Some((f, ttl)) => Ok(Some((f.finish(&self.serializer)?, ttl))),
-        }
+        let request = Request::Get {
+            key,
+            opts: GetOpts {
+                bump: false,
+                ..GetOpts::default()
+            },
+        };
+        let found = match self.cache()?.execute(&request) {
+            Response::Get(Ok(Some(found))) => found.item,
+            _ => return Ok(None),
+        };
+        let ttl = found.ttl().duration().map(|d| d.as_secs().max(1));
+        let value = value::fetch(py, found.value(), found.flags()).finish(&self.serializer)?;
+        Ok(Some((value, ttl)))
     }
 }
 

@@ -6,7 +6,8 @@
 //! in one buffer), then yields them one by one, looking each value up as it
 //! goes, so an item removed or expired meanwhile is skipped and nothing is
 //! held locked between two steps. A key written after the snapshot is
-//! missed; no key is yielded twice.
+//! missed; no key is yielded twice. Iterating counts no hits or misses
+//! and does not make items look recently used to eviction.
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -76,18 +77,18 @@ impl CacheIter {
                     }
                 }
                 Kind::Values => {
-                    if let Some(v) = cache.lookup(py, k)? {
+                    if let Some((v, _)) = cache.peek(py, k)? {
                         return Ok(Some(v));
                     }
                 }
                 Kind::Items => {
-                    if let Some(v) = cache.lookup(py, k)? {
+                    if let Some((v, _)) = cache.peek(py, k)? {
                         let pair = PyTuple::new(py, [key::decode(py, k)?, v])?;
                         return Ok(Some(pair.into_any()));
                     }
                 }
                 Kind::Dump => {
-                    if let Some((v, ttl)) = cache.lookup_with_ttl(py, k)? {
+                    if let Some((v, ttl)) = cache.peek(py, k)? {
                         let ttl = ttl.into_pyobject(py)?.into_any();
                         let triple = PyTuple::new(py, [key::decode(py, k)?, v, ttl])?;
                         return Ok(Some(triple.into_any()));

@@ -145,3 +145,11 @@ def test_equality_is_identity(cache):
     other = copy.copy(cache)
     assert cache == cache and cache != other
     assert len({cache, other}) == 2
+
+
+def test_iterating_counts_no_hits_or_misses(cache):
+    cache.update({i: str(i) for i in range(50)})
+    before = cache.stats()
+    assert len(list(cache.items())) == 50 and len(list(cache.values())) == 50 and len(list(cache)) == 50
+    after = cache.stats()
+    assert (after["hits"], after["misses"]) == (before["hits"], before["misses"])
