@@ -70,6 +70,8 @@ pub struct PyCache {
     pub serializer: Serializer,
     /// Keys whose `get_or_set` factory is running.
     flights: Flights,
+    /// `popitem`'s keys still to try, and the next one's index.
+    popitem_queue: parking_lot::Mutex<(KeySnapshot, usize)>,
 }
 
 /// Keys copied out of one shard, packed in one buffer.
@@ -419,6 +421,7 @@ impl PyCache {
             datapool,
             serializer,
             flights: Flights::default(),
+            popitem_queue: parking_lot::Mutex::new((KeySnapshot::default(), 0)),
         })
     }
 
@@ -805,13 +808,37 @@ impl PyCache {
 
     /// Removes and returns some (key, value) pair; KeyError when empty.
     fn popitem<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let keys = self.snapshot_keys(py)?;
-        for k in keys.iter() {
-            if let Some(v) = self.take(py, k)? {
-                return (key::decode(py, k)?, v).into_pyobject(py);
+        // Keys come from a snapshot kept between calls, so emptying a cache
+        // with popitem() walks it once, not once per call. The mutex is
+        // never held while waiting for the GIL or the shards.
+        let mut refilled = false;
+        loop {
+            let next = {
+                let mut queue = self.popitem_queue.lock();
+                let (keys, pos) = &mut *queue;
+                if *pos < keys.len() {
+                    *pos += 1;
+                    Some(keys.get(*pos - 1).to_vec())
+                } else {
+                    None
+                }
+            };
+            match next {
+                Some(k) => {
+                    if let Some(v) = self.take(py, &k)? {
+                        return (key::decode(py, &k)?, v).into_pyobject(py);
+                    }
+                }
+                None if refilled => {
+                    return Err(PyKeyError::new_err("popitem(): cache is empty"));
+                }
+                None => {
+                    let keys = self.snapshot_keys(py)?;
+                    *self.popitem_queue.lock() = (keys, 0);
+                    refilled = true;
+                }
             }
         }
-        Err(PyKeyError::new_err("popitem(): cache is empty"))
     }
 
     /// The value of key if present; else stores default (with no TTL) and

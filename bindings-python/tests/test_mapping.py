@@ -153,3 +153,19 @@ def test_iterating_counts_no_hits_or_misses(cache):
     assert len(list(cache.items())) == 50 and len(list(cache.values())) == 50 and len(list(cache)) == 50
     after = cache.stats()
     assert (after["hits"], after["misses"]) == (before["hits"], before["misses"])
+
+
+def test_popitem_empties_a_large_cache(cache):
+    n = 20_000
+    cache.update({i: i for i in range(n)})
+    got = {}
+    while True:
+        try:
+            k, v = cache.popitem()
+        except KeyError:
+            break
+        got[k] = v
+        if len(got) == n // 2:
+            cache["late"] = "added after the first snapshot"
+    assert got == {**{i: i for i in range(n)}, "late": "added after the first snapshot"}
+    assert len(cache) == 0
