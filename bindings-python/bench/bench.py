@@ -153,8 +153,16 @@ def time_map(name: str, keys, missing, value) -> dict:
         "get hit": per_call(get, keys),
         "get miss": per_call(get, missing),
         "set": per_set(put, keys, value),
-        "delete": per_call(delete, keys),
     }
+    if name == "segcache":
+        # The same overwrite with a per-item TTL (the peers here have none).
+        setter = get.__self__.set
+        gc.collect()
+        t0 = time.perf_counter_ns()
+        for k in keys:
+            setter(k, value, ttl=3600)
+        out["set, ttl=3600"] = (time.perf_counter_ns() - t0) / len(keys)
+    out["delete"] = per_call(delete, keys)
     assert get(keys[0]) is None, name
     return out
 
