@@ -2,11 +2,13 @@
 //!
 //! * [`protocol`]: the memcache ASCII + meta parser and reply encoders.
 //! * [`config`]: TOML file + command line flags.
-//! * [`server`]: listener, admin port, start-up and graceful shutdown.
+//! * [`server`]: listener, start-up and graceful shutdown.
+//! * [`admin`]: the admin port's event loop (`stats`, `GET /metrics`).
 //! * [`worker`]: the per-thread mio event loop, batching requests to the
 //!   segcache storage thread.
 //! * [`metrics`]: counters, latency histogram, `stats` and Prometheus text.
 
+pub mod admin;
 pub mod config;
 pub mod metrics;
 pub mod protocol;
