@@ -119,7 +119,7 @@ pub struct Cli {
     /// Bytes buffered for all clients together (requests, replies, replies
     /// in flight), e.g. 64MiB: past it clients are not read, and a request
     /// that needs more buffer is refused with SERVER_ERROR out of memory
-    /// [default: 64MiB].
+    /// [default: 64MiB, or 4 largest values per worker if more].
     #[arg(long, value_parser = parse_size_arg, value_name = "SIZE")]
     pub max_buffered: Option<u64>,
 }
@@ -437,20 +437,14 @@ impl Config {
             cli.max_buffered.is_some(),
         );
         let max_buffered = match (cli.max_buffered, file.server.max_buffered) {
-            (Some(n), _) => n,
-            (None, Some(v)) => size_value(&buffered_key, v)?,
-            (None, None) => 64 << 20,
+            (Some(n), _) => Some(n),
+            (None, Some(v)) => Some(size_value(&buffered_key, v)?),
+            (None, None) => None,
         };
         if !(64 << 10..=1 << 40).contains(&max_conn_output) {
             return Err(err(
                 &out_key,
                 format!("{max_conn_output} is out of range (64KiB to 1TiB)"),
-            ));
-        }
-        if !(1 << 20..=1 << 40).contains(&max_buffered) {
-            return Err(err(
-                &buffered_key,
-                format!("{max_buffered} is out of range (1MiB to 1TiB)"),
             ));
         }
 
@@ -499,6 +493,15 @@ impl Config {
             })?,
             None => segcache::Eviction::Merge,
         };
+        // Default: 64 MiB, or room for 4 of the largest values per worker.
+        let max_buffered =
+            max_buffered.unwrap_or_else(|| (64 << 20).max(workers as u64 * 4 * (max_value + 320)));
+        if !(1 << 20..=1 << 40).contains(&max_buffered) {
+            return Err(err(
+                &buffered_key,
+                format!("{max_buffered} is out of range (1MiB to 1TiB)"),
+            ));
+        }
         let heap_size = usize::try_from(heap_size)
             .map_err(|_| err(&heap_key, format!("{heap_size} is too large")))?;
         let segment_size = usize::try_from(segment_size)

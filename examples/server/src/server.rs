@@ -96,6 +96,7 @@ fn pin_current(who: &str, core: usize) {
 impl Server {
     /// Builds the cache, binds both ports and starts every thread.
     pub fn start(config: &Config) -> Result<Server, StartError> {
+        crate::budget::return_freed_memory();
         let max_value = config.max_value.min(config.segment_size);
         let pin = config.pin.clone();
         let core_for = |i: usize| pin.as_ref().map(|cores| cores[i % cores.len()]);
@@ -172,10 +173,26 @@ impl Server {
             config.heap_size,
             max_value,
         ));
+        let limits = crate::budget::Limits {
+            worker_buffered: config.max_buffered / config.workers,
+            per_value: max_value + crate::budget::VALUE_LINE,
+            conn_output: config.max_conn_output,
+            idle_timeout: config.idle_timeout,
+        };
+        if limits.worker_buffered < 4 * limits.per_value {
+            return Err(StartError::Config(crate::config::ConfigError {
+                key: "server.max_buffered (--max-buffered)".into(),
+                reason: format!(
+                    "{} bytes leave each of {} worker(s) less than 4 values of up to {} bytes (raise it, or lower --max-value)",
+                    config.max_buffered, config.workers, max_value
+                ),
+            }));
+        }
         let ctx = Arc::new(Ctx {
             metrics: Arc::clone(&metrics),
             shutdown: Default::default(),
             max_value,
+            limits,
         });
 
         let poll = Poll::new().map_err(io_err("poll"))?;

@@ -23,6 +23,7 @@
 //! * Affect another connection: every failure (a parse error, a reset, a
 //!   half-sent value) is answered or closed on that connection only.
 
+use crate::budget::{self, Budget, Held};
 use crate::metrics::{Cmd, Metrics, Outcome, WorkerStats};
 use crate::protocol::{
     self, msg, parse, write_client_error, write_meta_data, write_meta_end, write_meta_flag,
@@ -43,8 +44,6 @@ use std::time::{Duration, Instant};
 pub const WAKER: Token = Token(usize::MAX);
 /// Bytes read from a socket at a time.
 const CHUNK: usize = 16 * 1024;
-/// Stop reading a connection while this much output waits for it.
-const WBUF_HIGH: usize = 4 << 20;
 /// Reads per connection per event before giving the others a turn.
 const READS_PER_TURN: usize = 16;
 /// Storage requests in one batch before its replies are collected.
@@ -58,6 +57,8 @@ pub struct Ctx {
     pub shutdown: AtomicBool,
     /// Largest value accepted from clients.
     pub max_value: usize,
+    /// Memory and idle limits of client connections.
+    pub limits: budget::Limits,
 }
 
 struct Conn {
@@ -77,8 +78,18 @@ struct Conn {
     dead: bool,
     /// Reading stopped while output piles up.
     paused: bool,
+    /// Paused for budget other connections hold: resume once every reply
+    /// is written.
+    starved: bool,
     /// Already in the worker's dirty list.
     dirty: bool,
+    /// Buffer bytes charged to the worker's budget.
+    held: Held,
+    /// Its part in the batch's budget (a multiget too large for it is
+    /// answered a slice at a time).
+    share: budget::Share,
+    /// When the client last sent something.
+    last_read: Instant,
 }
 
 impl Conn {
@@ -221,6 +232,24 @@ impl Pipe<'_> {
         let start = self.batch.arena.len();
         self.batch.arena.extend_from_slice(data);
         start..self.batch.arena.len()
+    }
+
+    /// Drops the `END` line just queued for `conn`: its get continues in
+    /// the next slice of keys.
+    fn strip_end(&mut self, conn: usize) {
+        const END: &[u8] = b"END\r\n";
+        if let Some(Action {
+            conn: c,
+            kind: Kind::Local(r),
+        }) = self.batch.actions.last_mut()
+        {
+            if *c == conn && self.batch.arena[r.clone()].ends_with(END) {
+                r.end -= END.len();
+                if r.start == r.end {
+                    self.batch.actions.pop();
+                }
+            }
+        }
     }
 
     /// Queues a reply written by `f` (nothing if it writes nothing).
@@ -1007,6 +1036,10 @@ pub struct Worker {
     again: Vec<usize>,
     now_unix: u64,
     read_at: Instant,
+    budget: Budget,
+    /// Connections waiting for budget that others hold.
+    starved: Vec<usize>,
+    last_sweep: Instant,
 }
 
 impl Worker {
@@ -1024,12 +1057,15 @@ impl Worker {
             incoming,
             client,
             stats,
-            ctx,
+            ctx: Arc::clone(&ctx),
             batch: Batch::default(),
             dirty: Vec::new(),
             again: Vec::new(),
             now_unix: crate::metrics::unix_now(),
             read_at: Instant::now(),
+            budget: ctx.limits.budget(),
+            starved: Vec::new(),
+            last_sweep: Instant::now(),
         }
     }
 
@@ -1046,10 +1082,12 @@ impl Worker {
     pub fn run(mut self) {
         let mut events = Events::with_capacity(1024);
         loop {
-            let timeout = if self.again.is_empty() {
-                None
-            } else {
+            let timeout = if !self.again.is_empty() {
                 Some(Duration::ZERO)
+            } else if self.ctx.limits.idle_timeout.is_some() || !self.starved.is_empty() {
+                Some(Duration::from_secs(1))
+            } else {
+                None
             };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -1077,6 +1115,7 @@ impl Worker {
                 self.on_readable(t);
             }
             self.finish_round();
+            self.sweep_idle();
             if self.ctx.shutdown.load(Ordering::SeqCst) {
                 break;
             }
@@ -1154,7 +1193,11 @@ impl Worker {
                 closing: false,
                 dead: false,
                 paused: false,
+                starved: false,
                 dirty: false,
+                held: Held::default(),
+                share: budget::Share::default(),
+                last_read: Instant::now(),
             });
             // Data may have arrived before registration.
             self.again.push(t);
@@ -1169,8 +1212,7 @@ impl Worker {
             conn.dead = true;
         }
         mark(&mut self.dirty, conn, t);
-        if conn.paused && conn.pending_out() < WBUF_HIGH / 2 {
-            conn.paused = false;
+        if resumes(&self.budget, conn) {
             self.again.push(t);
         }
     }
@@ -1201,7 +1243,23 @@ impl Worker {
                         return;
                     }
                     let grow = len.max(CHUNK).min(max_buf - len);
+                    if !self.budget.may_grow(&conn.held, grow) {
+                        if self.batch.submitted > 0 {
+                            // Settle the replies in flight, then look again.
+                            self.collect();
+                            continue;
+                        }
+                        // The request needs more buffer than is free.
+                        write_server_error(&mut conn.wbuf, "out of memory reading request");
+                        self.stats.add(Outcome::OutOfMemory, 1);
+                        conn.closing = true;
+                        mark(&mut self.dirty, conn, t);
+                        return;
+                    }
                     conn.rbuf.resize(len + grow, 0);
+                    conn.rbuf.shrink_to_fit();
+                    self.budget
+                        .sync(&mut conn.held, conn.rbuf.capacity() + conn.wbuf.capacity());
                 }
             }
             match conn.stream.read(&mut conn.rbuf[conn.rend..]) {
@@ -1216,6 +1274,7 @@ impl Worker {
                 }
                 Ok(n) => {
                     conn.rend += n;
+                    conn.last_read = self.read_at;
                     self.stats.add(Outcome::BytesRead, n as u64);
                     self.process_input(t);
                 }
@@ -1247,7 +1306,7 @@ impl Worker {
                 conn.rstart = conn.rend;
                 break;
             }
-            if conn.pending_out() > WBUF_HIGH {
+            if self.budget.output_full(conn.pending_out()) {
                 conn.paused = true;
                 break;
             }
@@ -1270,13 +1329,26 @@ impl Worker {
                 read_at: self.read_at,
             };
             let avail = &conn.rbuf[conn.rstart..conn.rend];
+            let mut no_room = None;
             match parse(avail, max_value) {
                 Ok((req, used)) => {
-                    let quit = pipe.dispatch(t, req);
-                    conn.rstart += used;
-                    if quit {
-                        conn.closing = true;
-                        mark(&mut self.dirty, conn, t);
+                    match self
+                        .budget
+                        .admit(req, &mut conn.share, conn.wbuf.len() - conn.wpos)
+                    {
+                        budget::Admit::Whole(req) => {
+                            let quit = pipe.dispatch(t, req);
+                            conn.rstart += used;
+                            if quit {
+                                conn.closing = true;
+                                mark(&mut self.dirty, conn, t);
+                            }
+                        }
+                        budget::Admit::Part(req) => {
+                            pipe.dispatch(t, req);
+                            pipe.strip_end(t);
+                        }
+                        budget::Admit::NoRoom => no_room = Some(used),
                     }
                 }
                 Err(ParseError::Incomplete) => break,
@@ -1313,6 +1385,11 @@ impl Worker {
                     }
                 }
             }
+            if let Some(used) = no_room {
+                if !self.make_room(t, used) {
+                    break;
+                }
+            }
         }
         if let Some(conn) = self.conns.get_mut(t).and_then(Option::as_mut) {
             if conn.rstart == conn.rend {
@@ -1320,9 +1397,70 @@ impl Worker {
                 conn.rend = 0;
                 if conn.rbuf.len() > 4 * CHUNK {
                     conn.rbuf = Vec::new();
+                    self.budget.sync(&mut conn.held, conn.wbuf.capacity());
                 }
             }
         }
+    }
+
+    /// A request of connection `t` (`used` bytes of its input) does not fit
+    /// the budget. Settles the batch in flight, or waits for the client to
+    /// read its own replies, or closes the connection holding most (idle
+    /// ones first) to make room, or else refuses the request. Returns
+    /// whether to try the request again now.
+    fn make_room(&mut self, t: usize, used: usize) -> bool {
+        if !self.batch.actions.is_empty() {
+            self.collect();
+            return true;
+        }
+        let Some(conn) = self.conns.get_mut(t).and_then(Option::as_mut) else {
+            return false;
+        };
+        if conn.pending_out() > 0 {
+            conn.paused = true;
+            conn.starved = true;
+            return false;
+        }
+        let victim = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter(|&(v, c)| v != t && c.as_ref().is_some_and(|c| c.held.bytes() > budget::BASE))
+            .max_by_key(|(_, c)| c.as_ref().map(|c| (c.paused, c.held.bytes())))
+            .map(|(v, _)| v);
+        if let Some(v) = victim {
+            self.stats.add(Outcome::ShedConnections, 1);
+            self.close(v);
+            return true;
+        }
+        let conn = self.conns[t].as_mut().expect("checked above");
+        write_server_error(&mut conn.wbuf, "out of memory storing object");
+        self.stats.add(Outcome::OutOfMemory, 1);
+        conn.rstart += used;
+        conn.share.keys_done = 0;
+        mark(&mut self.dirty, conn, t);
+        true
+    }
+
+    /// Closes connections silent for longer than `--idle-timeout`.
+    fn sweep_idle(&mut self) {
+        let Some(limit) = self.ctx.limits.idle_timeout else {
+            return;
+        };
+        if self.read_at.duration_since(self.last_sweep) < Duration::from_millis(500) {
+            return;
+        }
+        self.last_sweep = self.read_at;
+        for t in 0..self.conns.len() {
+            let idle = self.conns[t]
+                .as_ref()
+                .is_some_and(|c| self.read_at.duration_since(c.last_read) >= limit);
+            if idle {
+                self.stats.add(Outcome::IdleKicks, 1);
+                self.close(t);
+            }
+        }
+        self.budget.trim();
     }
 
     /// Collects the storage replies of the batch and renders every reply.
@@ -1361,6 +1499,15 @@ impl Worker {
         if batch.arena.capacity() > (4 << 20) {
             batch.arena.shrink_to(64 << 10);
         }
+        // The replies are in the write buffers now: count them there.
+        self.budget.settle();
+        for &t in &self.dirty {
+            if let Some(conn) = self.conns.get_mut(t).and_then(Option::as_mut) {
+                conn.share.reserved = 0;
+                self.budget
+                    .sync(&mut conn.held, conn.rbuf.capacity() + conn.wbuf.capacity());
+            }
+        }
         if let Some(started) = batch.started.take() {
             let nanos = started.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
             self.stats.record_latency(nanos, batch.requests);
@@ -1372,6 +1519,7 @@ impl Worker {
     /// End of an event-loop round: answer, write, close.
     fn finish_round(&mut self) {
         self.collect();
+        self.stats.set_buffered(self.budget.used());
         for t in std::mem::take(&mut self.dirty) {
             let Some(conn) = self.conns.get_mut(t).and_then(Option::as_mut) else {
                 continue;
@@ -1380,19 +1528,23 @@ impl Worker {
             if !conn.dead && conn.flush(&self.stats).is_err() {
                 conn.dead = true;
             }
-            if conn.paused && conn.pending_out() < WBUF_HIGH / 2 {
-                conn.paused = false;
+            self.budget
+                .sync(&mut conn.held, conn.rbuf.capacity() + conn.wbuf.capacity());
+            if resumes(&self.budget, conn) {
                 self.again.push(t);
             }
             if conn.dead || (conn.closing && conn.pending_out() == 0) {
                 self.close(t);
             }
         }
+        self.budget.trim();
+        self.stats.set_buffered(self.budget.used());
     }
 
     fn close(&mut self, t: usize) {
         if let Some(mut conn) = self.conns.get_mut(t).and_then(Option::take) {
             let _ = self.poll.registry().deregister(&mut conn.stream);
+            self.budget.release(&mut conn.held);
             self.free.push(t);
             self.ctx
                 .metrics
@@ -1400,6 +1552,23 @@ impl Worker {
                 .fetch_sub(1, Ordering::Relaxed);
         }
     }
+}
+
+/// Whether a paused connection may be read again: its replies drained
+/// (all of them, when it waited for budget others hold).
+fn resumes(budget: &Budget, conn: &mut Conn) -> bool {
+    let pending = conn.pending_out();
+    let ready = if conn.starved {
+        pending == 0
+    } else {
+        budget.output_drained(pending)
+    };
+    if conn.paused && ready {
+        conn.paused = false;
+        conn.starved = false;
+        return true;
+    }
+    false
 }
 
 fn mark(dirty: &mut Vec<usize>, conn: &mut Conn, t: usize) {
