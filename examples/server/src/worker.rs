@@ -1211,6 +1211,8 @@ impl Worker {
         if conn.flush(&self.stats).is_err() {
             conn.dead = true;
         }
+        self.budget
+            .sync(&mut conn.held, conn.rbuf.capacity() + conn.wbuf.capacity());
         mark(&mut self.dirty, conn, t);
         if resumes(&self.budget, conn) {
             self.again.push(t);
@@ -1416,6 +1418,12 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(t).and_then(Option::as_mut) else {
             return false;
         };
+        let capacity = conn.rbuf.capacity() + conn.wbuf.capacity();
+        if capacity < conn.held.bytes() {
+            // Its buffers shrank since it was last charged.
+            self.budget.sync(&mut conn.held, capacity);
+            return true;
+        }
         if conn.pending_out() > 0 {
             conn.paused = true;
             conn.starved = true;
@@ -1434,7 +1442,7 @@ impl Worker {
             return true;
         }
         let conn = self.conns[t].as_mut().expect("checked above");
-        write_server_error(&mut conn.wbuf, "out of memory storing object");
+        write_server_error(&mut conn.wbuf, "out of memory");
         self.stats.add(Outcome::OutOfMemory, 1);
         conn.rstart += used;
         conn.share.keys_done = 0;

@@ -176,3 +176,62 @@ fn attacks_keep_rss_under_the_bound_and_it_comes_back_down() {
     );
     assert!(server.alive());
 }
+
+#[test]
+fn a_multiget_larger_than_the_budget_answers_every_key_in_order() {
+    // 4 values of up to 128 KiB fit one connection's 512 KiB output at a
+    // time: a 300-key get is answered in many slices, read slowly.
+    let server = Server::start(&[
+        "--max-value",
+        "128KiB",
+        "--max-conn-output",
+        "512KiB",
+        "--max-buffered",
+        "2MiB",
+        "--workers",
+        "1",
+    ]);
+    let mut conn = server.connect();
+    let value = |i: usize| vec![b'a' + (i % 26) as u8; 100_000 + i];
+    for i in (0..300).filter(|i| i % 7 != 0) {
+        let mut req = format!("set k{i} {i} 0 {}\r\n", value(i).len()).into_bytes();
+        req.extend_from_slice(&value(i));
+        req.extend_from_slice(b"\r\n");
+        conn.expect(&req, b"STORED\r\n");
+    }
+    let mut line = b"get".to_vec();
+    let mut want = Vec::new();
+    for i in 0..300 {
+        line.extend_from_slice(format!(" k{i}").as_bytes());
+        if i % 7 != 0 {
+            want.extend_from_slice(format!("VALUE k{i} {i} {}\r\n", value(i).len()).as_bytes());
+            want.extend_from_slice(&value(i));
+            want.extend_from_slice(b"\r\n");
+        }
+    }
+    line.extend_from_slice(b"\r\n");
+    want.extend_from_slice(b"END\r\n");
+    // Twice, pipelined, then a third request: replies stay in order.
+    let mut req = line.clone();
+    req.extend_from_slice(&line);
+    req.extend_from_slice(b"version\r\n");
+    conn.send(&req);
+    let mut got = Vec::new();
+    let mut chunk = vec![0u8; 8192];
+    let expect_len = 2 * want.len() + b"VERSION 0.1.0\r\n".len();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < expect_len && Instant::now() < deadline {
+        // A slow reader: small reads.
+        match std::io::Read::read(&mut conn.stream, &mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+        }
+    }
+    assert_eq!(got.len(), expect_len);
+    assert!(got[..want.len()] == want[..], "first reply differs");
+    assert!(
+        got[want.len()..2 * want.len()] == want[..],
+        "second reply differs"
+    );
+    assert!(got.ends_with(b"VERSION 0.1.0\r\n"));
+}

@@ -280,3 +280,27 @@ fn a_datapool_on_a_small_filesystem_fails_clearly_and_leaves_it_as_found() {
     assert_eq!(names(&fs.0), ["pool"]);
     drop(fs);
 }
+
+#[test]
+fn idle_timeout_closes_silent_clients_only() {
+    let server = Server::start(&["--idle-timeout", "1"]);
+    let mut silent = server.connect();
+    let mut stalled = server.connect();
+    stalled.send(b"set k 0 0 10\r\nabc");
+    let mut talker = server.connect();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(2500) {
+        talker.expect(b"version\r\n", b"VERSION 0.1.0\r\n");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert!(silent.closed(), "a silent client outlived --idle-timeout");
+    assert!(stalled.closed(), "a client stalled mid-value outlived it");
+    let kicks = common::stat(&mut talker, "idle_kicks").unwrap();
+    assert_eq!(kicks, "2");
+
+    // Off by default.
+    let server = Server::start(&[]);
+    let mut quiet = server.connect();
+    std::thread::sleep(Duration::from_millis(2500));
+    quiet.expect(b"version\r\n", b"VERSION 0.1.0\r\n");
+}
