@@ -3,7 +3,9 @@
 //! connected, SIGHUP/SIGUSR1/SIGUSR2 never cost the cache, and the datapool
 //! on a filesystem too small for it is a clear start-up error (exit 2, the
 //! path and both sizes named) rather than a SIGBUS later, while a save that
-//! does not fit says why and leaves no temporary file behind.
+//! does not fit says why and leaves no temporary file behind;
+//! `--idle-timeout` closes silent and stalled clients only; a shutdown
+//! does not wait forever for a client that never reads.
 
 mod common;
 use common::{Conn, Server, BIN};
@@ -303,4 +305,40 @@ fn idle_timeout_closes_silent_clients_only() {
     let mut quiet = server.connect();
     std::thread::sleep(Duration::from_millis(2500));
     quiet.expect(b"version\r\n", b"VERSION 0.1.0\r\n");
+}
+
+#[test]
+fn shutdown_does_not_wait_forever_for_a_client_that_never_reads() {
+    let mut server = Server::start(&[]);
+    let mut conn = server.connect();
+    let mut req = b"set big 0 0 500000\r\n".to_vec();
+    req.extend_from_slice(&vec![b'v'; 500_000]);
+    req.extend_from_slice(b"\r\n");
+    conn.expect(&req, b"STORED\r\n");
+    // 100 MB of replies to a client that reads none of them.
+    let mut line = b"get".to_vec();
+    for _ in 0..200 {
+        line.extend_from_slice(b" big");
+    }
+    line.extend_from_slice(b"\r\n");
+    conn.send(&line);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        server.signal_and_wait("TERM"),
+        Some(0),
+        "graceful exit despite the reply nobody reads"
+    );
+    // What arrived is a cut reply: less than was asked for.
+    conn.stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let mut got = 0usize;
+    let mut chunk = vec![0u8; 1 << 16];
+    while let Ok(n) = conn.stream.read(&mut chunk) {
+        if n == 0 {
+            break;
+        }
+        got += n;
+    }
+    assert!(got < 200 * 500_000, "{got} bytes: the reply was not cut");
 }
