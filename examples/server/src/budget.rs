@@ -16,7 +16,9 @@
 //! client to read, refuse, shed), not this module's. This module must
 //! never touch a socket or a buffer.
 
-use crate::protocol::{Request, Tokens};
+use crate::protocol::{Request, StoreCommand, Tokens};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Buffer bytes a connection may always hold, budget or not: a client
 /// must be able to send a command and read its reply.
@@ -27,9 +29,10 @@ pub const BASE: usize = 64 << 10;
 pub struct Limits {
     /// One worker's share of `--max-buffered`.
     pub worker_buffered: usize,
-    /// Reserved per reply that may carry a value: the largest value plus
-    /// its `VALUE` line.
-    pub per_value: usize,
+    /// The largest value a client may store.
+    pub max_value: usize,
+    /// The largest value stored so far, shared by every worker.
+    pub largest: Arc<AtomicUsize>,
     /// `--max-conn-output`.
     pub conn_output: usize,
     /// `--idle-timeout`.
@@ -39,7 +42,12 @@ pub struct Limits {
 impl Limits {
     /// A worker's empty budget under these limits.
     pub fn budget(&self) -> Budget {
-        Budget::new(self.worker_buffered, self.per_value, self.conn_output)
+        Budget::new(
+            self.worker_buffered,
+            self.max_value,
+            self.conn_output,
+            Arc::clone(&self.largest),
+        )
     }
 }
 
@@ -85,8 +93,11 @@ pub struct Budget {
     /// Buffers' capacity plus reservations.
     used: usize,
     reserved: usize,
-    /// Reserved for one reply that may carry a value.
-    per_value: usize,
+    /// The largest value a client may store.
+    max_value: usize,
+    /// The largest value stored so far (by any worker): what a reply
+    /// carrying a value can need.
+    largest: Arc<AtomicUsize>,
     /// Most unwritten reply bytes for one connection.
     conn_output: usize,
     /// Bytes released since the allocator was last asked to return memory.
@@ -94,17 +105,39 @@ pub struct Budget {
 }
 
 impl Budget {
-    /// A budget of `cap` bytes; `per_value` is the largest value a reply
-    /// can carry (plus its header), `conn_output` the per-connection limit.
-    pub fn new(cap: usize, per_value: usize, conn_output: usize) -> Budget {
+    /// A budget of `cap` bytes with `conn_output` per connection; values
+    /// are at most `max_value` bytes, and `largest` tracks the largest one
+    /// stored (start it at `max_value` when the cache may already hold
+    /// large items, e.g. restored from a datapool).
+    pub fn new(
+        cap: usize,
+        max_value: usize,
+        conn_output: usize,
+        largest: Arc<AtomicUsize>,
+    ) -> Budget {
         Budget {
             cap,
             used: 0,
             reserved: 0,
-            per_value,
+            max_value,
+            largest,
             conn_output,
             released: 0,
         }
+    }
+
+    /// What one reply carrying a value may need: the largest value stored
+    /// so far and its `VALUE` line. Small while only small values were
+    /// stored, so their gets are not held back by the worst case.
+    fn per_value(&self) -> usize {
+        self.largest.load(Ordering::Relaxed).min(self.max_value) + VALUE_LINE
+    }
+
+    /// Notes a value about to be stored (`None`: its final size is not
+    /// known, as for append).
+    fn note_value(&self, len: Option<usize>) {
+        self.largest
+            .fetch_max(len.unwrap_or(self.max_value), Ordering::Relaxed);
     }
 
     /// Bytes charged now (buffers and reservations).
@@ -159,15 +192,17 @@ impl Budget {
 
     /// How many of `keys` get replies fit in the budget now (at most `keys`).
     pub fn values_that_fit(&self, keys: usize) -> usize {
-        (self.cap.saturating_sub(self.used) / self.per_value.max(1)).min(keys)
+        (self.cap.saturating_sub(self.used) / self.per_value()).min(keys)
     }
 
     /// What dispatching `req` may add to memory before its reply is
     /// rendered: a store's value, or `per_value` for each key of a get.
     pub fn need(&self, req: &Request<'_>) -> usize {
         match req {
-            Request::Get { keys, .. } | Request::Gat { keys, .. } => keys.count() * self.per_value,
-            Request::MetaGet { .. } => self.per_value,
+            Request::Get { keys, .. } | Request::Gat { keys, .. } => {
+                keys.count() * self.per_value()
+            }
+            Request::MetaGet { .. } => self.per_value(),
             Request::Store { value, .. } | Request::MetaSet { value, .. } => value.len(),
             _ => 0,
         }
@@ -187,6 +222,20 @@ impl Budget {
             Request::Get { keys, .. } | Request::Gat { keys, .. } => Some(*keys),
             Request::MetaGet { .. } => None,
             _ => {
+                match &req {
+                    Request::Store { command, value, .. } => self.note_value(
+                        (!matches!(command, StoreCommand::Append | StoreCommand::Prepend))
+                            .then_some(value.len()),
+                    ),
+                    Request::MetaSet { value, flags, .. } => self.note_value(
+                        (!matches!(
+                            flags.set_mode(),
+                            StoreCommand::Append | StoreCommand::Prepend
+                        ))
+                        .then_some(value.len()),
+                    ),
+                    _ => {}
+                }
                 return if self.reserve(self.need(&req)) {
                     Admit::Whole(req)
                 } else {
@@ -196,7 +245,7 @@ impl Budget {
         };
         // Replies in flight for one connection stay within its output
         // limit, but one always may be.
-        let per_value = self.per_value.max(1);
+        let per_value = self.per_value();
         let room = self
             .conn_output
             .saturating_sub(pending_out + share.reserved)
@@ -305,9 +354,46 @@ pub fn key_slice(keys: Tokens<'_>, skip: usize, take: usize) -> (Tokens<'_>, Opt
 mod tests {
     use super::*;
 
+    fn budget(cap: usize, largest: usize, conn_output: usize) -> Budget {
+        Budget::new(
+            cap,
+            1 << 20,
+            conn_output,
+            Arc::new(AtomicUsize::new(largest)),
+        )
+    }
+
+    #[test]
+    fn gets_reserve_for_the_largest_value_stored() {
+        let mut b = budget(10 << 20, 0, 4 << 20);
+        let get = Request::Get {
+            keys: Tokens::new(b"a b"),
+            cas: false,
+        };
+        assert_eq!(b.need(&get), 2 * VALUE_LINE);
+        let set = crate::protocol::parse(b"set k 0 0 5000\r\n", 1 << 20);
+        assert!(set.is_err(), "incomplete without its data");
+        let mut req = b"set k 0 0 5000\r\n".to_vec();
+        req.extend_from_slice(&[b'x'; 5000]);
+        req.extend_from_slice(b"\r\n");
+        let (set, _) = crate::protocol::parse(&req, 1 << 20).unwrap();
+        assert!(matches!(
+            b.admit(set, &mut Share::default(), 0),
+            Admit::Whole(_)
+        ));
+        assert_eq!(b.need(&get), 2 * (5000 + VALUE_LINE));
+        let (append, _) = crate::protocol::parse(b"append k 0 0 1\r\nx\r\n", 1 << 20).unwrap();
+        b.admit(append, &mut Share::default(), 0);
+        assert_eq!(
+            b.need(&get),
+            2 * ((1 << 20) + VALUE_LINE),
+            "append: any size"
+        );
+    }
+
     #[test]
     fn reservations_are_bounded_and_settled() {
-        let mut b = Budget::new(1000, 300, 4096);
+        let mut b = budget(1000, 0, 4096);
         assert!(b.reserve(600));
         assert!(!b.reserve(500), "over the cap");
         assert!(b.reserve(0), "nothing always fits");
@@ -318,7 +404,7 @@ mod tests {
 
     #[test]
     fn buffers_are_charged_and_refunded() {
-        let mut b = Budget::new(200_000, 100, 4096);
+        let mut b = budget(200_000, 100, 4096);
         let (mut x, mut y) = (Held::default(), Held::default());
         b.sync(&mut x, 150_000);
         assert!(b.may_grow(&y, BASE), "the base is always granted");
@@ -338,7 +424,7 @@ mod tests {
 
     #[test]
     fn output_limits_have_hysteresis() {
-        let b = Budget::new(1 << 20, 100, 4096);
+        let b = budget(1 << 20, 100, 4096);
         assert!(!b.output_full(4096) && b.output_full(4097));
         assert!(!b.output_drained(3000) && b.output_drained(2048));
     }
@@ -362,7 +448,7 @@ mod tests {
 
     #[test]
     fn a_large_multiget_is_admitted_a_slice_at_a_time() {
-        let mut b = Budget::new(1000, 300, 4096);
+        let mut b = budget(1000, 0, 4096);
         let mut done = Share::default();
         let mut seen = Vec::new();
         loop {
@@ -376,7 +462,7 @@ mod tests {
                 _ => panic!("a get with room must be admitted"),
             };
             let n = keys.count();
-            assert_eq!(b.used(), n * 300);
+            assert_eq!(b.used(), n * VALUE_LINE);
             assert!(n <= 3);
             seen.extend(keys.map(|k| k.to_vec()));
             b.settle();

@@ -175,11 +175,22 @@ impl Server {
         ));
         let limits = crate::budget::Limits {
             worker_buffered: config.max_buffered / config.workers,
-            per_value: max_value + crate::budget::VALUE_LINE,
+            max_value,
+            // A restored cache may hold values of any size.
+            largest: Arc::new(std::sync::atomic::AtomicUsize::new(
+                if matches!(
+                    handle.restore_outcome(),
+                    segcache::RestoreOutcome::Restored { .. }
+                ) {
+                    max_value
+                } else {
+                    0
+                },
+            )),
             conn_output: config.max_conn_output,
             idle_timeout: config.idle_timeout,
         };
-        if limits.worker_buffered < 4 * limits.per_value {
+        if limits.worker_buffered < 4 * (max_value + crate::budget::VALUE_LINE) {
             return Err(StartError::Config(crate::config::ConfigError {
                 key: "server.max_buffered (--max-buffered)".into(),
                 reason: format!(
