@@ -1245,6 +1245,8 @@ impl Worker {
                         return;
                     }
                     let grow = len.max(CHUNK).min(max_buf - len);
+                    self.budget
+                        .sync(&mut conn.held, conn.rbuf.capacity() + conn.wbuf.capacity());
                     if !self.budget.may_grow(&conn.held, grow) {
                         if self.batch.submitted > 0 {
                             // Settle the replies in flight, then look again.
