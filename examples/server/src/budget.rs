@@ -73,6 +73,45 @@ pub struct Share {
     pub keys_done: usize,
     /// Reserved for this connection's replies in flight.
     pub reserved: usize,
+    /// The get being answered a slice at a time, as parsed.
+    sliced: Option<Sliced>,
+}
+
+/// Where a get answered in slices lies in the connection's unparsed
+/// input, so that its line (up to 1 MiB of keys) is not parsed again for
+/// every slice.
+#[derive(Debug, Clone, Copy)]
+struct Sliced {
+    used: usize,
+    keys_at: usize,
+    keys_len: usize,
+    cas: bool,
+    exptime: Option<i64>,
+}
+
+impl Share {
+    /// The get being answered in slices, rebuilt from `avail` (the
+    /// connection's unparsed input, which starts with it) without parsing
+    /// it again, with the bytes it uses; `None` when there is none.
+    pub fn resume<'a>(&self, avail: &'a [u8]) -> Option<(Request<'a>, usize)> {
+        let r = self.sliced?;
+        let keys = Tokens::new(avail.get(r.keys_at..r.keys_at + r.keys_len)?);
+        let req = match r.exptime {
+            None => Request::Get { keys, cas: r.cas },
+            Some(exptime) => Request::Gat {
+                exptime,
+                keys,
+                cas: r.cas,
+            },
+        };
+        Some((req, r.used))
+    }
+
+    /// Forgets the get being answered in slices (it was refused).
+    pub fn reset(&mut self) {
+        self.keys_done = 0;
+        self.sliced = None;
+    }
 }
 
 /// What one connection is charged for.
@@ -208,13 +247,14 @@ impl Budget {
         }
     }
 
-    /// Reserves what `req` needs and says whether to dispatch it whole, a
+    /// Reserves what `req` (parsed from `avail`, of which it uses `used`
+    /// bytes) needs and says whether to dispatch it whole, a
     /// slice of its keys (a get whose replies do not all fit the budget or
     /// the connection's output limit, given its `pending_out` unwritten
     /// bytes and what `share` already reserved), or not yet.
     pub fn admit<'a>(
         &mut self,
-        req: Request<'a>,
+        (req, used, avail): (Request<'a>, usize, &'a [u8]),
         share: &mut Share,
         pending_out: usize,
     ) -> Admit<'a> {
@@ -281,10 +321,26 @@ impl Budget {
             other => other,
         };
         if let Some(next) = more {
+            if share.sliced.is_none() {
+                let all = keys.remainder();
+                share.sliced = Some(Sliced {
+                    used,
+                    keys_at: (all.as_ptr() as usize).wrapping_sub(avail.as_ptr() as usize),
+                    keys_len: all.len(),
+                    cas: matches!(
+                        req,
+                        Request::Get { cas: true, .. } | Request::Gat { cas: true, .. }
+                    ),
+                    exptime: match req {
+                        Request::Gat { exptime, .. } => Some(exptime),
+                        _ => None,
+                    },
+                });
+            }
             share.keys_done = next;
             Admit::Part(req)
         } else {
-            share.keys_done = 0;
+            share.reset();
             Admit::Whole(req)
         }
     }
@@ -378,12 +434,13 @@ mod tests {
         req.extend_from_slice(b"\r\n");
         let (set, _) = crate::protocol::parse(&req, 1 << 20).unwrap();
         assert!(matches!(
-            b.admit(set, &mut Share::default(), 0),
+            b.admit((set, req.len(), &req), &mut Share::default(), 0),
             Admit::Whole(_)
         ));
         assert_eq!(b.need(&get), 2 * (5000 + VALUE_LINE));
-        let (append, _) = crate::protocol::parse(b"append k 0 0 1\r\nx\r\n", 1 << 20).unwrap();
-        b.admit(append, &mut Share::default(), 0);
+        let line = b"append k 0 0 1\r\nx\r\n";
+        let (append, used) = crate::protocol::parse(line, 1 << 20).unwrap();
+        b.admit((append, used, line), &mut Share::default(), 0);
         assert_eq!(
             b.need(&get),
             2 * ((1 << 20) + VALUE_LINE),
@@ -452,11 +509,11 @@ mod tests {
         let mut done = Share::default();
         let mut seen = Vec::new();
         loop {
-            let req = Request::Get {
-                keys: Tokens::new(b"k1 k2 k3 k4 k5 k6 k7"),
-                cas: false,
-            };
-            let (keys, whole) = match b.admit(req, &mut done, 0) {
+            let line: &[u8] = b"get k1 k2 k3 k4 k5 k6 k7\r\n";
+            let (req, used) = done
+                .resume(line)
+                .unwrap_or_else(|| crate::protocol::parse(line, 100).unwrap());
+            let (keys, whole) = match b.admit((req, used, line), &mut done, 0) {
                 Admit::Whole(Request::Get { keys, .. }) => (keys, true),
                 Admit::Part(Request::Get { keys, .. }) => (keys, false),
                 _ => panic!("a get with room must be admitted"),
@@ -479,6 +536,9 @@ mod tests {
             keys: Tokens::new(b"k1"),
             cas: false,
         };
-        assert!(matches!(b.admit(req, &mut done, 0), Admit::NoRoom));
+        assert!(matches!(
+            b.admit((req, 4, b"get k1"), &mut done, 0),
+            Admit::NoRoom
+        ));
     }
 }

@@ -1334,11 +1334,16 @@ impl Worker {
             };
             let avail = &conn.rbuf[conn.rstart..conn.rend];
             let mut no_room = None;
-            match parse(avail, max_value) {
+            let parsed = match conn.share.resume(avail) {
+                Some(sliced) => Ok(sliced),
+                None => parse(avail, max_value),
+            };
+            match parsed {
                 Ok((req, used)) => {
+                    let pending = conn.wbuf.len() - conn.wpos;
                     match self
                         .budget
-                        .admit(req, &mut conn.share, conn.wbuf.len() - conn.wpos)
+                        .admit((req, used, avail), &mut conn.share, pending)
                     {
                         budget::Admit::Whole(req) => {
                             let quit = pipe.dispatch(t, req);
@@ -1447,7 +1452,7 @@ impl Worker {
         write_server_error(&mut conn.wbuf, "out of memory");
         self.stats.add(Outcome::OutOfMemory, 1);
         conn.rstart += used;
-        conn.share.keys_done = 0;
+        conn.share.reset();
         mark(&mut self.dirty, conn, t);
         true
     }
