@@ -9,6 +9,7 @@
 //! port = 12321
 //! max_connections = 1024
 //! max_value = "1MiB"
+//! disable_flush_all = false   # true: refuse flush_all, as memcached -F
 //!
 //! [worker]
 //! threads = 2
@@ -86,6 +87,10 @@ pub struct Cli {
     /// Largest value accepted, e.g. 1MiB (never more than fits a segment).
     #[arg(long, value_parser = parse_size_arg)]
     pub max_value: Option<u64>,
+    /// Refuse `flush_all` (`CLIENT_ERROR flush_all not allowed`), as
+    /// memcached's `-F`.
+    #[arg(long)]
+    pub disable_flush_all: bool,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -108,6 +113,7 @@ struct ServerSection {
     port: Option<i64>,
     max_connections: Option<i64>,
     max_value: Option<Size>,
+    disable_flush_all: Option<bool>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -183,6 +189,9 @@ pub struct Config {
     pub pin: Option<Vec<usize>>,
     /// Heap file for warm restarts (`--datapool`, `seg.datapool`).
     pub datapool: Option<std::path::PathBuf>,
+    /// `flush_all` is refused (`--disable-flush-all`,
+    /// `server.disable_flush_all`).
+    pub disable_flush_all: bool,
 }
 
 /// Parses `123`, `64k`, `64KiB`, `64MB`, `1GiB` (binary multiples; `B`
@@ -436,6 +445,8 @@ impl Config {
                 .datapool
                 .clone()
                 .or_else(|| file.seg.datapool.map(Into::into)),
+            disable_flush_all: cli.disable_flush_all
+                || file.server.disable_flush_all.unwrap_or(false),
         })
     }
 

@@ -72,8 +72,9 @@ pub const MAX_DATA_LEN: u64 = i32::MAX as u64 - 2;
 pub const MAX_RELATIVE_EXPTIME: i64 = 60 * 60 * 24 * 30;
 /// Longest opaque (`O`) token accepted on a meta command.
 pub const MAX_OPAQUE_LEN: usize = 32;
-/// Most flag tokens accepted on one meta command.
-pub const MAX_META_FLAGS: usize = 24;
+/// Most tokens accepted on one meta command line, counted as memcached
+/// does (command, key, every flag, and one for the end of the line).
+pub const MAX_META_TOKENS: usize = 20;
 
 /// Client error messages (without the `CLIENT_ERROR ` prefix), as memcached
 /// words them.
@@ -90,7 +91,14 @@ pub mod msg {
     pub const BAD_TOKEN: &str = "bad token in command line format";
     pub const OPAQUE_TOO_LONG: &str = "opaque token too long";
     pub const TOO_MANY_FLAGS: &str = "options flags are too long";
-    pub const INVALID_MODE: &str = "invalid mode for ms STORE";
+    pub const INVALID_MODE: &str = "invalid mode for ms M token";
+    pub const INVALID_OR_DUPLICATE_FLAG: &str = "invalid or duplicate flag";
+    pub const TOO_MANY_FLAGS_NO_ARE: &str = "options flags too long";
+    pub const M_TOKEN_LENGTH: &str = "incorrect length for M token";
+    pub const INVALID_INITIAL: &str = "invalid numeric initial value";
+    pub const INVALID_DELTA_VALUE: &str = "invalid numeric delta value";
+    pub const DECODING_KEY: &str = "error decoding key";
+    pub const FLUSH_NOT_ALLOWED: &str = "flush_all not allowed";
     pub const INVALID_MA_MODE: &str = "invalid mode for ma M token";
     /// Server error message for [`super::ParseError::TooLarge`].
     pub const TOO_LARGE: &str = "object too large for cache";
@@ -125,8 +133,9 @@ impl StoreCommand {
     }
 }
 
-/// A parsed request. Keys and values borrow from the parsed buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A parsed request. Keys and values borrow from the parsed buffer (a
+/// base64 meta key is decoded into its own buffer).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request<'a> {
     /// `get <key>*` (`cas: false`) or `gets <key>*` (`cas: true`). At least
     /// one key; every key is at most [`MAX_KEY_LEN`] bytes.
@@ -182,18 +191,31 @@ pub enum Request<'a> {
     Stats { args: Tokens<'a> },
     /// `quit`: close the connection without a reply.
     Quit,
+    /// `cache_memlimit <megabytes> [noreply]`.
+    CacheMemlimit { megabytes: u32, noreply: bool },
     /// `mg <key> <flags>*`.
-    MetaGet { key: &'a [u8], flags: MetaFlags<'a> },
+    MetaGet {
+        key: MetaKey<'a>,
+        flags: MetaFlags<'a>,
+    },
     /// `ms <key> <datalen> <flags>*` and its data block.
     MetaSet {
-        key: &'a [u8],
+        key: MetaKey<'a>,
         value: &'a [u8],
         flags: MetaFlags<'a>,
     },
     /// `md <key> <flags>*`.
-    MetaDelete { key: &'a [u8], flags: MetaFlags<'a> },
+    MetaDelete {
+        key: MetaKey<'a>,
+        flags: MetaFlags<'a>,
+    },
     /// `ma <key> <flags>*`.
-    MetaArithmetic { key: &'a [u8], flags: MetaFlags<'a> },
+    MetaArithmetic {
+        key: MetaKey<'a>,
+        flags: MetaFlags<'a>,
+    },
+    /// `me <key> [b]`: an item's metadata.
+    MetaDebug { key: MetaKey<'a> },
     /// `mn`: reply `MN`.
     MetaNoop,
 }
@@ -258,45 +280,58 @@ impl fmt::Debug for Tokens<'_> {
     }
 }
 
-/// The flags of a meta command. Every token is kept (see [`tokens`]) so the
-/// caller can echo `O` and `k` in request order; the common arguments are
-/// also parsed here, so a malformed number is a parse error, not the
+/// The flags of a meta command, checked as memcached 1.6 checks them. Every
+/// token is kept (see [`tokens`]) because memcached answers flags in
+/// request order (`O`, `k`, `t` before or after a `T`...); the arguments
+/// are parsed here, so a malformed number is a parse error, not the
 /// caller's problem.
 ///
 /// [`tokens`]: MetaFlags::tokens
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetaFlags<'a> {
     tokens: Tokens<'a>,
-    present: u64,
-    /// `T<ttl>`: exptime, same rules as classic exptime.
+    /// Flag bytes seen (bit per byte value below 128).
+    present: u128,
+    /// `T<exptime>`: new exptime, same rules as classic exptime.
     pub ttl: Option<i64>,
-    /// `N<ttl>`: vivify on miss with this exptime.
+    /// `N<exptime>`: vivify on miss with this exptime.
     pub vivify: Option<i64>,
-    /// `R<ttl>`: recache if the remaining ttl is below this.
+    /// `R<exptime>`: recache (win) if the remaining ttl is below this.
     pub recache: Option<i64>,
     /// `F<flags>`: client flags to store.
     pub client_flags: Option<u32>,
     /// `C<cas>`: compare-and-swap against this cas value.
     pub compare_cas: Option<u64>,
-    /// `E<cas>`: use this cas value for the new item.
-    pub explicit_cas: Option<u64>,
     /// `D<delta>`: delta for `ma` (default 1).
     pub delta: Option<u64>,
-    /// `J<initial>`: initial value for `ma` autovivification.
+    /// `J<initial>`: initial value for `ma` autovivification (default 0).
     pub initial: Option<u64>,
     /// `M<mode>`: mode byte, validated per command (`ms`: E A P R S, `ma`:
-    /// I + D -, either case).
+    /// I + D -).
     pub mode: Option<u8>,
-    /// `O<opaque>`: echoed back verbatim (at most [`MAX_OPAQUE_LEN`] bytes).
-    pub opaque: Option<&'a [u8]>,
+    /// `b`: the key was sent in base64; [`MetaKey`] holds it decoded.
+    pub base64: bool,
 }
 
-fn flag_bit(flag: u8) -> Option<u64> {
-    match flag {
-        b'A'..=b'Z' => Some(1 << (flag - b'A')),
-        b'a'..=b'z' => Some(1 << (26 + flag - b'a')),
-        _ => None,
+/// A meta command's key: as sent, or decoded from base64 (`b` flag).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetaKey<'a> {
+    Plain(&'a [u8]),
+    Decoded(Vec<u8>),
+}
+
+impl MetaKey<'_> {
+    /// The key's bytes (decoded).
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            MetaKey::Plain(k) => k,
+            MetaKey::Decoded(k) => k,
+        }
     }
+}
+
+fn flag_bit(flag: u8) -> Option<u128> {
+    (flag < 127).then(|| 1u128 << flag)
 }
 
 impl<'a> MetaFlags<'a> {
@@ -309,53 +344,80 @@ impl<'a> MetaFlags<'a> {
         recache: None,
         client_flags: None,
         compare_cas: None,
-        explicit_cas: None,
         delta: None,
         initial: None,
         mode: None,
-        opaque: None,
+        base64: false,
     };
 
-    /// Parses space-separated flag tokens. The error is a client error
-    /// message (see [`msg`]).
-    pub fn parse(raw: &'a [u8]) -> Result<Self, &'static str> {
+    /// Parses space-separated flag tokens as memcached's flag pre-parser:
+    /// a repeated flag (or a byte above 126) or an unknown letter stops at
+    /// once; a malformed argument is remembered and the last such message
+    /// wins (a bad `F` keeps the message it found, `default_error`). The
+    /// error is a client error message (see [`msg`]). Opaque length and
+    /// modes are checked by the caller, per command.
+    pub fn parse(raw: &'a [u8], default_error: &'static str) -> Result<Self, &'static str> {
         let mut f = MetaFlags {
             tokens: Tokens::new(raw),
             ..MetaFlags::EMPTY
         };
-        for (i, tok) in Tokens::new(raw).enumerate() {
-            if i >= MAX_META_FLAGS {
-                return Err(msg::TOO_MANY_FLAGS);
-            }
+        let mut error: Option<&'static str> = None;
+        let mut error_msg = default_error;
+        for tok in Tokens::new(raw) {
             let (flag, arg) = (tok[0], &tok[1..]);
-            let bit = flag_bit(flag).ok_or(msg::INVALID_FLAG)?;
+            let bit = flag_bit(flag).ok_or(msg::DUPLICATE_FLAG)?;
             if f.present & bit != 0 {
                 return Err(msg::DUPLICATE_FLAG);
             }
             f.present |= bit;
+            let mut fail = |m: Option<&'static str>| {
+                if let Some(m) = m {
+                    error_msg = m;
+                }
+                error = Some(error_msg);
+            };
             match flag {
-                b'T' => f.ttl = Some(parse_i64(arg).ok_or(msg::BAD_TOKEN)?),
-                b'N' => f.vivify = Some(parse_i64(arg).ok_or(msg::BAD_TOKEN)?),
-                b'R' => f.recache = Some(parse_i64(arg).ok_or(msg::BAD_TOKEN)?),
-                b'F' => f.client_flags = Some(parse_u32(arg).ok_or(msg::BAD_TOKEN)?),
-                b'C' => f.compare_cas = Some(parse_u64(arg).ok_or(msg::BAD_TOKEN)?),
-                b'E' => f.explicit_cas = Some(parse_u64(arg).ok_or(msg::BAD_TOKEN)?),
-                b'D' => f.delta = Some(parse_u64(arg).ok_or(msg::BAD_TOKEN)?),
-                b'J' => f.initial = Some(parse_u64(arg).ok_or(msg::BAD_TOKEN)?),
+                b'b' => f.base64 = true,
+                b'N' | b'T' | b'R' => match strtol(arg) {
+                    Some(v) => {
+                        let slot = match flag {
+                            b'N' => &mut f.vivify,
+                            b'T' => &mut f.ttl,
+                            _ => &mut f.recache,
+                        };
+                        *slot = Some(v);
+                    }
+                    None => fail(Some(msg::BAD_TOKEN)),
+                },
+                b'l' | b'O' | b'P' | b'L' | b'k' | b's' | b't' | b'c' | b'f' | b'v' | b'h'
+                | b'u' | b'q' | b'I' => {}
+                b'F' => match strtoul(arg) {
+                    Some(v) => f.client_flags = Some(v),
+                    None => fail(None),
+                },
+                b'C' => match strtoull(arg) {
+                    Some(v) => f.compare_cas = Some(v),
+                    None => fail(Some(msg::BAD_TOKEN)),
+                },
                 b'M' => match arg {
                     [m] => f.mode = Some(*m),
-                    _ => return Err(msg::BAD_TOKEN),
+                    _ => fail(Some(msg::M_TOKEN_LENGTH)),
                 },
-                b'O' => {
-                    if arg.len() > MAX_OPAQUE_LEN {
-                        return Err(msg::OPAQUE_TOO_LONG);
-                    }
-                    f.opaque = Some(arg);
-                }
-                _ => {}
+                b'J' => match strtoull(arg) {
+                    Some(v) => f.initial = Some(v),
+                    None => fail(Some(msg::INVALID_INITIAL)),
+                },
+                b'D' => match strtoull(arg) {
+                    Some(v) => f.delta = Some(v),
+                    None => fail(Some(msg::INVALID_DELTA_VALUE)),
+                },
+                _ => return Err(msg::INVALID_FLAG),
             }
         }
-        Ok(f)
+        match error {
+            Some(e) => Err(e),
+            None => Ok(f),
+        }
     }
 
     /// Whether the flag letter was given (e.g. `b'v'`, `b'q'`).
@@ -368,10 +430,18 @@ impl<'a> MetaFlags<'a> {
         self.tokens
     }
 
+    /// The first opaque (`O`) token longer than [`MAX_OPAQUE_LEN`].
+    fn opaque_too_long(&self) -> bool {
+        self.tokens
+            .filter(|t| t[0] == b'O')
+            .any(|t| t.len() > MAX_OPAQUE_LEN)
+    }
+
     /// What an `ms` stores: `M` mode E=add, A=append, P=prepend, R=replace,
-    /// S or none=set. A `C` flag makes any of them conditional on the cas.
+    /// S or none=set (upper case only, as memcached). A `C` flag makes a set
+    /// or replace a compare-and-swap.
     pub fn set_mode(&self) -> StoreCommand {
-        match self.mode.map(|m| m.to_ascii_uppercase()) {
+        match self.mode {
             Some(b'E') => StoreCommand::Add,
             Some(b'A') => StoreCommand::Append,
             Some(b'P') => StoreCommand::Prepend,
@@ -383,7 +453,7 @@ impl<'a> MetaFlags<'a> {
     /// Whether an `ma` increments (mode I or +, the default) rather than
     /// decrements (D or -).
     pub fn incr(&self) -> bool {
-        !matches!(self.mode, Some(b'D' | b'd' | b'-'))
+        !matches!(self.mode, Some(b'D' | b'-'))
     }
 }
 
@@ -402,6 +472,9 @@ pub enum ParseError {
     /// No newline within the line limit. Memcached gives up on such a
     /// connection: reply `CLIENT_ERROR line too long` and close it.
     LineTooLong,
+    /// An HTTP request line: close the connection without a reply, as
+    /// memcached does.
+    Close,
     /// Unknown command or wrong number of arguments: reply `ERROR`.
     UnknownCommand { consumed: usize },
     /// Malformed request: reply `CLIENT_ERROR <msg>` unless `noreply`
@@ -422,7 +495,8 @@ pub enum ParseError {
     TooLarge {
         swallow: usize,
         noreply: bool,
-        command: StoreCommand,
+        /// Whether memcached unlinks the key (`set`, and `ms` in any mode).
+        unlink: bool,
         key_at: usize,
         key_len: usize,
     },
@@ -435,7 +509,7 @@ impl ParseError {
     /// `swallow`, which may exceed the buffer.
     pub fn consumed(&self) -> Option<usize> {
         match *self {
-            ParseError::Incomplete | ParseError::LineTooLong => None,
+            ParseError::Incomplete | ParseError::LineTooLong | ParseError::Close => None,
             ParseError::UnknownCommand { consumed } => Some(consumed),
             ParseError::ClientError { consumed, .. } => Some(consumed),
             ParseError::TooLarge { swallow, .. } => Some(swallow),
@@ -444,14 +518,14 @@ impl ParseError {
 
     /// Whether the caller should close the connection after the reply.
     pub fn closes_connection(&self) -> bool {
-        matches!(self, ParseError::LineTooLong)
+        matches!(self, ParseError::LineTooLong | ParseError::Close)
     }
 
     /// Appends memcached's reply for this error (nothing for `Incomplete`
     /// or when the command said `noreply`).
     pub fn write_reply(&self, out: &mut Vec<u8>) {
         match *self {
-            ParseError::Incomplete => {}
+            ParseError::Incomplete | ParseError::Close => {}
             ParseError::LineTooLong => write_client_error(out, msg::LINE_TOO_LONG),
             ParseError::UnknownCommand { .. } => Reply::Error.write(out),
             ParseError::ClientError { msg, noreply, .. } => {
@@ -467,12 +541,13 @@ impl ParseError {
         }
     }
 
-    /// For an oversized `set` (classic or `ms` in set mode), the key whose
-    /// old value should be unlinked; `buf` is the buffer that was parsed.
+    /// For an oversized `set` or `ms`, the key whose old value should be
+    /// unlinked; `buf` is the buffer that was parsed. (None for a base64
+    /// `ms` key, whose decoded form is not in `buf`.)
     pub fn too_large_key<'b>(&self, buf: &'b [u8]) -> Option<&'b [u8]> {
         match *self {
             ParseError::TooLarge {
-                command: StoreCommand::Set,
+                unlink: true,
                 key_at,
                 key_len,
                 ..
@@ -487,6 +562,7 @@ impl fmt::Display for ParseError {
         match self {
             ParseError::Incomplete => f.write_str("incomplete request"),
             ParseError::LineTooLong => f.write_str("line too long"),
+            ParseError::Close => f.write_str("HTTP request"),
             ParseError::UnknownCommand { .. } => f.write_str("unknown command"),
             ParseError::ClientError { msg, .. } => write!(f, "client error: {msg}"),
             ParseError::TooLarge { swallow, .. } => {
@@ -502,38 +578,74 @@ impl std::error::Error for ParseError {}
 // Parsing
 // ---------------------------------------------------------------------------
 
-fn parse_u64(t: &[u8]) -> Option<u64> {
-    if t.is_empty() {
+/// C's `isspace` in the "C" locale.
+fn c_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+/// The number at the front of a token as C's `strto*` functions read it
+/// (leading white space, an optional sign, decimal digits), accepted as
+/// memcached's `safe_strto*` accept it: at least one digit, followed by the
+/// end of the token or white space. Returns the sign and the magnitude
+/// (`None` on overflow of 64 bits, C's `ERANGE`).
+fn c_number(t: &[u8]) -> Option<(bool, Option<u64>)> {
+    let start = t.iter().position(|&b| !c_space(b)).unwrap_or(t.len());
+    let mut rest = &t[start..];
+    let neg = match rest.first() {
+        Some(b'-') => {
+            rest = &rest[1..];
+            true
+        }
+        Some(b'+') => {
+            rest = &rest[1..];
+            false
+        }
+        _ => false,
+    };
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || !rest.get(digits).is_none_or(|&b| c_space(b)) {
         return None;
     }
-    let mut v: u64 = 0;
-    for &b in t {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    let mut v: Option<u64> = Some(0);
+    for &b in &rest[..digits] {
+        v = v
+            .and_then(|v| v.checked_mul(10))
+            .and_then(|v| v.checked_add(u64::from(b - b'0')));
+    }
+    Some((neg, v))
+}
+
+/// memcached's `safe_strtoull`: `strtoull`, refusing a value that went
+/// negative through a `-` sign (`-0` is 0).
+pub fn strtoull(t: &[u8]) -> Option<u64> {
+    let (neg, mag) = c_number(t)?;
+    let v = if neg { mag?.wrapping_neg() } else { mag? };
+    if (v as i64) < 0 && t.contains(&b'-') {
+        return None;
     }
     Some(v)
 }
 
-fn parse_u32(t: &[u8]) -> Option<u32> {
-    parse_u64(t).and_then(|v| u32::try_from(v).ok())
+/// memcached's `safe_strtoul` into a 32-bit field: `strtoull`'s rules, then
+/// truncated to 32 bits as memcached stores it (`4294967297` is 1).
+pub fn strtoul(t: &[u8]) -> Option<u32> {
+    strtoull(t).map(|v| v as u32)
 }
 
-fn parse_i64(t: &[u8]) -> Option<i64> {
-    match t {
-        [b'-', digits @ ..] => {
-            let v = parse_u64(digits)?;
-            if v <= i64::MAX as u64 {
-                Some(-(v as i64))
-            } else if v == i64::MAX as u64 + 1 {
-                Some(i64::MIN)
-            } else {
-                None
-            }
+/// memcached's `safe_strtol` into a 32-bit field: `strtol` (64-bit range),
+/// then truncated to 32 bits as memcached stores it.
+pub fn strtol(t: &[u8]) -> Option<i64> {
+    let (neg, mag) = c_number(t)?;
+    let mag = mag?;
+    let v: i64 = if neg {
+        if mag > 1 << 63 {
+            return None;
         }
-        _ => parse_u64(t).and_then(|v| i64::try_from(v).ok()),
-    }
+        (mag as i64).wrapping_neg()
+    } else {
+        i64::try_from(mag).ok()?
+    };
+    Some(i64::from(v as i32))
 }
 
 /// Whether the line in `buf` starts with a get-family command (which may be
@@ -617,7 +729,7 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Request<'_>, usize), Parse
     };
 
     let req = match cmd {
-        b"get" | b"gets" => {
+        b"get" | b"gets" | b"bget" => {
             if tokens.is_empty() {
                 return Err(unknown);
             }
@@ -629,7 +741,7 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Request<'_>, usize), Parse
         }
         b"gat" | b"gats" => {
             let exptime = tokens.next().ok_or(unknown)?;
-            let exptime = parse_i64(exptime).ok_or(client_error(msg::INVALID_EXPTIME, false))?;
+            let exptime = strtol(exptime).ok_or(client_error(msg::INVALID_EXPTIME, false))?;
             check_keys(tokens).map_err(|m| client_error(m, false))?;
             Request::Gat {
                 exptime,
@@ -657,19 +769,21 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Request<'_>, usize), Parse
                 return Err(client_error(msg::BAD_FORMAT, noreply));
             }
             let bad = client_error(msg::BAD_FORMAT, noreply);
-            let flags = parse_u32(a.v[1]).ok_or(bad)?;
-            let exptime = parse_i64(a.v[2]).ok_or(bad)?;
-            let bytes = parse_u64(a.v[3])
+            let flags = strtoul(a.v[1]).ok_or(bad)?;
+            let exptime = strtol(a.v[2]).ok_or(bad)?;
+            let bytes = strtol(a.v[3])
+                .and_then(|b| u64::try_from(b).ok())
                 .filter(|&b| b <= MAX_DATA_LEN)
                 .ok_or(bad)?;
             let cas = if cas_args == 1 {
-                parse_u64(a.v[4]).ok_or(bad)?
+                strtoull(a.v[4]).ok_or(bad)?
             } else {
                 0
             };
             let key_at = key.as_ptr() as usize - buf.as_ptr() as usize;
+            let unlink = command == StoreCommand::Set;
             let value = read_data(
-                buf, line_len, bytes, max_value, noreply, command, key_at, key,
+                buf, line_len, bytes, max_value, noreply, unlink, key_at, key,
             )?;
             let req = Request::Store {
                 command,
@@ -712,7 +826,7 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Request<'_>, usize), Parse
             if key.len() > MAX_KEY_LEN {
                 return Err(client_error(msg::BAD_FORMAT, noreply));
             }
-            let delta = parse_u64(a.v[1]).ok_or(client_error(msg::INVALID_DELTA, noreply))?;
+            let delta = strtoull(a.v[1]).ok_or(client_error(msg::INVALID_DELTA, noreply))?;
             if cmd == b"incr" {
                 Request::Incr {
                     key,
@@ -737,7 +851,7 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Request<'_>, usize), Parse
             if key.len() > MAX_KEY_LEN {
                 return Err(client_error(msg::BAD_FORMAT, noreply));
             }
-            let exptime = parse_i64(a.v[1]).ok_or(client_error(msg::INVALID_EXPTIME, noreply))?;
+            let exptime = strtol(a.v[1]).ok_or(client_error(msg::INVALID_EXPTIME, noreply))?;
             Request::Touch {
                 key,
                 exptime,
@@ -752,8 +866,8 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Request<'_>, usize), Parse
             let noreply = a.noreply();
             // As memcached: a delay is parsed unless the only argument is
             // `noreply`; a second argument other than `noreply` is ignored.
-            let delay = if a.n > usize::from(noreply) {
-                parse_i64(a.v[0]).ok_or(client_error(msg::BAD_FORMAT, noreply))?
+            let delay = if a.n != usize::from(noreply) {
+                strtol(a.v[0]).ok_or(client_error(msg::INVALID_EXPTIME, noreply))?
             } else {
                 0
             };
@@ -765,17 +879,35 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Request<'_>, usize), Parse
                 return Err(unknown);
             }
             let noreply = a.noreply();
-            let level = parse_u32(a.v[0]).ok_or(client_error(msg::BAD_FORMAT, noreply))?;
+            let level = strtoul(a.v[0]).ok_or(client_error(msg::BAD_FORMAT, noreply))?;
             Request::Verbosity { level, noreply }
         }
-        // As memcached: `version` and `quit` take no arguments, with any
-        // they are unknown commands.
-        b"version" if tokens.is_empty() => Request::Version,
-        b"quit" if tokens.is_empty() => Request::Quit,
+        b"cache_memlimit" => {
+            let a = Args::collect(tokens);
+            if a.n != 1 && a.n != 2 {
+                return Err(unknown);
+            }
+            let noreply = a.noreply();
+            let megabytes = strtoul(a.v[0]).ok_or(unknown)?;
+            Request::CacheMemlimit { megabytes, noreply }
+        }
+        // As memcached: arguments after `version` and `quit` are ignored.
+        b"version" => Request::Version,
+        b"quit" => Request::Quit,
         b"stats" => Request::Stats { args: tokens },
         b"mn" => Request::MetaNoop,
+        b"me" => return parse_meta_debug(tokens, line_len),
         b"mg" | b"md" | b"ma" | b"ms" => return parse_meta(buf, cmd, tokens, line_len, max_value),
-        _ => return Err(unknown),
+        _ => {
+            // memcached closes a connection that speaks HTTP to it: a line
+            // it does not know whose last token starts with `HTTP/`.
+            let family = matches!(cmd[0], b'g' | b's' | b'a' | b'c' | b'i' | b'd' | b't')
+                || (cmd[0] == b'm' && cmd.len() == 2);
+            if !family && tokens.last().is_some_and(|t| t.starts_with(b"HTTP/")) {
+                return Err(ParseError::Close);
+            }
+            return Err(unknown);
+        }
     };
     Ok((req, line_len))
 }
@@ -797,30 +929,25 @@ fn read_data<'a>(
     bytes: u64,
     max_value: usize,
     noreply: bool,
-    command: StoreCommand,
+    unlink: bool,
     key_at: usize,
     key: &[u8],
 ) -> Result<&'a [u8], ParseError> {
+    let too_large = |swallow| ParseError::TooLarge {
+        swallow,
+        noreply,
+        unlink,
+        key_at,
+        key_len: key.len(),
+    };
     // `bytes <= MAX_DATA_LEN < usize::MAX / 2` on 64-bit targets; on 32-bit
     // ones an unrepresentable size is simply too large.
     let Ok(bytes) = usize::try_from(bytes) else {
-        return Err(ParseError::TooLarge {
-            swallow: usize::MAX,
-            noreply,
-            command,
-            key_at,
-            key_len: key.len(),
-        });
+        return Err(too_large(usize::MAX));
     };
     let total = line_len.saturating_add(bytes).saturating_add(2);
     if bytes > max_value {
-        return Err(ParseError::TooLarge {
-            swallow: total,
-            noreply,
-            command,
-            key_at,
-            key_len: key.len(),
-        });
+        return Err(too_large(total));
     }
     if buf.len() < total {
         return Err(ParseError::Incomplete);
@@ -833,6 +960,82 @@ fn read_data<'a>(
         });
     }
     Ok(&buf[line_len..line_len + bytes])
+}
+
+/// Decodes standard base64 (with `=` padding), as meta commands' `b` flag
+/// sends keys. `None` if malformed or empty.
+pub fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
+    fn sextet(c: u8) -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    }
+    if text.is_empty() || text.len() % 4 != 0 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(text.len() / 4 * 3);
+    let quads = text.len() / 4;
+    for (i, q) in text.chunks(4).enumerate() {
+        let pad = q.iter().rev().take_while(|&&c| c == b'=').count();
+        if pad > 2 || (pad > 0 && i + 1 != quads) {
+            return None;
+        }
+        let mut n = 0u32;
+        for &c in &q[..4 - pad] {
+            n = (n << 6) | sextet(c)?;
+        }
+        n <<= 6 * pad as u32;
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&bytes[..3 - pad]);
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// Appends `data` in standard base64 with padding (meta `k` of a `b` key).
+pub fn base64_encode(out: &mut Vec<u8>, data: &[u8]) {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]);
+            } else {
+                out.push(b'=');
+            }
+        }
+    }
+}
+
+/// `me <key> [b]`: memcached's debug dump of one item.
+fn parse_meta_debug(
+    mut tokens: Tokens<'_>,
+    line_len: usize,
+) -> Result<(Request<'_>, usize), ParseError> {
+    let bad = ParseError::ClientError {
+        msg: msg::BAD_FORMAT,
+        consumed: line_len,
+        noreply: false,
+    };
+    let key = tokens
+        .next()
+        .filter(|k| k.len() <= MAX_KEY_LEN)
+        .ok_or(bad)?;
+    let key = if tokens.next() == Some(b"b") {
+        MetaKey::Decoded(base64_decode(key).ok_or(bad)?)
+    } else {
+        MetaKey::Plain(key)
+    };
+    Ok((Request::MetaDebug { key }, line_len))
 }
 
 fn parse_meta<'a>(
@@ -848,53 +1051,109 @@ fn parse_meta<'a>(
         consumed: line_len,
         noreply: false,
     };
-    let key = tokens.next().ok_or(client_error(msg::BAD_FORMAT))?;
+    // Tokens as memcached counts them: command, key, flags, end of line.
+    let ntokens = 2 + tokens.count();
+    let key = tokens
+        .next()
+        .ok_or(ParseError::UnknownCommand { consumed: line_len })?;
     if key.len() > MAX_KEY_LEN {
         return Err(client_error(msg::BAD_FORMAT));
     }
+    let decode = |flags: &MetaFlags<'_>| -> Result<MetaKey<'a>, &'static str> {
+        if flags.base64 {
+            base64_decode(key)
+                .map(MetaKey::Decoded)
+                .ok_or(msg::DECODING_KEY)
+        } else {
+            Ok(MetaKey::Plain(key))
+        }
+    };
     if cmd == b"ms" {
+        if ntokens == 3 {
+            return Err(client_error(msg::BAD_FORMAT));
+        }
+        if ntokens > MAX_META_TOKENS {
+            return Err(client_error(msg::TOO_MANY_FLAGS_NO_ARE));
+        }
         // A bad length is reported as memcached does, without swallowing.
         let bytes = tokens
             .next()
-            .and_then(parse_u64)
+            .and_then(strtol)
+            .and_then(|b| u64::try_from(b).ok())
             .filter(|&b| b <= MAX_DATA_LEN)
-            .ok_or(client_error(msg::BAD_DATA_CHUNK))?;
-        let flags = MetaFlags::parse(tokens.remainder()).map_err(client_error)?;
-        if !matches!(
-            flags.mode.map(|m| m.to_ascii_uppercase()),
-            None | Some(b'E' | b'A' | b'P' | b'R' | b'S')
-        ) {
-            return Err(client_error(msg::INVALID_MODE));
+            .ok_or(client_error(msg::BAD_FORMAT))?;
+        // From here on memcached knows the length: a rejected command
+        // swallows its data block.
+        let swallow = |msg: &'static str| ParseError::ClientError {
+            msg,
+            consumed: line_len.saturating_add(bytes as usize).saturating_add(2),
+            noreply: false,
+        };
+        let flags = MetaFlags::parse(tokens.remainder(), msg::BAD_FORMAT).map_err(swallow)?;
+        let key = decode(&flags).map_err(swallow)?;
+        if flags.opaque_too_long() {
+            return Err(swallow(msg::OPAQUE_TOO_LONG));
         }
-        let key_at = key.as_ptr() as usize - buf.as_ptr() as usize;
+        if !matches!(flags.mode, None | Some(b'E' | b'A' | b'P' | b'R' | b'S')) {
+            return Err(swallow(msg::INVALID_MODE));
+        }
+        let key_at = key_at(buf, &key);
         let value = read_data(
             buf,
             line_len,
             bytes,
             max_value,
             false,
-            flags.set_mode(),
+            true,
             key_at,
-            key,
+            key.bytes(),
         )?;
-        let req = Request::MetaSet { key, value, flags };
-        return Ok((req, line_len + value.len() + 2));
+        let used = line_len + value.len() + 2;
+        return Ok((Request::MetaSet { key, value, flags }, used));
     }
-    let flags = MetaFlags::parse(tokens.remainder()).map_err(client_error)?;
+    if ntokens > MAX_META_TOKENS {
+        return Err(client_error(if cmd == b"mg" {
+            msg::TOO_MANY_FLAGS
+        } else {
+            msg::TOO_MANY_FLAGS_NO_ARE
+        }));
+    }
+    let flags = if cmd == b"mg" {
+        MetaFlags::parse(tokens.remainder(), msg::BAD_FORMAT).map_err(client_error)?
+    } else {
+        MetaFlags::parse(tokens.remainder(), msg::BAD_FORMAT)
+            .map_err(|_| client_error(msg::INVALID_OR_DUPLICATE_FLAG))?
+    };
+    let key = decode(&flags).map_err(|m| {
+        client_error(if cmd == b"mg" {
+            m
+        } else {
+            msg::INVALID_OR_DUPLICATE_FLAG
+        })
+    })?;
+    if flags.opaque_too_long() {
+        return Err(client_error(msg::OPAQUE_TOO_LONG));
+    }
     let req = match cmd {
         b"mg" => Request::MetaGet { key, flags },
         b"md" => Request::MetaDelete { key, flags },
         _ => {
-            if !matches!(
-                flags.mode,
-                None | Some(b'I' | b'i' | b'+' | b'D' | b'd' | b'-')
-            ) {
+            if !matches!(flags.mode, None | Some(b'I' | b'+' | b'D' | b'-')) {
                 return Err(client_error(msg::INVALID_MA_MODE));
             }
             Request::MetaArithmetic { key, flags }
         }
     };
     Ok((req, line_len))
+}
+
+/// Where a plain key starts in `buf` (for unlinking after an oversized
+/// value); a decoded key has no position and is carried in the error.
+fn key_at(buf: &[u8], key: &MetaKey<'_>) -> usize {
+    match key {
+        MetaKey::Plain(k) => k.as_ptr() as usize - buf.as_ptr() as usize,
+        MetaKey::Decoded(_) => usize::MAX,
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1130,6 +1389,15 @@ fn push_tokens(out: &mut Vec<u8>, tokens: Tokens<'_>) {
     }
 }
 
+/// A meta key as sent: a decoded key is encoded again (its `b` flag is
+/// among the flags).
+fn push_meta_key(out: &mut Vec<u8>, key: &MetaKey<'_>) {
+    match key {
+        MetaKey::Plain(k) => out.extend_from_slice(k),
+        MetaKey::Decoded(k) => base64_encode(out, k),
+    }
+}
+
 fn push_noreply(out: &mut Vec<u8>, noreply: bool) {
     if noreply {
         out.extend_from_slice(b" noreply");
@@ -1233,21 +1501,34 @@ impl Request<'_> {
                 push_tokens(out, args);
             }
             Request::Quit => out.extend_from_slice(b"quit"),
-            Request::MetaGet { key, flags }
-            | Request::MetaDelete { key, flags }
-            | Request::MetaArithmetic { key, flags } => {
+            Request::CacheMemlimit { megabytes, noreply } => {
+                out.extend_from_slice(b"cache_memlimit ");
+                push_u64(out, u64::from(megabytes));
+                push_noreply(out, noreply);
+            }
+            Request::MetaDebug { ref key } => {
+                out.extend_from_slice(b"me ");
+                push_meta_key(out, key);
+            }
+            Request::MetaGet { ref key, ref flags }
+            | Request::MetaDelete { ref key, ref flags }
+            | Request::MetaArithmetic { ref key, ref flags } => {
                 let name: &[u8] = match self {
                     Request::MetaGet { .. } => b"mg ",
                     Request::MetaDelete { .. } => b"md ",
                     _ => b"ma ",
                 };
                 out.extend_from_slice(name);
-                out.extend_from_slice(key);
+                push_meta_key(out, key);
                 push_tokens(out, flags.tokens());
             }
-            Request::MetaSet { key, value, flags } => {
+            Request::MetaSet {
+                ref key,
+                value,
+                ref flags,
+            } => {
                 out.extend_from_slice(b"ms ");
-                out.extend_from_slice(key);
+                push_meta_key(out, key);
                 out.push(b' ');
                 push_u64(out, value.len() as u64);
                 push_tokens(out, flags.tokens());

@@ -155,6 +155,13 @@ impl Server {
             metrics: Arc::clone(&metrics),
             shutdown: Default::default(),
             max_value,
+            settings: crate::worker::Settings {
+                heap_size: config.heap_size,
+                max_connections: config.max_connections,
+                port: listen_addr.port(),
+                workers: config.workers,
+                flush_enabled: !config.disable_flush_all,
+            },
         });
 
         let poll = Poll::new().map_err(io_err("poll"))?;

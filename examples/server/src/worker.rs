@@ -58,6 +58,20 @@ pub struct Ctx {
     pub shutdown: AtomicBool,
     /// Largest value accepted from clients.
     pub max_value: usize,
+    /// What `stats settings` reports, and whether `flush_all` is allowed.
+    pub settings: Settings,
+}
+
+/// The configuration a client can see (`stats settings`) or that changes
+/// how commands are answered.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub heap_size: usize,
+    pub max_connections: usize,
+    pub port: u16,
+    pub workers: usize,
+    /// `flush_all` is allowed (memcached's `-F` turns it off).
+    pub flush_enabled: bool,
 }
 
 struct Conn {
@@ -164,6 +178,10 @@ enum Kind {
         key: Range<usize>,
         flags: Range<usize>,
     },
+    /// `me`: the item's metadata.
+    MetaDebug {
+        key: Range<usize>,
+    },
 }
 
 struct Action {
@@ -192,6 +210,8 @@ struct Pipe<'a> {
     stats: &'a WorkerStats,
     now_unix: u64,
     read_at: Instant,
+    settings: Settings,
+    max_value: usize,
 }
 
 /// The ttl of an item from a memcache exptime.
@@ -424,6 +444,12 @@ impl Pipe<'_> {
                     );
                 }
             }
+            Request::FlushAll { noreply, .. } if !self.settings.flush_enabled => {
+                stats.cmd(Cmd::FlushAll);
+                if !noreply {
+                    self.local(conn, |o| write_client_error(o, msg::FLUSH_NOT_ALLOWED));
+                }
+            }
             Request::FlushAll { delay, noreply } => {
                 stats.cmd(Cmd::FlushAll);
                 let req = if delay <= 0 {
@@ -459,8 +485,39 @@ impl Pipe<'_> {
                         self.push(conn, Kind::Stats);
                     }
                 } else {
-                    // Sub-commands (items, slabs, settings...) do not apply.
-                    self.local(conn, |o| Reply::Error.write(o));
+                    let settings = self.settings;
+                    let max_value = self.max_value;
+                    self.local(conn, |o| stats_subcommand(o, args, settings, max_value));
+                }
+            }
+            Request::CacheMemlimit { megabytes, noreply } => {
+                stats.cmd(Cmd::Invalid);
+                if !noreply {
+                    self.local(conn, |o| {
+                        o.extend_from_slice(match megabytes {
+                            0..=7 => {
+                                &b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n"[..]
+                            }
+                            1_000_000_001.. => {
+                                b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n"
+                            }
+                            // The heap is sized at start; a valid limit is
+                            // acknowledged as memcached does, not applied.
+                            _ => b"OK\r\n",
+                        })
+                    });
+                }
+            }
+            Request::MetaDebug { key } => {
+                stats.cmd(Cmd::Mg);
+                if self.submit(
+                    conn,
+                    [SReq::Get {
+                        key: key.bytes().to_vec(),
+                    }],
+                ) {
+                    let key = self.bytes(key.bytes());
+                    self.push(conn, Kind::MetaDebug { key });
                 }
             }
             Request::Quit => {
@@ -472,8 +529,9 @@ impl Pipe<'_> {
                 self.local(conn, |o| o.extend_from_slice(b"MN\r\n"));
             }
             Request::MetaGet { key, flags } => {
+                let key = key.bytes();
                 stats.cmd(Cmd::Mg);
-                if !self.meta_flags_ok(conn, &flags, b"bENR") {
+                if !self.meta_flags_ok(conn, &flags, b"NRhlI") {
                     return false;
                 }
                 let k = key.to_vec();
@@ -511,8 +569,9 @@ impl Pipe<'_> {
                 }
             }
             Request::MetaSet { key, value, flags } => {
+                let key = key.bytes();
                 stats.cmd(Cmd::Ms);
-                if !self.meta_flags_ok(conn, &flags, b"bEINc") {
+                if !self.meta_flags_ok(conn, &flags, b"INc") {
                     return false;
                 }
                 let mode = flags.set_mode();
@@ -544,8 +603,9 @@ impl Pipe<'_> {
                 }
             }
             Request::MetaDelete { key, flags } => {
+                let key = key.bytes();
                 stats.cmd(Cmd::Md);
-                if !self.meta_flags_ok(conn, &flags, b"bCEITx") {
+                if !self.meta_flags_ok(conn, &flags, b"CIT") {
                     return false;
                 }
                 if self.submit(conn, [SReq::Delete { key: key.to_vec() }]) {
@@ -555,8 +615,9 @@ impl Pipe<'_> {
                 }
             }
             Request::MetaArithmetic { key, flags } => {
+                let key = key.bytes();
                 stats.cmd(Cmd::Ma);
-                if !self.meta_flags_ok(conn, &flags, b"bCEJNTct") {
+                if !self.meta_flags_ok(conn, &flags, b"CJNTct") {
                     return false;
                 }
                 let delta = flags.delta.unwrap_or(1);
@@ -659,6 +720,47 @@ fn store_request(
     }
 }
 
+/// Answers `stats <sub-command>` as memcached does for the ones that make
+/// sense here; segcache has no slab classes, so `items`, `slabs` and
+/// `cachedump` list none.
+fn stats_subcommand(
+    out: &mut Vec<u8>,
+    mut args: protocol::Tokens<'_>,
+    s: Settings,
+    max_value: usize,
+) {
+    match args.next().unwrap_or_default() {
+        b"settings" => {
+            let lines: [(&str, String); 12] = [
+                ("maxbytes", s.heap_size.to_string()),
+                ("maxconns", s.max_connections.to_string()),
+                ("tcpport", s.port.to_string()),
+                ("udpport", "0".into()),
+                ("evictions", "on".into()),
+                ("num_threads", s.workers.to_string()),
+                ("cas_enabled", "yes".into()),
+                ("item_size_max", max_value.to_string()),
+                (
+                    "flush_enabled",
+                    if s.flush_enabled { "yes" } else { "no" }.into(),
+                ),
+                ("binding_protocol", "ascii".into()),
+                ("meta_response_old", "no".into()),
+                ("slab_reassign", "no".into()),
+            ];
+            for (name, value) in lines {
+                protocol::write_stat(out, name, value);
+            }
+            protocol::write_end(out);
+        }
+        b"items" | b"slabs" | b"sizes" | b"conns" | b"cachedump" => protocol::write_end(out),
+        b"detail" => {
+            write_client_error(out, "usage: stats detail on|off|dump");
+        }
+        _ => Reply::Error.write(out),
+    }
+}
+
 /// Appends memcached's reply for a failed storage operation.
 fn write_store_error(out: &mut Vec<u8>, e: &StoreError, stats: &WorkerStats) {
     match e {
@@ -695,6 +797,11 @@ fn meta_ret_flags(
         let (f, arg) = (tok[0], &tok[1..]);
         match (f, item) {
             (b'O', _) => write_meta_flag(out, b'O', arg),
+            (b'k', _) if flags.base64 => {
+                out.extend_from_slice(b" k");
+                protocol::base64_encode(out, key);
+                out.extend_from_slice(b" b");
+            }
             (b'k', _) => write_meta_flag(out, b'k', key),
             (b'f', Some(it)) => write_meta_flag_num(out, b'f', i64::from(it.flags)),
             (b'c', Some(it)) => write_meta_flag_num(out, b'c', it.cas as i64),
@@ -872,7 +979,8 @@ fn render(
             skip(client, skip_before);
             let reply = next(client);
             skip(client, skip_after);
-            let flags = MetaFlags::parse(&arena[flags]).unwrap_or(MetaFlags::EMPTY);
+            let flags =
+                MetaFlags::parse(&arena[flags], msg::BAD_FORMAT).unwrap_or(MetaFlags::EMPTY);
             let key = &arena[key];
             match reply {
                 Some(SResp::Item(Some(it))) => {
@@ -910,7 +1018,8 @@ fn render(
         } => {
             let reply = next(client);
             skip(client, skip_after);
-            let flags = MetaFlags::parse(&arena[flags]).unwrap_or(MetaFlags::EMPTY);
+            let flags =
+                MetaFlags::parse(&arena[flags], msg::BAD_FORMAT).unwrap_or(MetaFlags::EMPTY);
             let status = match reply {
                 Some(SResp::Stored(Ok(()))) => {
                     stats.add(Outcome::Stored, 1);
@@ -930,7 +1039,8 @@ fn render(
             write_meta_end(out);
         }
         Kind::MetaDelete { key, flags } => {
-            let flags = MetaFlags::parse(&arena[flags]).unwrap_or(MetaFlags::EMPTY);
+            let flags =
+                MetaFlags::parse(&arena[flags], msg::BAD_FORMAT).unwrap_or(MetaFlags::EMPTY);
             let status = match next(client) {
                 Some(SResp::Deleted(true)) => {
                     stats.add(Outcome::DeleteHits, 1);
@@ -942,14 +1052,32 @@ fn render(
                 }
                 _ => return failed(out),
             };
-            if !flags.has(b'q') {
+            // `q` hides only success (memcached shows NF).
+            if !(flags.has(b'q') && status == MetaStatus::Header) {
                 write_meta_status(out, status);
                 meta_ret_flags(out, &flags, &arena[key], None);
                 write_meta_end(out);
             }
         }
+        Kind::MetaDebug { key } => match next(client) {
+            Some(SResp::Item(Some(it))) => {
+                use std::io::Write as _;
+                out.extend_from_slice(b"ME ");
+                out.extend_from_slice(&arena[key.clone()]);
+                let exp = it.ttl.map_or(-1, |d| d.as_secs() as i64);
+                let _ = write!(
+                    out,
+                    " exp={exp} la=0 cas={} fetch=no cls=1 size={}\r\n",
+                    it.cas,
+                    arena[key.clone()].len() + it.value.len()
+                );
+            }
+            Some(SResp::Item(None)) => out.extend_from_slice(b"EN\r\n"),
+            _ => failed(out),
+        },
         Kind::MetaArith { key, flags } => {
-            let flags = MetaFlags::parse(&arena[flags]).unwrap_or(MetaFlags::EMPTY);
+            let flags =
+                MetaFlags::parse(&arena[flags], msg::BAD_FORMAT).unwrap_or(MetaFlags::EMPTY);
             let (hit, miss) = if flags.incr() {
                 (Outcome::IncrHits, Outcome::IncrMisses)
             } else {
@@ -961,7 +1089,8 @@ fn render(
                     let mut digits = Vec::with_capacity(20);
                     protocol::push_u64(&mut digits, n);
                     let with_value = flags.has(b'v');
-                    if !with_value && flags.has(b'q') {
+                    // `q` hides every success, with or without the value.
+                    if flags.has(b'q') {
                         return;
                     }
                     write_meta_status(
@@ -980,11 +1109,9 @@ fn render(
                 }
                 Some(SResp::Number(Err(StoreError::NotFound))) => {
                     stats.add(miss, 1);
-                    if !flags.has(b'q') {
-                        write_meta_status(out, MetaStatus::NotFound);
-                        meta_ret_flags(out, &flags, &arena[key], None);
-                        write_meta_end(out);
-                    }
+                    write_meta_status(out, MetaStatus::NotFound);
+                    meta_ret_flags(out, &flags, &arena[key], None);
+                    write_meta_end(out);
                 }
                 Some(SResp::Number(Err(e))) => write_store_error(out, &e, stats),
                 _ => failed(out),
@@ -1268,6 +1395,8 @@ impl Worker {
                 stats: &self.stats,
                 now_unix: self.now_unix,
                 read_at: self.read_at,
+                settings: self.ctx.settings,
+                max_value,
             };
             let avail = &conn.rbuf[conn.rstart..conn.rend];
             match parse(avail, max_value) {

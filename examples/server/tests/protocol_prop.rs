@@ -4,7 +4,9 @@
 //! same answer whatever more bytes follow.
 
 use proptest::prelude::*;
-use segcache_server::protocol::{parse, MetaFlags, ParseError, Request, StoreCommand, Tokens};
+use segcache_server::protocol::{
+    msg, parse, MetaFlags, MetaKey, ParseError, Request, StoreCommand, Tokens,
+};
 
 const MAX_VALUE: usize = 4096;
 
@@ -47,6 +49,11 @@ fn key() -> impl Strategy<Value = Vec<u8>> {
     .prop_filter("not noreply", |k| k != b"noreply")
 }
 
+/// Exptimes as memcached reads them: 32-bit.
+fn exptime() -> impl Strategy<Value = i64> {
+    any::<i32>().prop_map(i64::from)
+}
+
 fn keys(min: usize) -> impl Strategy<Value = Vec<Vec<u8>>> {
     prop::collection::vec(key(), min..8)
 }
@@ -62,8 +69,8 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
 /// Space-joined meta flag tokens with distinct letters.
 fn meta_flags(modes: &'static [u8]) -> impl Strategy<Value = Vec<u8>> {
     let token = (
-        prop::sample::select(b"vftcksqhlObTNRFCEDJIM".to_vec()),
-        any::<i64>(),
+        prop::sample::select(b"vftcksqhlOTNRFCDJIMuPL".to_vec()),
+        exptime(),
         any::<u64>(),
         any::<u32>(),
         "[a-zA-Z0-9]{0,32}",
@@ -73,7 +80,7 @@ fn meta_flags(modes: &'static [u8]) -> impl Strategy<Value = Vec<u8>> {
             let mut t = vec![letter];
             match letter {
                 b'T' | b'N' | b'R' => t.extend_from_slice(i.to_string().as_bytes()),
-                b'C' | b'E' | b'D' | b'J' => t.extend_from_slice(u.to_string().as_bytes()),
+                b'C' | b'D' | b'J' => t.extend_from_slice(u.to_string().as_bytes()),
                 b'F' => t.extend_from_slice(f.to_string().as_bytes()),
                 b'O' => t.extend_from_slice(opaque.as_bytes()),
                 b'M' => t.push(mode),
@@ -112,12 +119,12 @@ fn store_command() -> impl Strategy<Value = StoreCommand> {
 fn model() -> impl Strategy<Value = Model> {
     prop_oneof![
         (keys(1), any::<bool>()).prop_map(|(k, c)| Model::Get(k, c)),
-        (any::<i64>(), keys(0), any::<bool>()).prop_map(|(e, k, c)| Model::Gat(e, k, c)),
+        (exptime(), keys(0), any::<bool>()).prop_map(|(e, k, c)| Model::Gat(e, k, c)),
         (
             store_command(),
             key(),
             any::<u32>(),
-            any::<i64>(),
+            exptime(),
             value(),
             any::<u64>(),
             any::<bool>()
@@ -136,22 +143,22 @@ fn model() -> impl Strategy<Value = Model> {
         (key(), any::<bool>()).prop_map(|(k, n)| Model::Delete(k, n)),
         (key(), any::<u64>(), any::<bool>()).prop_map(|(k, d, n)| Model::Incr(k, d, n)),
         (key(), any::<u64>(), any::<bool>()).prop_map(|(k, d, n)| Model::Decr(k, d, n)),
-        (key(), any::<i64>(), any::<bool>()).prop_map(|(k, e, n)| Model::Touch(k, e, n)),
-        (any::<i64>(), any::<bool>()).prop_map(|(d, n)| Model::FlushAll(d, n)),
+        (key(), exptime(), any::<bool>()).prop_map(|(k, e, n)| Model::Touch(k, e, n)),
+        (exptime(), any::<bool>()).prop_map(|(d, n)| Model::FlushAll(d, n)),
         Just(Model::Version),
         (any::<u32>(), any::<bool>()).prop_map(|(l, n)| Model::Verbosity(l, n)),
         "( [a-z0-9_]{1,10}){0,3}".prop_map(|s| Model::Stats(s.into_bytes())),
         Just(Model::Quit),
         (key(), meta_flags(b"ESAPR")).prop_map(|(k, f)| Model::MetaGet(k, f)),
-        (key(), value(), meta_flags(b"ESAPRespar")).prop_map(|(k, v, f)| Model::MetaSet(k, v, f)),
+        (key(), value(), meta_flags(b"ESAPR")).prop_map(|(k, v, f)| Model::MetaSet(k, v, f)),
         (key(), meta_flags(b"I")).prop_map(|(k, f)| Model::MetaDelete(k, f)),
-        (key(), meta_flags(b"I+D-id")).prop_map(|(k, f)| Model::MetaArith(k, f)),
+        (key(), meta_flags(b"I+D-")).prop_map(|(k, f)| Model::MetaArith(k, f)),
         Just(Model::MetaNoop),
     ]
 }
 
 fn flags(raw: &[u8]) -> MetaFlags<'_> {
-    MetaFlags::parse(raw).expect("generated meta flags are valid")
+    MetaFlags::parse(raw, msg::BAD_FORMAT).expect("generated meta flags are valid")
 }
 
 fn join(keys: &[Vec<u8>]) -> Vec<u8> {
@@ -220,20 +227,20 @@ fn request<'a>(m: &'a Model, scratch: &'a [u8]) -> Request<'a> {
         },
         Model::Quit => Request::Quit,
         Model::MetaGet(key, f) => Request::MetaGet {
-            key,
+            key: MetaKey::Plain(key),
             flags: flags(f),
         },
         Model::MetaSet(key, value, f) => Request::MetaSet {
-            key,
+            key: MetaKey::Plain(key),
             value,
             flags: flags(f),
         },
         Model::MetaDelete(key, f) => Request::MetaDelete {
-            key,
+            key: MetaKey::Plain(key),
             flags: flags(f),
         },
         Model::MetaArith(key, f) => Request::MetaArithmetic {
-            key,
+            key: MetaKey::Plain(key),
             flags: flags(f),
         },
         Model::MetaNoop => Request::MetaNoop,

@@ -275,11 +275,62 @@ fn set_extremes() {
             ..
         }
     ));
-    // flags beyond u32
-    assert_eq!(
-        err(b"set k 4294967296 0 1\r\nx\r\n"),
-        client_error(msg::BAD_FORMAT, 22, false)
-    );
+    // As memcached (strtoul into 32 bits): flags beyond u32 wrap, a
+    // negative number is refused, `+` and leading zeros are fine.
+    for (line, flags) in [
+        (&b"set k 4294967296 0 1\r\nx\r\n"[..], 0),
+        (b"set k 4294967297 0 1\r\nx\r\n", 1),
+        (b"set k +7 0 1\r\nx\r\n", 7),
+        (b"set k 007 0 1\r\nx\r\n", 7),
+        (b"set k -0 0 1\r\nx\r\n", 0),
+    ] {
+        match one(line) {
+            Request::Store { flags: f, .. } => assert_eq!(f, flags),
+            r => panic!("{r:?}"),
+        }
+    }
+    for line in [
+        &b"set k -1 0 1\r\n"[..],
+        b"set k 1x 0 1\r\n",
+        b"set k 0 0 -1\r\n",
+        b"set k 0 0 +\r\n",
+        b"set k 18446744073709551616 0 1\r\n",
+    ] {
+        assert_eq!(err(line), client_error(msg::BAD_FORMAT, line.len(), false));
+    }
+    // exptime is a 32-bit field too
+    assert!(matches!(
+        one(b"set k 0 4294967296 1\r\nx\r\n"),
+        Request::Store { exptime: 0, .. }
+    ));
+}
+
+#[test]
+fn numbers_as_strtoull() {
+    // issue 11: delta `+1`, leading zeros, 20 digits
+    for (t, v) in [
+        (&b"1"[..], Some(1)),
+        (b"+1", Some(1)),
+        (b"01", Some(1)),
+        (b"000000000000000000005", Some(5)),
+        (b"18446744073709551615", Some(u64::MAX)),
+        (b"18446744073709551616", None),
+        (b"-0", Some(0)),
+        (b"-1", None),
+        (b"1x", None),
+        (b"+", None),
+        (b"", None),
+        (b"\t5", Some(5)),
+        (b"5\t", Some(5)),
+    ] {
+        assert_eq!(strtoull(t), v, "{:?}", t.escape_ascii().to_string());
+    }
+    assert_eq!(strtol(b"-2147483649"), Some(i64::from(i32::MAX)));
+    assert_eq!(strtol(b"9223372036854775808"), None);
+    match one(b"incr k +1\r\n") {
+        Request::Incr { delta, .. } => assert_eq!(delta, 1),
+        r => panic!("{r:?}"),
+    }
 }
 
 #[test]
@@ -393,7 +444,7 @@ fn too_large_value() {
         ParseError::TooLarge {
             swallow: line.len() + 102,
             noreply: false,
-            command: StoreCommand::Set,
+            unlink: true,
             key_at: 4,
             key_len: 3,
         }
@@ -589,7 +640,7 @@ fn flush_all() {
     );
     assert_eq!(
         err(b"flush_all x\r\n"),
-        client_error(msg::BAD_FORMAT, 13, false)
+        client_error(msg::INVALID_EXPTIME, 13, false)
     );
     assert_eq!(
         err(b"flush_all 1 2 3\r\n"),
@@ -642,8 +693,12 @@ fn unknown_commands() {
         b"bogus\r\n",
         b"GET k\r\n",
         b"getx k\r\n",
-        b"me k\r\n",
+        b"mx k\r\n",
+        b"mg\r\n",
+        b"gat\r\n",
         b"\x00\x01\r\n",
+        // HTTP/ closes only lines memcached does not route to a command
+        b"set k HTTP/1.0\r\n",
     ] {
         let e = err(line);
         assert_eq!(
@@ -653,6 +708,44 @@ fn unknown_commands() {
             }
         );
         assert_eq!(reply_of(e), b"ERROR\r\n");
+    }
+}
+
+#[test]
+fn http_request_line_closes() {
+    for line in [
+        &b"GET / HTTP/1.0\r\n"[..],
+        b"POST /x HTTP/1.1\r\n",
+        b"HEAD HTTP/2\r\n",
+    ] {
+        let e = err(line);
+        assert_eq!(e, ParseError::Close);
+        assert!(e.closes_connection());
+        assert_eq!(reply_of(e), b"");
+    }
+}
+
+#[test]
+fn base64_keys() {
+    assert_eq!(base64_decode(b"Zm9v"), Some(b"foo".to_vec()));
+    assert_eq!(base64_decode(b"Zm8="), Some(b"fo".to_vec()));
+    assert_eq!(base64_decode(b"Zg=="), Some(b"f".to_vec()));
+    for bad in [&b""[..], b"Zm9", b"Zm9v!", b"Z===", b"Zg==Zm9v"] {
+        assert_eq!(base64_decode(bad), None);
+    }
+    let mut out = Vec::new();
+    base64_encode(&mut out, b"\x00\xffk3");
+    assert_eq!(base64_decode(&out), Some(b"\x00\xffk3".to_vec()));
+    match one(b"mg Zm9v b v\r\n") {
+        Request::MetaGet { key, flags } => {
+            assert_eq!(key.bytes(), b"foo");
+            assert!(flags.base64);
+        }
+        r => panic!("{r:?}"),
+    }
+    match one(b"me Zm9v b\r\n") {
+        Request::MetaDebug { key } => assert_eq!(key.bytes(), b"foo"),
+        r => panic!("{r:?}"),
     }
 }
 
@@ -786,12 +879,12 @@ fn long_multiget_is_allowed() {
 fn meta_get() {
     match one(b"mg foo v f t c k s O123 q\r\n") {
         Request::MetaGet { key, flags } => {
-            assert_eq!(key, b"foo");
+            assert_eq!(key, MetaKey::Plain(b"foo"));
             for f in *b"vftcksOq" {
                 assert!(flags.has(f), "{}", f as char);
             }
             assert!(!flags.has(b'T'));
-            assert_eq!(flags.opaque, Some(&b"123"[..]));
+            assert_eq!(flags.tokens().nth(6), Some(&b"O123"[..]));
             assert_eq!(flags.tokens().count(), 8);
         }
         r => panic!("{r:?}"),
@@ -813,7 +906,7 @@ fn meta_get() {
 fn meta_set() {
     match one(b"ms k 5 T-1 F7 C99 I MA\r\nhello\r\n") {
         Request::MetaSet { key, value, flags } => {
-            assert_eq!(key, b"k");
+            assert_eq!(key, MetaKey::Plain(b"k"));
             assert_eq!(value, b"hello");
             assert_eq!(flags.ttl, Some(-1));
             assert_eq!(flags.client_flags, Some(7));
@@ -830,17 +923,32 @@ fn meta_set() {
         }
         r => panic!("{r:?}"),
     }
-    assert_eq!(
-        err(b"ms k x\r\n"),
-        client_error(msg::BAD_DATA_CHUNK, 8, false)
-    );
-    assert_eq!(
-        err(b"ms k\r\n"),
-        client_error(msg::BAD_DATA_CHUNK, 6, false)
-    );
+    // A bad or missing length: the line only (memcached cannot know the
+    // block's size).
+    assert_eq!(err(b"ms k x\r\n"), client_error(msg::BAD_FORMAT, 8, false));
+    assert_eq!(err(b"ms k\r\n"), client_error(msg::BAD_FORMAT, 6, false));
+    assert_eq!(err(b"ms k -1\r\n"), client_error(msg::BAD_FORMAT, 9, false));
+    // A rejected ms with a known length swallows its data block, even
+    // before it has arrived (issue 11: `ms k 7 T\r\nversion\r\n`).
     assert_eq!(
         err(b"ms k 1 MX\r\nx\r\n"),
-        client_error(msg::INVALID_MODE, 11, false)
+        client_error(msg::INVALID_MODE, 14, false)
+    );
+    assert_eq!(
+        err(b"ms k 7 T\r\n"),
+        client_error(msg::BAD_TOKEN, 10 + 9, false)
+    );
+    assert_eq!(
+        err(b"ms k 1 T1 T2\r\nx\r\n"),
+        client_error(msg::DUPLICATE_FLAG, 17, false)
+    );
+    assert_eq!(
+        err(b"ms k 1 Z\r\nx\r\n"),
+        client_error(msg::INVALID_FLAG, 13, false)
+    );
+    assert_eq!(
+        err(b"ms k 1 Ms\r\nx\r\n"),
+        client_error(msg::INVALID_MODE, 14, false)
     );
     assert_eq!(
         err(b"ms k 1\r\nxy\r\n"),
@@ -853,7 +961,7 @@ fn meta_set() {
         ParseError::TooLarge {
             swallow: 14 + 102,
             noreply: false,
-            command: StoreCommand::Set,
+            unlink: true,
             key_at: 3,
             key_len: 3
         }
@@ -865,7 +973,7 @@ fn meta_set() {
 fn meta_delete_arith_noop() {
     match one(b"md k q O1 C5\r\n") {
         Request::MetaDelete { key, flags } => {
-            assert_eq!(key, b"k");
+            assert_eq!(key, MetaKey::Plain(b"k"));
             assert!(flags.has(b'q'));
             assert_eq!(flags.compare_cas, Some(5));
         }
@@ -901,9 +1009,15 @@ fn meta_flag_errors() {
         (b"mg k v v\r\n", msg::DUPLICATE_FLAG),
         (b"mg k Tx\r\n", msg::BAD_TOKEN),
         (b"mg k T\r\n", msg::BAD_TOKEN),
-        (b"ms k 1 F-1\r\nx\r\n", msg::BAD_TOKEN),
-        (b"ma k D-1\r\n", msg::BAD_TOKEN),
-        (b"ma k MDD\r\n", msg::BAD_TOKEN),
+        (b"mg k E5\r\n", msg::INVALID_FLAG),
+        // a bad F keeps the message found so far
+        (b"ms k 1 F-1\r\nx\r\n", msg::BAD_FORMAT),
+        (b"ms k 1 Tx F-1\r\nx\r\n", msg::BAD_TOKEN),
+        (b"ms k 1 MDD\r\nx\r\n", msg::M_TOKEN_LENGTH),
+        // md and ma word every flag error alike
+        (b"ma k D-1\r\n", msg::INVALID_OR_DUPLICATE_FLAG),
+        (b"ma k MDD\r\n", msg::INVALID_OR_DUPLICATE_FLAG),
+        (b"md k X\r\n", msg::INVALID_OR_DUPLICATE_FLAG),
         (
             b"md k Oaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n",
             msg::OPAQUE_TOO_LONG,
@@ -912,7 +1026,12 @@ fn meta_flag_errors() {
             b"mg k a b c d e f g h i j k l m n o p q r s t u v w x y\r\n",
             msg::TOO_MANY_FLAGS,
         ),
-        (b"mg\r\n", msg::BAD_FORMAT),
+        (
+            b"md k a b c d e f g h i j k l m n o p q r s t u v w x y\r\n",
+            msg::TOO_MANY_FLAGS_NO_ARE,
+        ),
+        (b"mg k b\r\n", msg::DECODING_KEY),
+        (b"me\r\n", msg::BAD_FORMAT),
     ] {
         match err(line) {
             ParseError::ClientError {
@@ -1085,12 +1204,14 @@ fn display_and_consumed() {
 
 #[test]
 fn too_large_for_every_storage_command() {
-    for (line, command) in [
-        (&b"add k 0 0 11\r\n"[..], StoreCommand::Add),
-        (b"replace k 0 0 11\r\n", StoreCommand::Replace),
-        (b"prepend k 0 0 11\r\n", StoreCommand::Prepend),
-        (b"cas k 0 0 11 5\r\n", StoreCommand::Cas),
-        (b"ms k 11 MA\r\n", StoreCommand::Append),
+    // As memcached: an oversized classic `set` unlinks the old value, the
+    // other classic stores do not, and `ms` does in every mode.
+    for (line, unlink) in [
+        (&b"add k 0 0 11\r\n"[..], false),
+        (b"replace k 0 0 11\r\n", false),
+        (b"prepend k 0 0 11\r\n", false),
+        (b"cas k 0 0 11 5\r\n", false),
+        (b"ms k 11 MA\r\n", true),
     ] {
         let e = parse(line, 10).unwrap_err();
         assert_eq!(
@@ -1098,13 +1219,12 @@ fn too_large_for_every_storage_command() {
             ParseError::TooLarge {
                 swallow: line.len() + 13,
                 noreply: false,
-                command,
+                unlink,
                 key_at: line.iter().position(|&b| b == b' ').unwrap() + 1,
                 key_len: 1,
             }
         );
-        // only an oversized *set* unlinks the old value
-        assert_eq!(e.too_large_key(line), None);
+        assert_eq!(e.too_large_key(line).is_some(), unlink);
     }
     // max_value 0 still allows empty values
     assert!(parse(b"set k 0 0 0\r\n\r\n", 0).is_ok());
