@@ -434,6 +434,7 @@ mod tests {
         }
         let err = Segcache::builder()
             .heap_size(4 << 20)
+            .segment_size(1 << 20)
             .build_sharded(4)
             .unwrap_err();
         assert!(err.to_string().contains("per shard"), "{err}");
