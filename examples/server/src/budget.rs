@@ -16,7 +16,8 @@
 //! client to read, refuse, shed), not this module's. This module must
 //! never touch a socket or a buffer.
 
-use crate::protocol::{Request, StoreCommand, Tokens};
+use crate::protocol::{Command, Tokens};
+use segcache::StoreMode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -54,10 +55,10 @@ impl Limits {
 /// Whether a parsed request may be dispatched now (see [`Budget::admit`]).
 pub enum Admit<'a> {
     /// Dispatch it; it is answered in full.
-    Whole(Request<'a>),
+    Whole(Command<'a>),
     /// Dispatch this first slice of a get's keys (no `END` yet); the same
     /// request comes back for the rest.
-    Part(Request<'a>),
+    Part(Command<'a>),
     /// Nothing fits now.
     NoRoom,
 }
@@ -93,12 +94,12 @@ impl Share {
     /// The get being answered in slices, rebuilt from `avail` (the
     /// connection's unparsed input, which starts with it) without parsing
     /// it again, with the bytes it uses; `None` when there is none.
-    pub fn resume<'a>(&self, avail: &'a [u8]) -> Option<(Request<'a>, usize)> {
+    pub fn resume<'a>(&self, avail: &'a [u8]) -> Option<(Command<'a>, usize)> {
         let r = self.sliced?;
         let keys = Tokens::new(avail.get(r.keys_at..r.keys_at + r.keys_len)?);
         let req = match r.exptime {
-            None => Request::Get { keys, cas: r.cas },
-            Some(exptime) => Request::Gat {
+            None => Command::Get { keys, cas: r.cas },
+            Some(exptime) => Command::Gat {
                 exptime,
                 keys,
                 cas: r.cas,
@@ -236,13 +237,13 @@ impl Budget {
 
     /// What dispatching `req` may add to memory before its reply is
     /// rendered: a store's value, or `per_value` for each key of a get.
-    pub fn need(&self, req: &Request<'_>) -> usize {
+    pub fn need(&self, req: &Command<'_>) -> usize {
         match req {
-            Request::Get { keys, .. } | Request::Gat { keys, .. } => {
+            Command::Get { keys, .. } | Command::Gat { keys, .. } => {
                 keys.count() * self.per_value()
             }
-            Request::MetaGet { .. } => self.per_value(),
-            Request::Store { value, .. } | Request::MetaSet { value, .. } => value.len(),
+            Command::MetaGet { .. } => self.per_value(),
+            Command::Store { value, .. } | Command::MetaSet { value, .. } => value.len(),
             _ => 0,
         }
     }
@@ -254,25 +255,22 @@ impl Budget {
     /// bytes and what `share` already reserved), or not yet.
     pub fn admit<'a>(
         &mut self,
-        (req, used, avail): (Request<'a>, usize, &'a [u8]),
+        (req, used, avail): (Command<'a>, usize, &'a [u8]),
         share: &mut Share,
         pending_out: usize,
     ) -> Admit<'a> {
         let keys = match &req {
-            Request::Get { keys, .. } | Request::Gat { keys, .. } => Some(*keys),
-            Request::MetaGet { .. } => None,
+            Command::Get { keys, .. } | Command::Gat { keys, .. } => Some(*keys),
+            Command::MetaGet { .. } => None,
             _ => {
                 match &req {
-                    Request::Store { command, value, .. } => self.note_value(
-                        (!matches!(command, StoreCommand::Append | StoreCommand::Prepend))
+                    Command::Store { mode, value, .. } => self.note_value(
+                        (!matches!(mode, StoreMode::Append | StoreMode::Prepend))
                             .then_some(value.len()),
                     ),
-                    Request::MetaSet { value, flags, .. } => self.note_value(
-                        (!matches!(
-                            flags.set_mode(),
-                            StoreCommand::Append | StoreCommand::Prepend
-                        ))
-                        .then_some(value.len()),
+                    Command::MetaSet { value, flags, .. } => self.note_value(
+                        (!matches!(flags.set_mode(), StoreMode::Append | StoreMode::Prepend))
+                            .then_some(value.len()),
                     ),
                     _ => {}
                 }
@@ -312,8 +310,8 @@ impl Budget {
         self.reserve(count * per_value);
         share.reserved += count * per_value;
         let req = match req {
-            Request::Get { cas, .. } => Request::Get { keys: slice, cas },
-            Request::Gat { exptime, cas, .. } => Request::Gat {
+            Command::Get { cas, .. } => Command::Get { keys: slice, cas },
+            Command::Gat { exptime, cas, .. } => Command::Gat {
                 exptime,
                 keys: slice,
                 cas,
@@ -329,10 +327,10 @@ impl Budget {
                     keys_len: all.len(),
                     cas: matches!(
                         req,
-                        Request::Get { cas: true, .. } | Request::Gat { cas: true, .. }
+                        Command::Get { cas: true, .. } | Command::Gat { cas: true, .. }
                     ),
                     exptime: match req {
-                        Request::Gat { exptime, .. } => Some(exptime),
+                        Command::Gat { exptime, .. } => Some(exptime),
                         _ => None,
                     },
                 });
@@ -422,7 +420,7 @@ mod tests {
     #[test]
     fn gets_reserve_for_the_largest_value_stored() {
         let mut b = budget(10 << 20, 0, 4 << 20);
-        let get = Request::Get {
+        let get = Command::Get {
             keys: Tokens::new(b"a b"),
             cas: false,
         };
@@ -514,8 +512,8 @@ mod tests {
                 .resume(line)
                 .unwrap_or_else(|| crate::protocol::parse(line, 100).unwrap());
             let (keys, whole) = match b.admit((req, used, line), &mut done, 0) {
-                Admit::Whole(Request::Get { keys, .. }) => (keys, true),
-                Admit::Part(Request::Get { keys, .. }) => (keys, false),
+                Admit::Whole(Command::Get { keys, .. }) => (keys, true),
+                Admit::Part(Command::Get { keys, .. }) => (keys, false),
                 _ => panic!("a get with room must be admitted"),
             };
             let n = keys.count();
@@ -532,7 +530,7 @@ mod tests {
         assert_eq!(seen[6], b"k7");
         assert_eq!(done.keys_done, 0);
         assert!(b.reserve(800));
-        let req = Request::Get {
+        let req = Command::Get {
             keys: Tokens::new(b"k1"),
             cas: false,
         };

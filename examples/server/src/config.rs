@@ -13,6 +13,7 @@
 //! idle_timeout = 0        # seconds; 0: idle clients are never closed
 //! max_conn_output = "4MiB" # replies waiting for one client
 //! max_buffered = "64MiB"  # all clients' buffers together
+//! disable_flush_all = false   # true: refuse flush_all, as memcached -F
 //!
 //! [worker]
 //! threads = 2
@@ -122,6 +123,10 @@ pub struct Cli {
     /// [default: 64MiB, or 4 largest values per worker if more].
     #[arg(long, value_parser = parse_size_arg, value_name = "SIZE")]
     pub max_buffered: Option<u64>,
+    /// Refuse `flush_all` (`CLIENT_ERROR flush_all not allowed`), as
+    /// memcached's `-F`.
+    #[arg(long)]
+    pub disable_flush_all: bool,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -148,6 +153,7 @@ struct ServerSection {
     idle_timeout: Option<i64>,
     max_conn_output: Option<Size>,
     max_buffered: Option<Size>,
+    disable_flush_all: Option<bool>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -231,6 +237,9 @@ pub struct Config {
     pub max_conn_output: usize,
     /// Most bytes buffered for all clients together.
     pub max_buffered: usize,
+    /// `flush_all` is refused (`--disable-flush-all`,
+    /// `server.disable_flush_all`).
+    pub disable_flush_all: bool,
 }
 
 /// Parses `123`, `64k`, `64KiB`, `64MB`, `1GiB` (binary multiples; `B`
@@ -543,6 +552,8 @@ impl Config {
             idle_timeout,
             max_conn_output: max_conn_output as usize,
             max_buffered: max_buffered as usize,
+            disable_flush_all: cli.disable_flush_all
+                || file.server.disable_flush_all.unwrap_or(false),
         })
     }
 

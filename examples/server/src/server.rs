@@ -54,7 +54,7 @@ pub struct Server {
     senders: Vec<Sender<mio::net::TcpStream>>,
     workers: Vec<JoinHandle<()>>,
     admin: Option<JoinHandle<()>>,
-    storage: Option<segcache::StorageThread>,
+    storage: Option<segcache::storage::StorageThread>,
     handle: StorageHandle,
     ctx: Arc<Ctx>,
     pub listen_addr: SocketAddr,
@@ -202,8 +202,15 @@ impl Server {
         let ctx = Arc::new(Ctx {
             metrics: Arc::clone(&metrics),
             shutdown: Default::default(),
-            max_value,
             limits,
+            settings: crate::executor::Settings {
+                heap_size: config.heap_size,
+                max_connections: config.max_connections,
+                port: listen_addr.port(),
+                workers: config.workers,
+                max_value,
+                flush_enabled: !config.disable_flush_all,
+            },
         });
 
         let poll = Poll::new().map_err(io_err("poll"))?;

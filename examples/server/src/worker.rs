@@ -1,6 +1,6 @@
 //! A worker thread: an epoll (mio) event loop over its share of the client
 //! connections, talking to the storage thread through one pipelining
-//! [`segcache::Client`].
+//! [`segcache::storage::Client`].
 //!
 //! # One loop iteration
 //! 1. Wait for events (or not at all when some connection still has work).
@@ -17,24 +17,23 @@
 //!
 //! # What a client can never do
 //! * Make the worker buffer without bound: the parser caps lines and
-//!   values, oversized values are swallowed as they arrive, and a
-//!   connection whose replies pile up unread is not read from until its
-//!   write buffer drains.
+//!   values, oversized values are swallowed as they arrive, and every
+//!   buffer is charged to the worker's [`Budget`] (`--max-conn-output`
+//!   per connection, a share of `--max-buffered` in all): a connection
+//!   whose replies pile up unread is not read from until they drain, a
+//!   multiget is answered a slice at a time, and past the cap a request is
+//!   refused or the connection holding most is closed.
 //! * Affect another connection: every failure (a parse error, a reset, a
 //!   half-sent value) is answered or closed on that connection only.
 
 use crate::budget::{self, Budget, Held};
-use crate::metrics::{Cmd, Metrics, Outcome, WorkerStats};
-use crate::protocol::{
-    self, msg, parse, write_client_error, write_meta_data, write_meta_end, write_meta_flag,
-    write_meta_flag_num, write_meta_status, write_server_error, write_value, MetaFlags, MetaStatus,
-    ParseError, Reply, Request, StoreCommand, Ttl,
-};
+use crate::executor::{render, Batch, Pipe, Settings};
+use crate::metrics::{Metrics, Outcome, WorkerStats};
+use crate::protocol::{self, parse, ParseError};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
-use segcache::{Client, Error as StoreError, Request as SReq, Response as SResp};
+use segcache::storage::Client;
 use std::io::{self, Read, Write};
-use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
@@ -55,8 +54,9 @@ const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 pub struct Ctx {
     pub metrics: Arc<Metrics>,
     pub shutdown: AtomicBool,
-    /// Largest value accepted from clients.
-    pub max_value: usize,
+    /// What `stats settings` reports, the largest value accepted, and
+    /// whether `flush_all` is allowed.
+    pub settings: Settings,
     /// Memory and idle limits of client connections.
     pub limits: budget::Limits,
 }
@@ -122,906 +122,6 @@ impl Conn {
     }
 }
 
-/// How to render one request's reply from its storage replies.
-enum Kind {
-    /// Pre-rendered bytes in the batch arena.
-    Local(Range<usize>),
-    /// One `VALUE` line of a get/gets/gat/gats (nothing on a miss).
-    Value {
-        key: Range<usize>,
-        cas: bool,
-        skip_before: u8,
-        skip_after: u8,
-    },
-    Store {
-        cmd: StoreCommand,
-        noreply: bool,
-        skip_after: u8,
-    },
-    Delete {
-        noreply: bool,
-    },
-    Arith {
-        incr: bool,
-        noreply: bool,
-    },
-    Touch {
-        noreply: bool,
-        skip_after: u8,
-    },
-    /// `flush_all`: `OK`.
-    Done {
-        noreply: bool,
-    },
-    Stats,
-    /// A storage reply nobody waits for.
-    Discard,
-    MetaGet {
-        key: Range<usize>,
-        flags: Range<usize>,
-        skip_before: u8,
-        skip_after: u8,
-    },
-    MetaSet {
-        key: Range<usize>,
-        flags: Range<usize>,
-        skip_after: u8,
-    },
-    MetaDelete {
-        key: Range<usize>,
-        flags: Range<usize>,
-    },
-    MetaArith {
-        key: Range<usize>,
-        flags: Range<usize>,
-    },
-}
-
-struct Action {
-    conn: usize,
-    kind: Kind,
-}
-
-/// Requests parsed but not yet answered.
-#[derive(Default)]
-struct Batch {
-    actions: Vec<Action>,
-    /// Keys, meta flags and pre-rendered replies of the actions.
-    arena: Vec<u8>,
-    /// When the first request of the batch was read.
-    started: Option<Instant>,
-    /// Client requests in the batch (for the latency histogram).
-    requests: u64,
-    /// Storage requests submitted.
-    submitted: usize,
-}
-
-/// The storage client and the batch, borrowed apart from the connections.
-struct Pipe<'a> {
-    client: &'a mut Client,
-    batch: &'a mut Batch,
-    stats: &'a WorkerStats,
-    now_unix: u64,
-    read_at: Instant,
-}
-
-/// The ttl of an item from a memcache exptime.
-enum Life {
-    Keep(Option<Duration>),
-    /// Already expired: store (for the reply), then delete.
-    Expired,
-}
-
-fn life(exptime: i64, now_unix: u64) -> Life {
-    match protocol::ttl_from_exptime(exptime, now_unix) {
-        Ttl::Never => Life::Keep(None),
-        Ttl::Expired => Life::Expired,
-        // Longer than segcache's longest ttl: expire early, as a cache may.
-        Ttl::Secs(s) => Life::Keep(Some(Duration::from_secs(u64::from(
-            s.min(segcache::MAX_TTL),
-        )))),
-    }
-}
-
-impl Pipe<'_> {
-    fn push(&mut self, conn: usize, kind: Kind) {
-        self.batch.actions.push(Action { conn, kind });
-    }
-
-    fn bytes(&mut self, data: &[u8]) -> Range<usize> {
-        let start = self.batch.arena.len();
-        self.batch.arena.extend_from_slice(data);
-        start..self.batch.arena.len()
-    }
-
-    /// Drops the `END` line just queued for `conn`: its get continues in
-    /// the next slice of keys.
-    fn strip_end(&mut self, conn: usize) {
-        const END: &[u8] = b"END\r\n";
-        if let Some(Action {
-            conn: c,
-            kind: Kind::Local(r),
-        }) = self.batch.actions.last_mut()
-        {
-            if *c == conn && self.batch.arena[r.clone()].ends_with(END) {
-                r.end -= END.len();
-                if r.start == r.end {
-                    self.batch.actions.pop();
-                }
-            }
-        }
-    }
-
-    /// Queues a reply written by `f` (nothing if it writes nothing).
-    fn local(&mut self, conn: usize, f: impl FnOnce(&mut Vec<u8>)) {
-        let start = self.batch.arena.len();
-        f(&mut self.batch.arena);
-        let end = self.batch.arena.len();
-        if end == start {
-            return;
-        }
-        if let Some(Action {
-            conn: c,
-            kind: Kind::Local(r),
-        }) = self.batch.actions.last_mut()
-        {
-            if *c == conn && r.end == start {
-                r.end = end;
-                return;
-            }
-        }
-        self.push(conn, Kind::Local(start..end));
-    }
-
-    /// Submits storage requests; on failure (storage stopped) queues a
-    /// server error instead and returns false.
-    fn submit(&mut self, conn: usize, reqs: impl IntoIterator<Item = SReq>) -> bool {
-        for req in reqs {
-            if self.client.submit(req).is_err() {
-                self.local(conn, |o| write_server_error(o, "storage unavailable"));
-                return false;
-            }
-            self.batch.submitted += 1;
-        }
-        true
-    }
-
-    fn ttl_pair(
-        &mut self,
-        conn: usize,
-        key: &[u8],
-        first: impl FnOnce(Option<Duration>) -> SReq,
-        exptime: i64,
-    ) -> Option<u8> {
-        match life(exptime, self.now_unix) {
-            Life::Keep(ttl) => self.submit(conn, [first(ttl)]).then_some(0),
-            Life::Expired => self
-                .submit(conn, [first(None), SReq::Delete { key: key.to_vec() }])
-                .then_some(1),
-        }
-    }
-
-    /// Turns one parsed request into storage requests and actions. Returns
-    /// true for `quit`.
-    fn dispatch(&mut self, conn: usize, req: Request<'_>) -> bool {
-        if self.batch.started.is_none() {
-            self.batch.started = Some(self.read_at);
-        }
-        self.batch.requests += 1;
-        let stats = self.stats;
-        match req {
-            Request::Get { keys, cas } => {
-                stats.cmd(if cas { Cmd::Gets } else { Cmd::Get });
-                for key in keys {
-                    if self.submit(conn, [SReq::Get { key: key.to_vec() }]) {
-                        let key = self.bytes(key);
-                        self.push(
-                            conn,
-                            Kind::Value {
-                                key,
-                                cas,
-                                skip_before: 0,
-                                skip_after: 0,
-                            },
-                        );
-                    }
-                }
-                self.local(conn, protocol::write_end);
-            }
-            Request::Gat { exptime, keys, cas } => {
-                stats.cmd(if cas { Cmd::Gats } else { Cmd::Gat });
-                for key in keys {
-                    let k = key.to_vec();
-                    let (reqs, before, after) = match life(exptime, self.now_unix) {
-                        Life::Keep(ttl) => (
-                            vec![
-                                SReq::Touch {
-                                    key: k.clone(),
-                                    ttl,
-                                },
-                                SReq::Get { key: k },
-                            ],
-                            1,
-                            0,
-                        ),
-                        Life::Expired => (
-                            vec![SReq::Get { key: k.clone() }, SReq::Delete { key: k }],
-                            0,
-                            1,
-                        ),
-                    };
-                    if self.submit(conn, reqs) {
-                        let key = self.bytes(key);
-                        self.push(
-                            conn,
-                            Kind::Value {
-                                key,
-                                cas,
-                                skip_before: before,
-                                skip_after: after,
-                            },
-                        );
-                    }
-                }
-                self.local(conn, protocol::write_end);
-            }
-            Request::Store {
-                command,
-                key,
-                flags,
-                exptime,
-                value,
-                cas,
-                noreply,
-            } => {
-                stats.cmd(match command {
-                    StoreCommand::Set => Cmd::Set,
-                    StoreCommand::Add => Cmd::Add,
-                    StoreCommand::Replace => Cmd::Replace,
-                    StoreCommand::Append => Cmd::Append,
-                    StoreCommand::Prepend => Cmd::Prepend,
-                    StoreCommand::Cas => Cmd::Cas,
-                });
-                self.store(conn, command, key, value, flags, exptime, cas, noreply);
-            }
-            Request::Delete { key, noreply } => {
-                stats.cmd(Cmd::Delete);
-                if self.submit(conn, [SReq::Delete { key: key.to_vec() }]) {
-                    self.push(conn, Kind::Delete { noreply });
-                }
-            }
-            Request::Incr {
-                key,
-                delta,
-                noreply,
-            } => {
-                stats.cmd(Cmd::Incr);
-                if self.submit(
-                    conn,
-                    [SReq::Incr {
-                        key: key.to_vec(),
-                        delta,
-                    }],
-                ) {
-                    self.push(
-                        conn,
-                        Kind::Arith {
-                            incr: true,
-                            noreply,
-                        },
-                    );
-                }
-            }
-            Request::Decr {
-                key,
-                delta,
-                noreply,
-            } => {
-                stats.cmd(Cmd::Decr);
-                if self.submit(
-                    conn,
-                    [SReq::Decr {
-                        key: key.to_vec(),
-                        delta,
-                    }],
-                ) {
-                    self.push(
-                        conn,
-                        Kind::Arith {
-                            incr: false,
-                            noreply,
-                        },
-                    );
-                }
-            }
-            Request::Touch {
-                key,
-                exptime,
-                noreply,
-            } => {
-                stats.cmd(Cmd::Touch);
-                let k = key.to_vec();
-                if let Some(skip_after) =
-                    self.ttl_pair(conn, key, |ttl| SReq::Touch { key: k, ttl }, exptime)
-                {
-                    self.push(
-                        conn,
-                        Kind::Touch {
-                            noreply,
-                            skip_after,
-                        },
-                    );
-                }
-            }
-            Request::FlushAll { delay, noreply } => {
-                stats.cmd(Cmd::FlushAll);
-                let req = if delay <= 0 {
-                    SReq::Flush
-                } else {
-                    match protocol::ttl_from_exptime(delay, self.now_unix) {
-                        Ttl::Secs(s) => SReq::FlushAfter {
-                            delay: Duration::from_secs(u64::from(s)),
-                        },
-                        _ => SReq::Flush,
-                    }
-                };
-                if self.submit(conn, [req]) {
-                    self.push(conn, Kind::Done { noreply });
-                }
-            }
-            Request::Version => {
-                stats.cmd(Cmd::Version);
-                self.local(conn, |o| {
-                    protocol::write_version(o, env!("CARGO_PKG_VERSION"))
-                });
-            }
-            Request::Verbosity { noreply, .. } => {
-                stats.cmd(Cmd::Verbosity);
-                if !noreply {
-                    self.local(conn, |o| Reply::Ok.write(o));
-                }
-            }
-            Request::Stats { args } => {
-                stats.cmd(Cmd::Stats);
-                if args.is_empty() {
-                    if self.submit(conn, [SReq::Stats]) {
-                        self.push(conn, Kind::Stats);
-                    }
-                } else {
-                    // Sub-commands (items, slabs, settings...) do not apply.
-                    self.local(conn, |o| Reply::Error.write(o));
-                }
-            }
-            Request::Quit => {
-                stats.cmd(Cmd::Quit);
-                return true;
-            }
-            Request::MetaNoop => {
-                stats.cmd(Cmd::Mn);
-                self.local(conn, |o| o.extend_from_slice(b"MN\r\n"));
-            }
-            Request::MetaGet { key, flags } => {
-                stats.cmd(Cmd::Mg);
-                if !self.meta_flags_ok(conn, &flags, b"bENR") {
-                    return false;
-                }
-                let k = key.to_vec();
-                let (reqs, before, after) = match flags.ttl.map(|t| life(t, self.now_unix)) {
-                    None => (vec![SReq::Get { key: k }], 0, 0),
-                    Some(Life::Keep(ttl)) => (
-                        vec![
-                            SReq::Touch {
-                                key: k.clone(),
-                                ttl,
-                            },
-                            SReq::Get { key: k },
-                        ],
-                        1,
-                        0,
-                    ),
-                    Some(Life::Expired) => (
-                        vec![SReq::Get { key: k.clone() }, SReq::Delete { key: k }],
-                        0,
-                        1,
-                    ),
-                };
-                if self.submit(conn, reqs) {
-                    let key = self.bytes(key);
-                    let fl = self.bytes(flags.tokens().remainder());
-                    self.push(
-                        conn,
-                        Kind::MetaGet {
-                            key,
-                            flags: fl,
-                            skip_before: before,
-                            skip_after: after,
-                        },
-                    );
-                }
-            }
-            Request::MetaSet { key, value, flags } => {
-                stats.cmd(Cmd::Ms);
-                if !self.meta_flags_ok(conn, &flags, b"bEINc") {
-                    return false;
-                }
-                let mode = flags.set_mode();
-                let command = match (mode, flags.compare_cas) {
-                    (StoreCommand::Set, Some(_)) => StoreCommand::Cas,
-                    (m, None) => m,
-                    (_, Some(_)) => {
-                        self.local(conn, |o| write_client_error(o, msg::INVALID_FLAG));
-                        return false;
-                    }
-                };
-                let k = key.to_vec();
-                let v = value.to_vec();
-                let client_flags = flags.client_flags.unwrap_or(0);
-                let cas = flags.compare_cas.unwrap_or(0);
-                let make =
-                    |ttl: Option<Duration>| store_request(command, k, v, client_flags, ttl, cas);
-                if let Some(skip_after) = self.ttl_pair(conn, key, make, flags.ttl.unwrap_or(0)) {
-                    let key = self.bytes(key);
-                    let fl = self.bytes(flags.tokens().remainder());
-                    self.push(
-                        conn,
-                        Kind::MetaSet {
-                            key,
-                            flags: fl,
-                            skip_after,
-                        },
-                    );
-                }
-            }
-            Request::MetaDelete { key, flags } => {
-                stats.cmd(Cmd::Md);
-                if !self.meta_flags_ok(conn, &flags, b"bCEITx") {
-                    return false;
-                }
-                if self.submit(conn, [SReq::Delete { key: key.to_vec() }]) {
-                    let key = self.bytes(key);
-                    let fl = self.bytes(flags.tokens().remainder());
-                    self.push(conn, Kind::MetaDelete { key, flags: fl });
-                }
-            }
-            Request::MetaArithmetic { key, flags } => {
-                stats.cmd(Cmd::Ma);
-                if !self.meta_flags_ok(conn, &flags, b"bCEJNTct") {
-                    return false;
-                }
-                let delta = flags.delta.unwrap_or(1);
-                let k = key.to_vec();
-                let req = if flags.incr() {
-                    SReq::Incr { key: k, delta }
-                } else {
-                    SReq::Decr { key: k, delta }
-                };
-                if self.submit(conn, [req]) {
-                    let key = self.bytes(key);
-                    let fl = self.bytes(flags.tokens().remainder());
-                    self.push(conn, Kind::MetaArith { key, flags: fl });
-                }
-            }
-        }
-        false
-    }
-
-    /// Refuses meta flags this server does not implement, rather than
-    /// ignoring what the client asked for.
-    fn meta_flags_ok(&mut self, conn: usize, flags: &MetaFlags<'_>, unsupported: &[u8]) -> bool {
-        if unsupported.iter().any(|&f| flags.has(f)) {
-            self.stats.add(Outcome::ClientErrors, 1);
-            self.local(conn, |o| write_client_error(o, msg::INVALID_FLAG));
-            false
-        } else {
-            true
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn store(
-        &mut self,
-        conn: usize,
-        command: StoreCommand,
-        key: &[u8],
-        value: &[u8],
-        flags: u32,
-        exptime: i64,
-        cas: u64,
-        noreply: bool,
-    ) {
-        let (k, v) = (key.to_vec(), value.to_vec());
-        let make = |ttl: Option<Duration>| store_request(command, k, v, flags, ttl, cas);
-        // append/prepend keep the item's ttl: their exptime is ignored.
-        let exptime = match command {
-            StoreCommand::Append | StoreCommand::Prepend => 0,
-            _ => exptime,
-        };
-        if let Some(skip_after) = self.ttl_pair(conn, key, make, exptime) {
-            self.push(
-                conn,
-                Kind::Store {
-                    cmd: command,
-                    noreply,
-                    skip_after,
-                },
-            );
-        }
-    }
-}
-
-fn store_request(
-    command: StoreCommand,
-    key: Vec<u8>,
-    value: Vec<u8>,
-    flags: u32,
-    ttl: Option<Duration>,
-    cas: u64,
-) -> SReq {
-    match command {
-        StoreCommand::Set => SReq::Set {
-            key,
-            value,
-            flags,
-            ttl,
-        },
-        StoreCommand::Add => SReq::Add {
-            key,
-            value,
-            flags,
-            ttl,
-        },
-        StoreCommand::Replace => SReq::Replace {
-            key,
-            value,
-            flags,
-            ttl,
-        },
-        StoreCommand::Append => SReq::Append { key, data: value },
-        StoreCommand::Prepend => SReq::Prepend { key, data: value },
-        StoreCommand::Cas => SReq::Cas {
-            key,
-            value,
-            flags,
-            ttl,
-            cas,
-        },
-    }
-}
-
-/// Appends memcached's reply for a failed storage operation.
-fn write_store_error(out: &mut Vec<u8>, e: &StoreError, stats: &WorkerStats) {
-    match e {
-        StoreError::NotStored => Reply::NotStored.write(out),
-        StoreError::Exists => Reply::Exists.write(out),
-        StoreError::NotFound => Reply::NotFound.write(out),
-        StoreError::ValueTooLarge { .. } => {
-            stats.add(Outcome::TooLarge, 1);
-            write_server_error(out, msg::TOO_LARGE)
-        }
-        StoreError::OutOfMemory | StoreError::HashTableFull => {
-            stats.add(Outcome::OutOfMemory, 1);
-            write_server_error(out, "out of memory storing object")
-        }
-        StoreError::NotNumeric => write_client_error(out, msg::NON_NUMERIC),
-        StoreError::EmptyKey | StoreError::KeyTooLong { .. } => {
-            write_client_error(out, msg::BAD_FORMAT)
-        }
-        StoreError::TtlOutOfRange { .. } => write_client_error(out, msg::INVALID_EXPTIME),
-        StoreError::Closed => write_server_error(out, "storage unavailable"),
-        other => write_server_error(out, &other.to_string()),
-    }
-}
-
-/// Echoes the meta return flags that need no item (`O`, `k`) and, with an
-/// item, `f c t s`.
-fn meta_ret_flags(
-    out: &mut Vec<u8>,
-    flags: &MetaFlags<'_>,
-    key: &[u8],
-    item: Option<&segcache::OwnedItem>,
-) {
-    for tok in flags.tokens() {
-        let (f, arg) = (tok[0], &tok[1..]);
-        match (f, item) {
-            (b'O', _) => write_meta_flag(out, b'O', arg),
-            (b'k', _) => write_meta_flag(out, b'k', key),
-            (b'f', Some(it)) => write_meta_flag_num(out, b'f', i64::from(it.flags)),
-            (b'c', Some(it)) => write_meta_flag_num(out, b'c', it.cas as i64),
-            (b's', Some(it)) => write_meta_flag_num(out, b's', it.value.len() as i64),
-            (b't', Some(it)) => {
-                write_meta_flag_num(out, b't', it.ttl.map_or(-1, |d| d.as_secs().max(1) as i64))
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Fetches the next storage reply (`None` if storage failed).
-fn next(client: &mut Client) -> Option<SResp> {
-    client.recv().ok().flatten()
-}
-
-fn skip(client: &mut Client, n: u8) {
-    for _ in 0..n {
-        let _ = next(client);
-    }
-}
-
-/// Renders one action's reply into `out`.
-fn render(
-    kind: Kind,
-    arena: &[u8],
-    client: &mut Client,
-    out: &mut Vec<u8>,
-    stats: &WorkerStats,
-    metrics: &Metrics,
-) {
-    let failed = |out: &mut Vec<u8>| write_server_error(out, "storage unavailable");
-    match kind {
-        Kind::Local(r) => out.extend_from_slice(&arena[r]),
-        Kind::Discard => skip(client, 1),
-        Kind::Value {
-            key,
-            cas,
-            skip_before,
-            skip_after,
-        } => {
-            skip(client, skip_before);
-            let reply = next(client);
-            skip(client, skip_after);
-            match reply {
-                Some(SResp::Item(Some(it))) => {
-                    stats.add(Outcome::GetHits, 1);
-                    write_value(out, &arena[key], it.flags, &it.value, cas.then_some(it.cas));
-                }
-                Some(SResp::Item(None)) => stats.add(Outcome::GetMisses, 1),
-                _ => failed(out),
-            }
-        }
-        Kind::Store {
-            cmd,
-            noreply,
-            skip_after,
-        } => {
-            let reply = next(client);
-            skip(client, skip_after);
-            let mut line = Vec::new();
-            match reply {
-                Some(SResp::Stored(Ok(()))) => {
-                    stats.add(Outcome::Stored, 1);
-                    if cmd == StoreCommand::Cas {
-                        stats.add(Outcome::CasHits, 1);
-                    }
-                    Reply::Stored.write(&mut line);
-                }
-                Some(SResp::Stored(Err(e))) => {
-                    if cmd == StoreCommand::Cas {
-                        match e {
-                            StoreError::Exists => stats.add(Outcome::CasBadval, 1),
-                            StoreError::NotFound => stats.add(Outcome::CasMisses, 1),
-                            _ => {}
-                        }
-                    }
-                    write_store_error(&mut line, &e, stats);
-                }
-                _ => failed(&mut line),
-            }
-            if !noreply {
-                out.extend_from_slice(&line);
-            }
-        }
-        Kind::Delete { noreply } => {
-            let reply = match next(client) {
-                Some(SResp::Deleted(true)) => {
-                    stats.add(Outcome::DeleteHits, 1);
-                    Reply::Deleted.as_bytes()
-                }
-                Some(SResp::Deleted(false)) => {
-                    stats.add(Outcome::DeleteMisses, 1);
-                    Reply::NotFound.as_bytes()
-                }
-                _ => b"SERVER_ERROR storage unavailable\r\n",
-            };
-            if !noreply {
-                out.extend_from_slice(reply);
-            }
-        }
-        Kind::Arith { incr, noreply } => {
-            let (hit, miss) = if incr {
-                (Outcome::IncrHits, Outcome::IncrMisses)
-            } else {
-                (Outcome::DecrHits, Outcome::DecrMisses)
-            };
-            let mut line = Vec::new();
-            match next(client) {
-                Some(SResp::Number(Ok(n))) => {
-                    stats.add(hit, 1);
-                    protocol::write_number(&mut line, n);
-                }
-                Some(SResp::Number(Err(e))) => {
-                    if e == StoreError::NotFound {
-                        stats.add(miss, 1);
-                    }
-                    write_store_error(&mut line, &e, stats);
-                }
-                _ => failed(&mut line),
-            }
-            if !noreply {
-                out.extend_from_slice(&line);
-            }
-        }
-        Kind::Touch {
-            noreply,
-            skip_after,
-        } => {
-            let reply = next(client);
-            skip(client, skip_after);
-            let mut line = Vec::new();
-            match reply {
-                Some(SResp::Stored(Ok(()))) => {
-                    stats.add(Outcome::TouchHits, 1);
-                    Reply::Touched.write(&mut line);
-                }
-                Some(SResp::Stored(Err(StoreError::NotFound))) => {
-                    stats.add(Outcome::TouchMisses, 1);
-                    Reply::NotFound.write(&mut line);
-                }
-                Some(SResp::Stored(Err(e))) => write_store_error(&mut line, &e, stats),
-                _ => failed(&mut line),
-            }
-            if !noreply {
-                out.extend_from_slice(&line);
-            }
-        }
-        Kind::Done { noreply } => {
-            let ok = matches!(next(client), Some(SResp::Done));
-            if !noreply {
-                if ok {
-                    Reply::Ok.write(out);
-                } else {
-                    failed(out);
-                }
-            }
-        }
-        Kind::Stats => match next(client) {
-            Some(SResp::Stats(st)) => {
-                for (name, value) in metrics.stat_lines(Some(&st)) {
-                    protocol::write_stat(out, name, value);
-                }
-                protocol::write_end(out);
-            }
-            _ => failed(out),
-        },
-        Kind::MetaGet {
-            key,
-            flags,
-            skip_before,
-            skip_after,
-        } => {
-            skip(client, skip_before);
-            let reply = next(client);
-            skip(client, skip_after);
-            let flags = MetaFlags::parse(&arena[flags]).unwrap_or(MetaFlags::EMPTY);
-            let key = &arena[key];
-            match reply {
-                Some(SResp::Item(Some(it))) => {
-                    stats.add(Outcome::GetHits, 1);
-                    let with_value = flags.has(b'v');
-                    write_meta_status(
-                        out,
-                        if with_value {
-                            MetaStatus::Value(it.value.len())
-                        } else {
-                            MetaStatus::Header
-                        },
-                    );
-                    meta_ret_flags(out, &flags, key, Some(&it));
-                    write_meta_end(out);
-                    if with_value {
-                        write_meta_data(out, &it.value);
-                    }
-                }
-                Some(SResp::Item(None)) => {
-                    stats.add(Outcome::GetMisses, 1);
-                    if !flags.has(b'q') {
-                        write_meta_status(out, MetaStatus::Miss);
-                        meta_ret_flags(out, &flags, key, None);
-                        write_meta_end(out);
-                    }
-                }
-                _ => failed(out),
-            }
-        }
-        Kind::MetaSet {
-            key,
-            flags,
-            skip_after,
-        } => {
-            let reply = next(client);
-            skip(client, skip_after);
-            let flags = MetaFlags::parse(&arena[flags]).unwrap_or(MetaFlags::EMPTY);
-            let status = match reply {
-                Some(SResp::Stored(Ok(()))) => {
-                    stats.add(Outcome::Stored, 1);
-                    if flags.has(b'q') {
-                        return;
-                    }
-                    MetaStatus::Header
-                }
-                Some(SResp::Stored(Err(StoreError::NotStored))) => MetaStatus::NotStored,
-                Some(SResp::Stored(Err(StoreError::Exists))) => MetaStatus::Exists,
-                Some(SResp::Stored(Err(StoreError::NotFound))) => MetaStatus::NotFound,
-                Some(SResp::Stored(Err(e))) => return write_store_error(out, &e, stats),
-                _ => return failed(out),
-            };
-            write_meta_status(out, status);
-            meta_ret_flags(out, &flags, &arena[key], None);
-            write_meta_end(out);
-        }
-        Kind::MetaDelete { key, flags } => {
-            let flags = MetaFlags::parse(&arena[flags]).unwrap_or(MetaFlags::EMPTY);
-            let status = match next(client) {
-                Some(SResp::Deleted(true)) => {
-                    stats.add(Outcome::DeleteHits, 1);
-                    MetaStatus::Header
-                }
-                Some(SResp::Deleted(false)) => {
-                    stats.add(Outcome::DeleteMisses, 1);
-                    MetaStatus::NotFound
-                }
-                _ => return failed(out),
-            };
-            if !flags.has(b'q') {
-                write_meta_status(out, status);
-                meta_ret_flags(out, &flags, &arena[key], None);
-                write_meta_end(out);
-            }
-        }
-        Kind::MetaArith { key, flags } => {
-            let flags = MetaFlags::parse(&arena[flags]).unwrap_or(MetaFlags::EMPTY);
-            let (hit, miss) = if flags.incr() {
-                (Outcome::IncrHits, Outcome::IncrMisses)
-            } else {
-                (Outcome::DecrHits, Outcome::DecrMisses)
-            };
-            match next(client) {
-                Some(SResp::Number(Ok(n))) => {
-                    stats.add(hit, 1);
-                    let mut digits = Vec::with_capacity(20);
-                    protocol::push_u64(&mut digits, n);
-                    let with_value = flags.has(b'v');
-                    if !with_value && flags.has(b'q') {
-                        return;
-                    }
-                    write_meta_status(
-                        out,
-                        if with_value {
-                            MetaStatus::Value(digits.len())
-                        } else {
-                            MetaStatus::Header
-                        },
-                    );
-                    meta_ret_flags(out, &flags, &arena[key], None);
-                    write_meta_end(out);
-                    if with_value {
-                        write_meta_data(out, &digits);
-                    }
-                }
-                Some(SResp::Number(Err(StoreError::NotFound))) => {
-                    stats.add(miss, 1);
-                    if !flags.has(b'q') {
-                        write_meta_status(out, MetaStatus::NotFound);
-                        meta_ret_flags(out, &flags, &arena[key], None);
-                        write_meta_end(out);
-                    }
-                }
-                Some(SResp::Number(Err(e))) => write_store_error(out, &e, stats),
-                _ => failed(out),
-            }
-        }
-    }
-}
-
 /// One worker thread's state.
 pub struct Worker {
     poll: Poll,
@@ -1037,8 +137,6 @@ pub struct Worker {
     now_unix: u64,
     read_at: Instant,
     budget: Budget,
-    /// Connections waiting for budget that others hold.
-    starved: Vec<usize>,
     last_sweep: Instant,
 }
 
@@ -1064,7 +162,6 @@ impl Worker {
             now_unix: crate::metrics::unix_now(),
             read_at: Instant::now(),
             budget: ctx.limits.budget(),
-            starved: Vec::new(),
             last_sweep: Instant::now(),
         }
     }
@@ -1084,7 +181,7 @@ impl Worker {
         loop {
             let timeout = if !self.again.is_empty() {
                 Some(Duration::ZERO)
-            } else if self.ctx.limits.idle_timeout.is_some() || !self.starved.is_empty() {
+            } else if self.ctx.limits.idle_timeout.is_some() {
                 Some(Duration::from_secs(1))
             } else {
                 None
@@ -1222,7 +319,7 @@ impl Worker {
     fn on_readable(&mut self, t: usize) {
         // Requests already buffered first (after a pause).
         self.process_input(t);
-        let max_buf = self.ctx.max_value + protocol::MAX_MULTIGET_LINE_LEN + 4096;
+        let max_buf = self.ctx.settings.max_value + protocol::MAX_MULTIGET_LINE_LEN + 4096;
         for _ in 0..READS_PER_TURN {
             let Some(conn) = self.conns.get_mut(t).and_then(Option::as_mut) else {
                 return;
@@ -1254,7 +351,10 @@ impl Worker {
                             continue;
                         }
                         // The request needs more buffer than is free.
-                        write_server_error(&mut conn.wbuf, "out of memory reading request");
+                        protocol::write_server_error(
+                            &mut conn.wbuf,
+                            "out of memory reading request",
+                        );
                         self.stats.add(Outcome::OutOfMemory, 1);
                         conn.closing = true;
                         mark(&mut self.dirty, conn, t);
@@ -1298,7 +398,7 @@ impl Worker {
     /// Parses and dispatches every complete request in the connection's
     /// buffer.
     fn process_input(&mut self, t: usize) {
-        let max_value = self.ctx.max_value;
+        let max_value = self.ctx.settings.max_value;
         loop {
             if self.batch.submitted >= BATCH_MAX {
                 self.collect();
@@ -1331,6 +431,7 @@ impl Worker {
                 stats: &self.stats,
                 now_unix: self.now_unix,
                 read_at: self.read_at,
+                settings: self.ctx.settings,
             };
             let avail = &conn.rbuf[conn.rstart..conn.rend];
             let mut no_room = None;
@@ -1362,22 +463,7 @@ impl Worker {
                 }
                 Err(ParseError::Incomplete) => break,
                 Err(e) => {
-                    pipe.stats.cmd(Cmd::Invalid);
-                    if pipe.batch.started.is_none() {
-                        pipe.batch.started = Some(pipe.read_at);
-                    }
-                    pipe.batch.requests += 1;
-                    match e {
-                        ParseError::TooLarge { .. } => pipe.stats.add(Outcome::TooLarge, 1),
-                        _ => pipe.stats.add(Outcome::ClientErrors, 1),
-                    }
-                    pipe.local(t, |o| e.write_reply(o));
-                    if let Some(key) = e.too_large_key(avail) {
-                        // As memcached: a failed overwrite leaves no stale value.
-                        if pipe.submit(t, [SReq::Delete { key: key.to_vec() }]) {
-                            pipe.push(t, Kind::Discard);
-                        }
-                    }
+                    pipe.parse_error(t, &e, avail);
                     if e.closes_connection() {
                         conn.closing = true;
                         conn.rstart = conn.rend;
@@ -1449,7 +535,7 @@ impl Worker {
             return true;
         }
         let conn = self.conns[t].as_mut().expect("checked above");
-        write_server_error(&mut conn.wbuf, "out of memory");
+        protocol::write_server_error(&mut conn.wbuf, "out of memory");
         self.stats.add(Outcome::OutOfMemory, 1);
         conn.rstart += used;
         conn.share.reset();
@@ -1534,7 +620,6 @@ impl Worker {
     /// End of an event-loop round: answer, write, close.
     fn finish_round(&mut self) {
         self.collect();
-        self.stats.set_buffered(self.budget.used());
         for t in std::mem::take(&mut self.dirty) {
             let Some(conn) = self.conns.get_mut(t).and_then(Option::as_mut) else {
                 continue;
