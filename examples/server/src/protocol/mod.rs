@@ -128,6 +128,13 @@ pub enum Command<'a> {
         keys: Tokens<'a>,
         cas: bool,
     },
+    /// A get-family line with a key longer than [`MAX_KEY_LEN`]: memcached
+    /// still reads the keys before it (and with `gat`'s `exptime` touches
+    /// them), then answers only `CLIENT_ERROR bad command line format`.
+    KeyTooLong {
+        exptime: Option<i64>,
+        keys: Tokens<'a>,
+    },
     /// `set|add|replace|append|prepend <key> <flags> <exptime> <bytes>
     /// [noreply]` or `cas <key> <flags> <exptime> <bytes> <cas unique>
     /// [noreply]` (mode `Set` with `cas: Some`), with its data block.
