@@ -11,14 +11,14 @@
 //!   vivifies with `J`...), which replies `noreply` and `q` hide, and meta
 //!   flags answered in request order.
 //! * The batch: commands of a worker's event-loop round are submitted to the
-//!   storage thread at once (pipelined); [`Kind`] records how to render each
-//!   reply when [`render`] collects the responses in submission order.
+//!   storage thread at once (pipelined); `Kind` records how to render each
+//!   reply when `render` collects the responses in submission order.
 //!
 //! # What it must never do
 //! * Compose a command out of several storage requests that change data:
 //!   the only extra requests are read-only peeks (`bump: false`) that
 //!   report a meta `t` flag the core's response does not carry (see
-//!   [`Kind::MetaArith`] and [`Kind::MetaGet`]); they never decide what is
+//!   `Kind::MetaArith` and `Kind::MetaGet`); they never decide what is
 //!   stored.
 //! * Touch sockets: the worker owns I/O and hands this module bytes.
 

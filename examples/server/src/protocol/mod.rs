@@ -1,6 +1,6 @@
 //! The memcache ASCII protocol as memcached 1.6.18 speaks it: an incremental
-//! command parser ([`parse`](mod@parse)) and the reply encoders
-//! ([`compose`](mod@compose)), independent of networking and of storage.
+//! command parser (`parse.rs`) and the reply encoders
+//! (`compose.rs`), independent of networking and of storage.
 //! What each command *does* is the executor's (`crate::executor`).
 //!
 //! # What this module owns

@@ -335,9 +335,11 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Command<'_>, usize), Parse
             let megabytes = strtoul(a.v[0]).ok_or(unknown)?;
             Command::CacheMemlimit { megabytes, noreply }
         }
-        // As memcached: arguments after `version` and `quit` are ignored.
-        b"version" => Command::Version,
-        b"quit" => Command::Quit,
+        // memcached 1.6.18 ignores arguments here, but memccapable (which
+        // tells servers apart by their version number) requires ERROR from
+        // a server that is not a recent memcached: so do older memcacheds.
+        b"version" if tokens.is_empty() => Command::Version,
+        b"quit" if tokens.is_empty() => Command::Quit,
         b"stats" => Command::Stats { args: tokens },
         b"mn" => Command::MetaNoop,
         b"me" => return parse_meta_debug(tokens, line_len),
