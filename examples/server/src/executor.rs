@@ -11,14 +11,14 @@
 //!   vivifies with `J`...), which replies `noreply` and `q` hide, and meta
 //!   flags answered in request order.
 //! * The batch: commands of a worker's event-loop round are submitted to the
-//!   storage thread at once (pipelined); [`Kind`] records how to render each
-//!   reply when [`render`] collects the responses in submission order.
+//!   storage thread at once (pipelined); `Kind` records how to render each
+//!   reply when `render` collects the responses in submission order.
 //!
 //! # What it must never do
 //! * Compose a command out of several storage requests that change data:
 //!   the only extra requests are read-only peeks (`bump: false`) that
 //!   report a meta `t` flag the core's response does not carry (see
-//!   [`Kind::MetaArith`] and [`Kind::MetaGet`]); they never decide what is
+//!   `Kind::MetaArith` and `Kind::MetaGet`); they never decide what is
 //!   stored.
 //! * Touch sockets: the worker owns I/O and hands this module bytes.
 
@@ -107,6 +107,9 @@ pub(crate) enum Kind {
         flags: Range<usize>,
         peek_before: bool,
         peek_after: bool,
+        /// `T` and `N` as TTLs, for `t` on an item this request created.
+        touch: Option<Ttl>,
+        vivify: Option<Ttl>,
     },
     /// `me`: the item's metadata (a read-only `Get`).
     MetaDebug {
@@ -254,6 +257,26 @@ impl Pipe<'_> {
                 stats.cmd(if cas { Cmd::Gats } else { Cmd::Gat });
                 let ttl = self.ttl(exptime);
                 self.retrieve(conn, keys, cas, Some(ttl));
+            }
+            Command::KeyTooLong { exptime, keys } => {
+                stats.cmd(Cmd::Invalid);
+                stats.add(Outcome::ClientErrors, 1);
+                // As memcached: the keys before the long one are read (and
+                // touched by gat), their values dropped from the reply.
+                let touch = exptime.map(|e| self.ttl(e));
+                for key in keys {
+                    let req = Request::Get {
+                        key: key.to_vec(),
+                        opts: GetOpts {
+                            touch,
+                            ..GetOpts::default()
+                        },
+                    };
+                    if self.submit(conn, [req]) {
+                        self.push(conn, Kind::Discard);
+                    }
+                }
+                self.local(conn, |o| write_client_error(o, msg::BAD_FORMAT));
             }
             Command::Store {
                 mode,
@@ -541,17 +564,18 @@ impl Pipe<'_> {
     }
 
     fn meta_arith(&mut self, conn: usize, key: MetaKey<'_>, flags: MetaFlags<'_>) {
+        let touch = flags.ttl.map(|t| self.ttl(t));
+        let vivify = flags.vivify.map(|t| self.ttl(t));
         let opts = ArithOpts {
             incr: flags.incr(),
             delta: flags.delta.unwrap_or(1),
             // memcached: a token of 0 compares nothing for ma.
             cas: flags.compare_cas.filter(|&c| c != 0),
-            vivify: flags.vivify.map(|t| {
-                let touch = flags.ttl.map(|t| self.ttl(t));
-                let ttl = last_of_t_and_n(&flags, touch, self.ttl(t));
+            vivify: vivify.map(|v| {
+                let ttl = last_of_t_and_n(&flags, touch, v);
                 (flags.initial.unwrap_or(0), ttl)
             }),
-            ttl: flags.ttl.map(|t| self.ttl(t)),
+            ttl: touch,
         };
         let peek_after = flags.has(b't');
         // Whether the item existed, and its TTL before `T`: for `q` with
@@ -579,6 +603,8 @@ impl Pipe<'_> {
                     flags,
                     peek_before,
                     peek_after,
+                    touch,
+                    vivify,
                 },
             );
         } else {
@@ -975,6 +1001,8 @@ pub(crate) fn render(
             flags,
             peek_before,
             peek_after,
+            touch,
+            vivify,
         } => {
             let flags = reparse(flags);
             let before = if peek_before {
@@ -1020,8 +1048,9 @@ pub(crate) fn render(
                     };
                     for tok in flags.tokens() {
                         match tok[0] {
+                            b'T' if !existed => ttl = touch.unwrap_or(ttl),
                             b'T' => ttl = after,
-                            b'N' if !existed => ttl = after,
+                            b'N' if !existed => ttl = vivify.unwrap_or(ttl),
                             b'c' => write_meta_flag_num(out, b'c', cas as i64),
                             b't' => write_meta_ttl(out, ttl),
                             b'O' => {

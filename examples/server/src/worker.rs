@@ -1,19 +1,21 @@
 //! A worker thread: an epoll (mio) event loop over its share of the client
-//! connections, talking to the storage thread through one pipelining
-//! [`segcache::storage::Client`].
+//! connections (connection I/O only), talking to the storage thread through
+//! one pipelining [`segcache::storage::Client`]. What a command means and
+//! how its reply reads is the executor's ([`crate::executor`]).
 //!
 //! # One loop iteration
 //! 1. Wait for events (or not at all when some connection still has work).
 //! 2. For every readable connection, read what the socket has, parse every
-//!    complete request, and turn each into zero or more storage requests
-//!    (submitted at once, pipelined) plus a `Kind` entry that says how
-//!    to render its reply. Requests answered without storage (`version`,
-//!    parse errors...) get a pre-rendered entry, so every connection's
-//!    replies stay in request order.
-//! 3. Collect the storage replies in submission order and render each
-//!    connection's replies into its write buffer: one batch, not a
-//!    request/response ping-pong per request.
+//!    complete command and hand it to the executor, which submits its core
+//!    request (pipelined) and notes how to render the reply. Commands
+//!    answered without storage (`version`, parse errors...) get a
+//!    pre-rendered entry, so every connection's replies stay in order.
+//! 3. Collect the storage responses in submission order and let the
+//!    executor render each connection's replies into its write buffer: one
+//!    batch, not a request/response ping-pong per command.
 //! 4. Write what each socket takes; the rest waits for a writable event.
+//!
+//! Never interprets a command or a response itself.
 //!
 //! # What a client can never do
 //! * Make the worker buffer without bound: the parser caps lines and

@@ -84,8 +84,9 @@ fn classic_commands_exact_replies() {
         b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n",
     );
     c.expect(b"version\r\n", b"VERSION 0.1.0\r\n");
-    // memcached 1.6 ignores arguments after `version` (and `quit`).
-    c.expect(b"version foo bar\r\n", b"VERSION 0.1.0\r\n");
+    // As memccapable requires (memcached 1.6.18 would answer VERSION).
+    c.expect(b"version foo bar\r\n", b"ERROR\r\n");
+    c.expect(b"quit now\r\n", b"ERROR\r\n");
     c.expect(b"verbosity 1\r\n", b"OK\r\n");
     c.expect(b"flush_all\r\n", b"OK\r\n");
     c.expect(b"get n\r\n", b"END\r\n");

@@ -72,7 +72,7 @@ fn meta_flags(modes: &'static [u8]) -> impl Strategy<Value = Vec<u8>> {
         exptime(),
         any::<u64>(),
         any::<u32>(),
-        "[a-zA-Z0-9]{0,32}",
+        "[a-zA-Z0-9]{0,31}",
         prop::sample::select(modes.to_vec()),
     )
         .prop_map(|(letter, i, u, f, opaque, mode)| {

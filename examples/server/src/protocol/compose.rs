@@ -255,6 +255,18 @@ impl Command<'_> {
                 out.extend_from_slice(b"\r\n");
                 out.extend_from_slice(value);
             }
+            Command::KeyTooLong { exptime, keys } => {
+                match exptime {
+                    Some(e) => {
+                        out.extend_from_slice(b"gat ");
+                        push_i64(out, e);
+                    }
+                    None => out.extend_from_slice(b"get"),
+                }
+                push_tokens(out, keys);
+                out.push(b' ');
+                out.extend_from_slice(&[b'k'; MAX_KEY_LEN + 1]);
+            }
             Command::Delete { key, noreply } => {
                 out.extend_from_slice(b"delete ");
                 out.extend_from_slice(key);

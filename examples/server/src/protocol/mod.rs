@@ -1,6 +1,6 @@
 //! The memcache ASCII protocol as memcached 1.6.18 speaks it: an incremental
-//! command parser ([`parse`](mod@parse)) and the reply encoders
-//! ([`compose`](mod@compose)), independent of networking and of storage.
+//! command parser (`parse.rs`) and the reply encoders
+//! (`compose.rs`), independent of networking and of storage.
 //! What each command *does* is the executor's (`crate::executor`).
 //!
 //! # What this module owns
@@ -127,6 +127,13 @@ pub enum Command<'a> {
         exptime: i64,
         keys: Tokens<'a>,
         cas: bool,
+    },
+    /// A get-family line with a key longer than [`MAX_KEY_LEN`]: memcached
+    /// still reads the keys before it (and with `gat`'s `exptime` touches
+    /// them), then answers only `CLIENT_ERROR bad command line format`.
+    KeyTooLong {
+        exptime: Option<i64>,
+        keys: Tokens<'a>,
     },
     /// `set|add|replace|append|prepend <key> <flags> <exptime> <bytes>
     /// [noreply]` or `cas <key> <flags> <exptime> <bytes> <cas unique>

@@ -167,20 +167,30 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Command<'_>, usize), Parse
             if tokens.is_empty() {
                 return Err(unknown);
             }
-            check_keys(tokens).map_err(|m| client_error(m, false))?;
-            Command::Get {
-                keys: tokens,
-                cas: cmd == b"gets",
+            match keys_before_too_long(line, tokens) {
+                Some(keys) => Command::KeyTooLong {
+                    exptime: None,
+                    keys,
+                },
+                None => Command::Get {
+                    keys: tokens,
+                    cas: cmd == b"gets",
+                },
             }
         }
         b"gat" | b"gats" => {
             let exptime = tokens.next().ok_or(unknown)?;
             let exptime = strtol(exptime).ok_or(client_error(msg::INVALID_EXPTIME, false))?;
-            check_keys(tokens).map_err(|m| client_error(m, false))?;
-            Command::Gat {
-                exptime,
-                keys: tokens,
-                cas: cmd == b"gats",
+            match keys_before_too_long(line, tokens) {
+                Some(keys) => Command::KeyTooLong {
+                    exptime: Some(exptime),
+                    keys,
+                },
+                None => Command::Gat {
+                    exptime,
+                    keys: tokens,
+                    cas: cmd == b"gats",
+                },
             }
         }
         b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas" => {
@@ -325,9 +335,11 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Command<'_>, usize), Parse
             let megabytes = strtoul(a.v[0]).ok_or(unknown)?;
             Command::CacheMemlimit { megabytes, noreply }
         }
-        // As memcached: arguments after `version` and `quit` are ignored.
-        b"version" => Command::Version,
-        b"quit" => Command::Quit,
+        // memcached 1.6.18 ignores arguments here, but memccapable (which
+        // tells servers apart by their version number) requires ERROR from
+        // a server that is not a recent memcached: so do older memcacheds.
+        b"version" if tokens.is_empty() => Command::Version,
+        b"quit" if tokens.is_empty() => Command::Quit,
         b"stats" => Command::Stats { args: tokens },
         b"mn" => Command::MetaNoop,
         b"me" => return parse_meta_debug(tokens, line_len),
@@ -346,13 +358,13 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Command<'_>, usize), Parse
     Ok((req, line_len))
 }
 
-fn check_keys(keys: Tokens<'_>) -> Result<(), &'static str> {
-    for key in keys {
-        if key.len() > MAX_KEY_LEN {
-            return Err(msg::BAD_FORMAT);
-        }
-    }
-    Ok(())
+/// If a key of a get-family line is too long: the keys before it (of
+/// `line`), which memcached still reads (and `gat` touches).
+fn keys_before_too_long<'a>(line: &'a [u8], keys: Tokens<'a>) -> Option<Tokens<'a>> {
+    let bad = keys.into_iter().find(|k| k.len() > MAX_KEY_LEN)?;
+    let start = keys.remainder().as_ptr() as usize - line.as_ptr() as usize;
+    let end = bad.as_ptr() as usize - line.as_ptr() as usize;
+    Some(Tokens::new(&line[start..end]))
 }
 
 /// Reads the `bytes`-long data block after a `line_len`-byte command line.
@@ -409,7 +421,7 @@ pub fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
             _ => return None,
         } as u32)
     }
-    if text.is_empty() || text.len() % 4 != 0 {
+    if text.is_empty() || !text.len().is_multiple_of(4) {
         return None;
     }
     let mut out = Vec::with_capacity(text.len() / 4 * 3);

@@ -145,10 +145,28 @@ fn gat_and_gats() {
 fn key_length_limit() {
     let ok = "k".repeat(MAX_KEY_LEN);
     let long = "k".repeat(MAX_KEY_LEN + 1);
+    // The get family reads the keys before a long one, then errs.
+    for (line, exptime, before) in [
+        (format!("get {long}\r\n"), None, vec![]),
+        (format!("gets x {long} y\r\n"), None, vec![&b"x"[..]]),
+        (
+            format!("gat 1 a b {long}\r\n"),
+            Some(1),
+            vec![&b"a"[..], b"b"],
+        ),
+    ] {
+        match one(line.as_bytes()) {
+            Command::KeyTooLong {
+                exptime: e,
+                keys: k,
+            } => {
+                assert_eq!(e, exptime);
+                assert_eq!(keys(k), before);
+            }
+            c => panic!("{c:?}"),
+        }
+    }
     for (cmd, tail) in [
-        ("get", ""),
-        ("gets x", ""),
-        ("gat 1", ""),
         ("delete", ""),
         ("incr", " 1"),
         ("decr", " 1"),
