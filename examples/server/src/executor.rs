@@ -499,6 +499,8 @@ impl Pipe<'_> {
                 .and_then(|r| self.ttl(r).duration())
                 .map(|d| d.as_secs().min(u64::from(u32::MAX)) as u32)
                 .filter(|&s| s > 0),
+            win_tokens: true,
+            recache_after_touch: first_of(&flags, b'T', b'R'),
             bump: !flags.has(b'u'),
         };
         // A `t` before `T` reports the TTL the item had before the touch.
@@ -643,6 +645,20 @@ fn last_of_t_and_n(flags: &MetaFlags<'_>, touch: Option<Ttl>, vivify: Ttl) -> Tt
 }
 
 /// Whether a `t` flag comes before the `T` flag.
+/// True if flag `a` comes before flag `b` in the request (memcached
+/// applies meta flags in request order).
+fn first_of(flags: &MetaFlags<'_>, a: u8, b: u8) -> bool {
+    for tok in flags.tokens() {
+        if tok[0] == a {
+            return true;
+        }
+        if tok[0] == b {
+            return false;
+        }
+    }
+    false
+}
+
 fn t_before_touch(flags: &MetaFlags<'_>) -> bool {
     for tok in flags.tokens() {
         match tok[0] {

@@ -1156,7 +1156,14 @@ fn exchange(out: &mut Outcome, mc: &mut Peer, us: &mut Peer, cas: &mut CasPairs,
                 let b = Peer::canonical(b);
                 if !same(&a, &b, cas) {
                     match known_core_gap(&a, &b, cas) {
-                        Some(class) => *out.known.entry(class).or_default() += 1,
+                        Some(class) => {
+                            if std::env::var_os("DIFF_SHOW_GAPS").is_some() {
+                                let recent: Vec<&str> =
+                                    out.recent.iter().map(String::as_str).collect();
+                                eprintln!("gap {class}: {:?}\n  memcached {}\n  ours      {}\n  after {recent:?}", cmd.text(), show(&a), show(&b));
+                            }
+                            *out.known.entry(class).or_default() += 1
+                        }
                         None => note(out, cmd, &show(&a), &show(&b)),
                     }
                 }
