@@ -335,9 +335,9 @@ impl SegcacheSim {
     /// headers, per `stats().total_bytes`) come to about `budget` (at most
     /// one segment under it). The hash table is the smallest whose seven
     /// slots per bucket, at 90% load, hold a heap full of `typ`-sized items
-    /// (and at least 1/128 of the budget);
-    /// what it leaves goes to the heap, after the cache's fixed cost (the
-    /// TTL bucket array) and the per-segment headers.
+    /// (and at least 1/128 of the budget); what it leaves goes to the heap,
+    /// after the fixed cost (the TTL bucket array), the segment headers and
+    /// the admission ghosts (about 2.5 bytes per item).
     pub fn for_budget(
         budget: usize,
         segment_size: usize,
@@ -362,6 +362,9 @@ impl SegcacheSim {
         let fixed = a.segment_header_bytes as usize - 4 * per_segment;
         // Item: 5-byte header + key + value, rounded as the heap packs it.
         let item = (typ.key_len + typ.value_len + 5).max(8);
+        // Merge eviction's ghosts: about 2.5 bytes per item held, plus a
+        // pool flag per segment.
+        let per_segment = per_segment + 1 + segment_size * 5 / 2 / item;
         let heap_for = |hp: u8| {
             let room = budget.saturating_sub(fixed + (per_bucket << hp));
             (room / (segment_size + per_segment)).max(segcache::MIN_SEGMENTS) * segment_size
@@ -376,8 +379,11 @@ impl SegcacheSim {
         {
             hp += 1;
         }
-        let mut sim = Self::with_params(heap_for(hp), segment_size, hp, segcache::Eviction::Merge)
-            .map_err(err)?;
+        let policy = std::env::var("SEGCACHE_POLICY")
+            .ok()
+            .map(|p| p.parse().unwrap())
+            .unwrap_or(segcache::Eviction::Merge);
+        let mut sim = Self::with_params(heap_for(hp), segment_size, hp, policy).map_err(err)?;
         sim.label = "segcache".into();
         Ok(sim)
     }
@@ -1134,6 +1140,26 @@ mod tests {
             c.settle();
             let held = (0u64..100).filter(|i| c.get(&i.to_le_bytes(), 0)).count();
             assert!((20..=50).contains(&held), "{} holds {held}", c.name());
+        }
+    }
+}
+
+#[cfg(feature = "segcache-adapter")]
+impl Drop for SegcacheSim {
+    fn drop(&mut self) {
+        if std::env::var_os("SEGCACHE_DEBUG").is_some() {
+            let s = self.cache.stats();
+            eprintln!(
+                "DEBUG items {} live {:.3} of heap, segs {}, evictions {} merges {} hits {} misses {} dbg {:?}",
+                s.items,
+                s.live_bytes as f64 / s.heap_bytes as f64,
+                s.segments_used,
+                s.evictions,
+                s.merges,
+                s.hits,
+                s.misses,
+                segcache::debug_counters()
+            );
         }
     }
 }

@@ -1,17 +1,53 @@
 //! Eviction: choosing which segment(s) to free when none is free.
 //!
-//! Owns the policies of [`Eviction`]. Merge eviction walks a TTL bucket
-//! from a cursor over consecutive sealed segments. If some run of them has
-//! been thinned out (deletes, overwrites, segments sealed young) so that its
-//! live items fit in one segment fewer, it is *compacted*: packed in place,
-//! one segment freed, nothing evicted. Otherwise it *merges*: it takes
-//! segments until they hold [`MERGE_RATIO`] segments' worth of live bytes
-//! (at most [`MERGE_MAX`]) and keeps their most-read items, one segment's
-//! worth picked by a frequency cutoff over the whole run, in the first
-//! segment; the rest are evicted and the other segments freed. The simple
-//! policies evict one whole segment. Nothing here decides *when* to evict;
-//! the write path calls [`Segcache::evict`] when it needs a segment.
+//! Owns the policies of [`Eviction`]. Merge eviction is S3-FIFO (SOSP'23)
+//! at segment granularity, inside TTL buckets. New items are written to
+//! *small* (probation) segments; the `admission` module keeps the pool
+//! flags and the ghosts. When a segment is needed:
+//!
+//! 1. *Compaction*: if a run of up to [`MERGE_MAX`] consecutive sealed
+//!    segments of one pool has been thinned out (deletes, overwrites,
+//!    segments sealed young) so that its live items fit in fewer segments
+//!    at no more than 3/4 live, it is packed in place; nothing is evicted.
+//! 2. While the small pool is over its share of the segments in use, the
+//!    oldest small segments (a few consecutive ones of one TTL bucket, the
+//!    more the bigger the pool) are *evaluated*: items read since they were
+//!    written are packed into main segments in place (topping up the main
+//!    segment just before them first), the others are evicted and
+//!    remembered as ghosts. Nothing read is evicted unless the survivors
+//!    fill every segment of the run.
+//! 3. Otherwise the main pool *merges*: from a TTL bucket's cursor, take
+//!    main segments until they hold [`MERGE_RATIO`] segments' worth of live
+//!    bytes (at most [`MERGE_MAX`]), keep every item read since its last
+//!    move, in as few segments as that takes (at least one fewer than the
+//!    run; if they do not fit, the most-read ones, by a frequency cutoff),
+//!    halve the survivors' counts and evict the rest (CLOCK with decay, as
+//!    in S3-FIFO's main queue).
+//!
+//! A segment this close to its deadline ([`NEAR_EXPIRY_SECS`]) is evicted
+//! whole instead. The simple policies evict one whole segment. Nothing here
+//! decides *when* to evict; the write path calls [`Segcache::evict`] when it
+//! needs a segment.
 
+use crate::admission::SMALL_PERCENT;
+
+pub static DBG: [std::sync::atomic::AtomicU64; 8] = [const { std::sync::atomic::AtomicU64::new(0) }; 8];
+fn dbg(i: usize, n: u64) {
+    DBG[i].fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+}
+/// TEMPORARY experiment knobs: small%, main mode, small min freq, limit divisor.
+pub(crate) fn exp() -> [usize; 6] {
+    static K: std::sync::OnceLock<[usize; 6]> = std::sync::OnceLock::new();
+    *K.get_or_init(|| {
+        let mut k = [SMALL_PERCENT as usize, 0, 1, 4, 24, 0];
+        if let Ok(v) = std::env::var("SEGCACHE_EXP") {
+            for (i, x) in v.split(',').enumerate().take(6) {
+                k[i] = x.parse().unwrap();
+            }
+        }
+        k
+    })
+}
 use crate::builder::Eviction;
 use crate::hashtable::{self, Location};
 use crate::segments::{SegState, NONE};
@@ -20,26 +56,45 @@ use crate::{Error, Segcache};
 
 /// Most segments one merge pass reads.
 pub(crate) const MERGE_MAX: usize = 8;
-/// A merge reads about this many segments' worth of live bytes and keeps
-/// one segment's worth.
+/// A main-pool merge reads about this many segments' worth of live bytes.
 pub(crate) const MERGE_RATIO: usize = 4;
 /// A live item of a merge chain, found in pass 1: where it is in the chain
 /// and in the table, so pass 2 needs no second lookup.
 #[derive(Clone, Copy)]
 pub(crate) struct LiveItem {
+    hash: u64,
+    offset: u32,
+    bucket: u32,
     /// Position of its segment in the chain.
     index: u8,
     slot: u8,
     freq: u8,
-    offset: u32,
-    bucket: u32,
 }
 
 /// A segment this close to its deadline is evicted outright, not merged.
 const NEAR_EXPIRY_SECS: u32 = 20;
 
+/// What a merge pass keeps.
+#[derive(Clone, Copy)]
+struct Plan {
+    /// Leading segments of the chain whose items all stay.
+    forced: usize,
+    /// Lowest access count that earns a place in the outputs (the rest
+    /// only fill room left over).
+    min_freq: usize,
+    /// Whether the pass may free nothing (it still moves segments from
+    /// small to main).
+    may_keep_all: bool,
+    /// Items evicted are remembered as ghosts of this pool (true: main).
+    ghosts: Option<bool>,
+    /// The outputs join the main pool.
+    main: bool,
+}
+
 impl Segcache {
-    /// Frees at least one segment according to the eviction policy.
+    /// Frees at least one segment according to the eviction policy (merge
+    /// eviction may instead move segments from the small pool to main;
+    /// the caller asks again).
     pub(crate) fn evict(&mut self, now: u32) -> Result<(), Error> {
         let victim = match self.eviction {
             Eviction::None => return Err(Error::OutOfMemory),
@@ -114,21 +169,131 @@ impl Segcache {
         fallback
     }
 
-    /// One merge pass: a compaction anywhere if one is possible, otherwise
-    /// an evicting merge; false if no bucket has two sealed segments in a
-    /// row.
+    #[inline]
+    fn sealed(&self, id: u32) -> bool {
+        id != NONE && self.segs.headers[id as usize].state == SegState::Sealed
+    }
+
+    /// One merge-eviction step: a compaction, an evaluation of small
+    /// segments or a main-pool merge; false if none is possible.
     fn merge_evict(&mut self, now: u32) -> bool {
         if self.compact_any() {
             return true;
         }
-        // Pick the bucket of a random in-use segment, so buckets are chosen
-        // in proportion to their size; fall back to a scan.
+        let in_use = self.segs.count() - self.segs.free_count();
+        let small = in_use - self.admission.mains();
+        self.admission.ghosts.fit(self.counters.items as usize);
+        let small_bytes = (small * self.segs.segment_size()) as u64;
+        if small_bytes > self.admission.small_target() {
+            self.evaluate_small(now, small) || self.merge_main(now)
+        } else {
+            self.merge_main(now) || self.evaluate_small(now, small)
+        }
+    }
+
+    /// The oldest sealed small segment, exactly for heaps of up to 4096
+    /// segments, else the oldest of 256 random ones.
+    fn oldest_small(&mut self) -> Option<u32> {
+        let n = self.segs.count();
+        let mut best: Option<(u32, u32)> = None;
+        let mut consider = |id: u32, this: &Self| {
+            let h = &this.segs.headers[id as usize];
+            if h.state == SegState::Sealed
+                && !this.admission.is_main(id)
+                && best.is_none_or(|b| (h.create_at, id) < b)
+            {
+                best = Some((h.create_at, id));
+            }
+        };
+        if n <= 4096 {
+            for id in 0..n as u32 {
+                consider(id, self);
+            }
+        } else {
+            for _ in 0..256 {
+                let id = (self.next_random() % n as u64) as u32;
+                consider(id, self);
+            }
+        }
+        best.map(|(_, id)| id)
+    }
+
+    /// Evaluates the oldest small segments of one TTL bucket: read items
+    /// move to the main pool, the rest are evicted as ghosts.
+    fn evaluate_small(&mut self, now: u32, small: usize) -> bool {
+        let Some(mut first) = self.oldest_small() else {
+            return false;
+        };
+        // The bucket's oldest small segment (they are usually contiguous).
+        loop {
+            let prev = self.segs.headers[first as usize].prev;
+            if !self.sealed(prev) || self.admission.is_main(prev) {
+                break;
+            }
+            first = prev;
+        }
+        let header = &self.segs.headers[first as usize];
+        let bucket = header.ttl_bucket as usize;
+        if header.expire_at != 0 && header.expire_at <= now + NEAR_EXPIRY_SECS {
+            self.evict_segment(first);
+            return true;
+        }
+        // Evaluate a quarter of the small pool at most, so the youngest
+        // segment evaluated has had most of its time on probation.
+        let limit = (small / exp()[3]).clamp(1, MERGE_MAX - 1);
+        let mut chain = [NONE; MERGE_MAX];
+        let mut len = 0;
+        let seg_size = self.segs.segment_size();
+        let prev = self.segs.headers[first as usize].prev;
+        // Top up the main segment just before, if it has room.
+        let forced = if self.sealed(prev)
+            && self.admission.is_main(prev)
+            && (self.segs.headers[prev as usize].live_bytes as usize) < seg_size - seg_size / 8
+        {
+            chain[0] = prev;
+            len = 1;
+            1
+        } else {
+            0
+        };
+        let mut at = first;
+        while len < MERGE_MAX
+            && len - forced < limit.max(2 - forced)
+            && self.sealed(at)
+            && !self.admission.is_main(at)
+        {
+            chain[len] = at;
+            len += 1;
+            at = self.segs.headers[at as usize].next;
+        }
+        dbg(0, 1);
+        dbg(1, forced as u64);
+        dbg(2, (len - forced) as u64);
+        self.merge_chain(
+            bucket,
+            &chain[..len],
+            Plan {
+                forced,
+                min_freq: exp()[2],
+                may_keep_all: true,
+                ghosts: Some(false),
+                main: true,
+            },
+        )
+    }
+
+    /// A main-pool merge in a TTL bucket chosen in proportion to its main
+    /// segments; false if no bucket has two sealed main segments in a row.
+    fn merge_main(&mut self, now: u32) -> bool {
+        let n = self.segs.count();
         for _ in 0..8 {
-            let seed = (self.next_random() % self.segs.count() as u64) as usize;
-            if self.segs.headers[seed].state == SegState::Free {
+            let seed = (self.next_random() % n as u64) as u32;
+            if self.segs.headers[seed as usize].state == SegState::Free
+                || !self.admission.is_main(seed)
+            {
                 continue;
             }
-            let bucket = self.segs.headers[seed].ttl_bucket as usize;
+            let bucket = self.segs.headers[seed as usize].ttl_bucket as usize;
             if self.merge_bucket(bucket, now) {
                 return true;
             }
@@ -137,11 +302,11 @@ impl Segcache {
     }
 
     /// Looks in every bucket, oldest segments first, for a run of up to
-    /// MERGE_MAX consecutive sealed segments that is at most 3/4 live and
-    /// whose live bytes fit in fewer segments, and packs it into as few as
-    /// they need, evicting nothing. The 3/4 bound caps the copying at three
-    /// bytes moved per byte freed; fuller runs are left to eviction. Reads
-    /// only segment headers until it finds one.
+    /// MERGE_MAX consecutive sealed segments of one pool that is at most
+    /// 3/4 live and whose live bytes fit in fewer segments, and packs it
+    /// into as few as they need, evicting nothing. The 3/4 bound caps the
+    /// copying at three bytes moved per byte freed; fuller runs are left to
+    /// eviction. Reads only segment headers until it finds one.
     fn compact_any(&mut self) -> bool {
         let seg_size = self.segs.segment_size();
         // Items do not split across segments: leave 1/32 for the ends.
@@ -152,23 +317,31 @@ impl Segcache {
             }
             let mut start = self.ttl.buckets[bucket].head;
             while start != NONE {
+                let main = self.admission.is_main(start);
                 let mut run = [NONE; MERGE_MAX];
                 let mut n = 0;
                 let mut live = 0;
                 let mut at = start;
-                while n < MERGE_MAX
-                    && at != NONE
-                    && self.segs.headers[at as usize].state == SegState::Sealed
-                {
+                while n < MERGE_MAX && self.sealed(at) && self.admission.is_main(at) == main {
                     run[n] = at;
                     live += self.segs.headers[at as usize].live_bytes as usize;
                     n += 1;
                     at = self.segs.headers[at as usize].next;
                 }
                 let outputs = live.div_ceil(usable).max(1);
-                if n >= 2 && outputs < n && live * 4 <= n * seg_size * 3 {
-                    self.merge_chain(bucket, &run[..n], outputs);
-                    return true;
+                if n >= 2 && outputs < n && live * 32 <= n * seg_size * exp()[4] {
+                    dbg(5, 1);
+                    return self.merge_chain(
+                        bucket,
+                        &run[..n],
+                        Plan {
+                            forced: n,
+                            min_freq: 0,
+                            may_keep_all: false,
+                            ghosts: None,
+                            main,
+                        },
+                    );
                 }
                 start = self.segs.headers[start as usize].next;
             }
@@ -176,21 +349,16 @@ impl Segcache {
         false
     }
 
-    /// An evicting merge in `bucket`, from its cursor (or its head): take
-    /// segments until they hold MERGE_RATIO segments' worth of live bytes,
-    /// keep the most-read one segment's worth.
+    /// A main-pool merge in `bucket`, from its cursor (or its head).
     fn merge_bucket(&mut self, bucket: usize, now: u32) -> bool {
         let head = self.ttl.buckets[bucket].head;
         let cursor = self.ttl.buckets[bucket].merge_cursor;
         let seg_size = self.segs.segment_size();
         for start in [cursor, head] {
-            if start == NONE {
+            if !self.sealed(start) || !self.admission.is_main(start) {
                 continue;
             }
             let start_header = &self.segs.headers[start as usize];
-            if start_header.state != SegState::Sealed {
-                continue;
-            }
             if start_header.expire_at != 0 && start_header.expire_at <= now + NEAR_EXPIRY_SECS {
                 // About to expire anyway: free it whole.
                 self.ttl.buckets[bucket].merge_cursor = start_header.next;
@@ -201,10 +369,10 @@ impl Segcache {
             let mut len = 0;
             let mut total = 0;
             let mut at = start;
-            while at != NONE
-                && len < MERGE_MAX
+            while len < MERGE_MAX
                 && (len < 2 || total < MERGE_RATIO * seg_size)
-                && self.segs.headers[at as usize].state == SegState::Sealed
+                && self.sealed(at)
+                && self.admission.is_main(at)
             {
                 chain[len] = at;
                 total += self.segs.headers[at as usize].live_bytes as usize;
@@ -212,27 +380,38 @@ impl Segcache {
                 at = self.segs.headers[at as usize].next;
             }
             if len >= 2 {
-                self.merge_chain(bucket, &chain[..len], 1);
-                return true;
+                let plan = Plan {
+                    forced: 0,
+                    min_freq: 1,
+                    may_keep_all: false,
+                    ghosts: Some(true),
+                    main: true,
+                };
+                dbg(3, 1);
+                dbg(4, len as u64);
+                if self.merge_chain(bucket, &chain[..len], plan) {
+                    return true;
+                }
             }
         }
         false
     }
 
-    /// Keeps the most-read `outputs` segments' worth of the chain's live
-    /// items, packed in chain order into its first `outputs` segments;
-    /// evicts the rest and frees the other segments. Packing in order never
-    /// writes ahead of what is still to be read: an item is either copied
-    /// into an earlier segment or moved forward within its own.
-    fn merge_chain(&mut self, bucket: usize, chain: &[u32], outputs: usize) {
-        debug_assert!(outputs >= 1 && outputs < chain.len());
+    /// Packs the chain's kept items, in chain order, into its first
+    /// segments (the outputs) and evicts the rest; frees the other
+    /// segments. Packing in order never writes ahead of what is still to be
+    /// read: an item is either copied into an earlier segment or moved
+    /// forward within its own. Returns false, changing nothing, if the plan
+    /// cannot free a segment and may not keep everything.
+    fn merge_chain(&mut self, bucket: usize, chain: &[u32], plan: Plan) -> bool {
         let seg_size = self.segs.segment_size();
+        let usable = seg_size - seg_size / 32;
         // Pass 1: the live items with their hashes and access counts, and
         // the bytes at each count.
         let mut live = std::mem::take(&mut self.merge_scratch);
         live.clear();
         let mut histogram = [0usize; 128];
-        let mut live_bytes = 0usize;
+        let mut forced_bytes = 0usize;
         let mut expire_at = 0u32;
         for (index, &src) in chain.iter().enumerate() {
             for (offset, item) in self.segs.item_offsets(src) {
@@ -240,14 +419,18 @@ impl Segcache {
                 let loc = Location { seg: src, offset };
                 if let Some((bucket, slot, info)) = self.table.locate(hash, loc) {
                     let freq = hashtable::frequency(info);
-                    histogram[freq as usize] += item.size();
-                    live_bytes += item.size();
+                    if index < plan.forced {
+                        forced_bytes += item.size();
+                    } else {
+                        histogram[freq as usize] += item.size();
+                    }
                     live.push(LiveItem {
+                        hash,
+                        offset,
+                        bucket: bucket as u32,
                         index: index as u8,
                         slot: slot as u8,
                         freq,
-                        offset,
-                        bucket: bucket as u32,
                     });
                 }
             }
@@ -256,11 +439,29 @@ impl Segcache {
                 expire_at = deadline;
             }
         }
+        // How many outputs: enough for the forced items and those read at
+        // least `min_freq` times, at least one, at most one fewer than the
+        // chain unless it may keep everything.
+        let wanted: usize = forced_bytes + histogram[plan.min_freq..].iter().sum::<usize>();
+        let max_outputs = if plan.may_keep_all {
+            chain.len()
+        } else {
+            chain.len() - 1
+        };
+        let mut outputs = wanted.div_ceil(usable).clamp(1, max_outputs.max(1));
+        if exp()[1] == 1 && !plan.may_keep_all && plan.forced == 0 {
+            outputs = 1;
+        }
+        if chain.is_empty() || (!plan.may_keep_all && chain.len() < 2) || forced_bytes > outputs * usable
+        {
+            self.merge_scratch = live;
+            return false;
+        }
         // The lowest access count at which the survivors fit; items one
         // count below it fill whatever room is left, in order.
-        let room = outputs * seg_size;
-        let mut cutoff = 0usize;
-        let mut kept_bytes = live_bytes;
+        let room = outputs * seg_size - forced_bytes;
+        let mut cutoff = plan.min_freq;
+        let mut kept_bytes: usize = histogram[cutoff..].iter().sum();
         while kept_bytes > room {
             kept_bytes -= histogram[cutoff];
             cutoff += 1;
@@ -278,11 +479,12 @@ impl Segcache {
         let mut written = [(0usize, 0u32); MERGE_MAX];
         let mut evicted = 0u64;
         for &LiveItem {
+            hash,
+            offset,
+            bucket,
             index,
             slot,
             freq,
-            offset,
-            bucket,
         } in &live
         {
             let (bucket, slot) = (bucket as usize, slot as usize);
@@ -291,7 +493,8 @@ impl Segcache {
                 offset,
             };
             let size = self.segs.item(from).size();
-            let wanted = freq as usize >= cutoff
+            let wanted = (index as usize) < plan.forced
+                || freq as usize >= cutoff
                 || (freq as usize + 1 == cutoff && size <= borderline_room && {
                     borderline_room -= size;
                     true
@@ -309,12 +512,20 @@ impl Segcache {
                 if from != to {
                     self.segs.copy(from, to, size);
                 }
-                self.table.move_slot(bucket, slot, to);
+                // Survivors age (their count halves); a forced item that
+                // stays where it is keeps its count.
+                if from != to || (index as usize) >= plan.forced {
+                    self.table.move_slot(bucket, slot, to);
+                }
                 write += size;
                 written[out].0 += size;
                 written[out].1 += 1;
             } else {
                 self.table.clear_at(bucket, slot);
+                if let Some(from_main) = plan.ghosts {
+                    dbg(6, 1);
+                    self.admission.ghosts.insert(hash, from_main);
+                }
                 evicted += 1;
             }
         }
@@ -331,7 +542,9 @@ impl Segcache {
                 header.expire_at = expire_at;
                 self.counters.items += items as u64;
                 self.counters.live_bytes += bytes as u64;
+                self.admission.set_main(src, plan.main);
             } else {
+                dbg(7, 1);
                 header.live_items = 0;
                 header.live_bytes = 0;
                 self.retire_segment(src);
@@ -341,6 +554,7 @@ impl Segcache {
         self.counters.evictions += evicted;
         self.counters.merges += 1;
         self.ttl.buckets[bucket].merge_cursor = self.segs.headers[chain[outputs - 1] as usize].next;
+        true
     }
 }
 

@@ -37,11 +37,13 @@
 //! `segments` (heap and segment headers), `ttl` (TTL buckets), `eviction`,
 //! `cache` (the operations), `builder` (configuration), `clock`.
 
+mod admission;
 mod builder;
 mod cache;
 mod clock;
 mod error;
 mod eviction;
+mod ghost;
 mod hashtable;
 mod item;
 mod memory;
@@ -71,3 +73,8 @@ pub use storage::{
     Client, Request, Response, StorageConfig, StorageHandle, StorageThread, TrySubmitError,
 };
 pub use ttl::MAX_TTL;
+
+#[doc(hidden)]
+pub fn debug_counters() -> Vec<u64> {
+    eviction::DBG.iter().map(|a| a.load(std::sync::atomic::Ordering::Relaxed)).collect()
+}
