@@ -17,7 +17,7 @@ use crate::ghost::Ghosts;
 pub(crate) const SMALL_PERCENT: u64 = 10;
 /// Bounds of the small pool's share as it adapts.
 pub(crate) const MIN_SMALL_PERCENT: u64 = 2;
-pub(crate) const MAX_SMALL_PERCENT: u64 = 90;
+pub(crate) const MAX_SMALL_PERCENT: u64 = 50;
 /// Bytes the small target moves per ghost hit, per byte of the item.
 const ADAPT_STEP: u64 = 1;
 
@@ -99,7 +99,9 @@ impl Admission {
                     self.heap_bytes * MIN_SMALL_PERCENT / 100,
                     self.heap_bytes * MAX_SMALL_PERCENT / 100,
                 );
-                true
+                // Only a key back from probation starts warm: main's
+                // ghosts steer the target, as S3-FIFO readmits none of them.
+                !from_main
             }
         }
     }

@@ -781,11 +781,11 @@ impl Segcache {
                 if let Some(old) = replaced {
                     self.account_unlinked(hashtable::location(old));
                 } else if self.eviction == Eviction::Merge && self.admission.readmit(hash, size) {
-                    crate::eviction::DBG[1].fetch_add(1000000, std::sync::atomic::Ordering::Relaxed);
                     // Evicted unread from probation and back already: one
                     // access, so the next evaluation promotes it.
                     if let Some((bucket, slot, _)) = self.table.locate(hash, loc) {
-                        self.table.record_access(bucket, slot, now);
+                        self.table
+                            .set_frequency(bucket, slot, crate::eviction::PROMOTE_FREQ);
                     }
                 }
                 if let Some(victim) = evicted {

@@ -8,7 +8,7 @@
 //! 1. *Compaction*: if a run of up to [`MERGE_MAX`] consecutive sealed
 //!    segments of one pool has been thinned out (deletes, overwrites,
 //!    segments sealed young) so that its live items fit in fewer segments
-//!    at no more than 3/4 live, it is packed in place; nothing is evicted.
+//!    at no more than 7/8 live, it is packed in place; nothing is evicted.
 //! 2. While the small pool is over its share of the segments in use, the
 //!    oldest small segments (a few consecutive ones of one TTL bucket, the
 //!    more the bigger the pool) are *evaluated*: items read since they were
@@ -29,25 +29,6 @@
 //! decides *when* to evict; the write path calls [`Segcache::evict`] when it
 //! needs a segment.
 
-use crate::admission::SMALL_PERCENT;
-
-pub static DBG: [std::sync::atomic::AtomicU64; 8] = [const { std::sync::atomic::AtomicU64::new(0) }; 8];
-fn dbg(i: usize, n: u64) {
-    DBG[i].fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-}
-/// TEMPORARY experiment knobs: small%, main mode, small min freq, limit divisor.
-pub(crate) fn exp() -> [usize; 6] {
-    static K: std::sync::OnceLock<[usize; 6]> = std::sync::OnceLock::new();
-    *K.get_or_init(|| {
-        let mut k = [SMALL_PERCENT as usize, 0, 1, 4, 24, 0];
-        if let Ok(v) = std::env::var("SEGCACHE_EXP") {
-            for (i, x) in v.split(',').enumerate().take(6) {
-                k[i] = x.parse().unwrap();
-            }
-        }
-        k
-    })
-}
 use crate::builder::Eviction;
 use crate::hashtable::{self, Location};
 use crate::segments::{SegState, NONE};
@@ -64,12 +45,16 @@ pub(crate) const MERGE_RATIO: usize = 4;
 pub(crate) struct LiveItem {
     hash: u64,
     offset: u32,
+    size: u32,
     bucket: u32,
     /// Position of its segment in the chain.
     index: u8,
     slot: u8,
     freq: u8,
 }
+
+/// Accesses that promote an item from the small pool to main.
+pub(crate) const PROMOTE_FREQ: u8 = 1;
 
 /// A segment this close to its deadline is evicted outright, not merged.
 const NEAR_EXPIRY_SECS: u32 = 20;
@@ -240,7 +225,7 @@ impl Segcache {
         }
         // Evaluate a quarter of the small pool at most, so the youngest
         // segment evaluated has had most of its time on probation.
-        let limit = (small / exp()[3]).clamp(1, MERGE_MAX - 1);
+        let limit = (small / 4).clamp(1, MERGE_MAX - 1);
         let mut chain = [NONE; MERGE_MAX];
         let mut len = 0;
         let seg_size = self.segs.segment_size();
@@ -266,15 +251,12 @@ impl Segcache {
             len += 1;
             at = self.segs.headers[at as usize].next;
         }
-        dbg(0, 1);
-        dbg(1, forced as u64);
-        dbg(2, (len - forced) as u64);
         self.merge_chain(
             bucket,
             &chain[..len],
             Plan {
                 forced,
-                min_freq: exp()[2],
+                min_freq: PROMOTE_FREQ as usize,
                 may_keep_all: true,
                 ghosts: Some(false),
                 main: true,
@@ -303,14 +285,19 @@ impl Segcache {
 
     /// Looks in every bucket, oldest segments first, for a run of up to
     /// MERGE_MAX consecutive sealed segments of one pool that is at most
-    /// 3/4 live and whose live bytes fit in fewer segments, and packs it
-    /// into as few as they need, evicting nothing. The 3/4 bound caps the
-    /// copying at three bytes moved per byte freed; fuller runs are left to
+    /// 7/8 live and whose live bytes fit in fewer segments, and packs it
+    /// into as few as they need, evicting nothing. The 7/8 bound caps the
+    /// copying at seven bytes moved per byte freed (dead bytes left by
+    /// overwrites are memory lost to every item; 3/4 left a sixth of the
+    /// heap dead on overwrite-heavy workloads); fuller runs are left to
     /// eviction. Reads only segment headers until it finds one.
     fn compact_any(&mut self) -> bool {
         let seg_size = self.segs.segment_size();
         // Items do not split across segments: leave 1/32 for the ends.
         let usable = seg_size - seg_size / 32;
+        // Large items may not pack as the byte counts promise: a run found
+        // not to fit is skipped, and at most two are tried per call.
+        let mut tries = 2;
         for bucket in 0..BUCKETS {
             if self.ttl.buckets[bucket].segments < 2 {
                 continue;
@@ -329,19 +316,18 @@ impl Segcache {
                     at = self.segs.headers[at as usize].next;
                 }
                 let outputs = live.div_ceil(usable).max(1);
-                if n >= 2 && outputs < n && live * 32 <= n * seg_size * exp()[4] {
-                    dbg(5, 1);
-                    return self.merge_chain(
-                        bucket,
-                        &run[..n],
-                        Plan {
-                            forced: n,
-                            min_freq: 0,
-                            may_keep_all: false,
-                            ghosts: None,
-                            main,
-                        },
-                    );
+                if n >= 2 && outputs < n && live * 8 <= n * seg_size * 7 && tries > 0 {
+                    tries -= 1;
+                    let plan = Plan {
+                        forced: n,
+                        min_freq: 0,
+                        may_keep_all: false,
+                        ghosts: None,
+                        main,
+                    };
+                    if self.merge_chain(bucket, &run[..n], plan) {
+                        return true;
+                    }
                 }
                 start = self.segs.headers[start as usize].next;
             }
@@ -387,8 +373,6 @@ impl Segcache {
                     ghosts: Some(true),
                     main: true,
                 };
-                dbg(3, 1);
-                dbg(4, len as u64);
                 if self.merge_chain(bucket, &chain[..len], plan) {
                     return true;
                 }
@@ -427,6 +411,7 @@ impl Segcache {
                     live.push(LiveItem {
                         hash,
                         offset,
+                        size: item.size() as u32,
                         bucket: bucket as u32,
                         index: index as u8,
                         slot: slot as u8,
@@ -448,18 +433,14 @@ impl Segcache {
         } else {
             chain.len() - 1
         };
-        let mut outputs = wanted.div_ceil(usable).clamp(1, max_outputs.max(1));
-        if exp()[1] == 1 && !plan.may_keep_all && plan.forced == 0 {
-            outputs = 1;
-        }
-        if chain.is_empty() || (!plan.may_keep_all && chain.len() < 2) || forced_bytes > outputs * usable
-        {
+        if max_outputs == 0 || forced_bytes > max_outputs * seg_size {
             self.merge_scratch = live;
             return false;
         }
+        let mut outputs = wanted.div_ceil(usable).clamp(1, max_outputs);
         // The lowest access count at which the survivors fit; items one
         // count below it fill whatever room is left, in order.
-        let room = outputs * seg_size - forced_bytes;
+        let room = (outputs * seg_size).saturating_sub(forced_bytes);
         let mut cutoff = plan.min_freq;
         let mut kept_bytes: usize = histogram[cutoff..].iter().sum();
         while kept_bytes > room {
@@ -467,6 +448,34 @@ impl Segcache {
             cutoff += 1;
         }
         let mut borderline_room = room - kept_bytes;
+        // Items do not split across segments: check that packing in order
+        // really keeps every item it must (forced ones, those at or above
+        // the cutoff); if not, no borderline items, then more outputs, then
+        // a higher cutoff; give up if even the forced items do not fit.
+        loop {
+            let fits = pack(
+                &live,
+                plan.forced,
+                cutoff,
+                borderline_room,
+                outputs,
+                seg_size,
+                |_, _| {},
+            );
+            if fits {
+                break;
+            }
+            if borderline_room > 0 {
+                borderline_room = 0;
+            } else if outputs < max_outputs {
+                outputs += 1;
+            } else if cutoff < 128 {
+                cutoff += 1;
+            } else {
+                self.merge_scratch = live;
+                return false;
+            }
+        }
         // Items in the output segments move: a new generation means no CAS
         // token of a moved or removed item can match a later item there.
         for &dst in &chain[..outputs] {
@@ -474,61 +483,52 @@ impl Segcache {
             h.generation = h.generation.wrapping_add(1);
         }
         // Pass 2: pack survivors into the outputs, unlink the rest.
-        let mut out = 0usize;
-        let mut write = 0usize;
         let mut written = [(0usize, 0u32); MERGE_MAX];
         let mut evicted = 0u64;
-        for &LiveItem {
-            hash,
-            offset,
-            bucket,
-            index,
-            slot,
-            freq,
-        } in &live
-        {
-            let (bucket, slot) = (bucket as usize, slot as usize);
-            let from = Location {
-                seg: chain[index as usize],
-                offset,
-            };
-            let size = self.segs.item(from).size();
-            let wanted = (index as usize) < plan.forced
-                || freq as usize >= cutoff
-                || (freq as usize + 1 == cutoff && size <= borderline_room && {
-                    borderline_room -= size;
-                    true
-                });
-            if wanted && write + size > seg_size && out + 1 < outputs {
-                out += 1;
-                write = 0;
-            }
-            if wanted && write + size <= seg_size {
-                debug_assert!(out <= index as usize, "packing never runs ahead of reading");
-                let to = Location {
-                    seg: chain[out],
-                    offset: write as u32,
+        pack(
+            &live,
+            plan.forced,
+            cutoff,
+            borderline_room,
+            outputs,
+            seg_size,
+            |item, to| {
+                let (bucket, slot) = (item.bucket as usize, item.slot as usize);
+                let from = Location {
+                    seg: chain[item.index as usize],
+                    offset: item.offset,
                 };
-                if from != to {
-                    self.segs.copy(from, to, size);
+                match to {
+                    Some((out, write)) => {
+                        debug_assert!(
+                            out <= item.index as usize,
+                            "packing never runs ahead of reading"
+                        );
+                        let to = Location {
+                            seg: chain[out],
+                            offset: write as u32,
+                        };
+                        if from != to {
+                            self.segs.copy(from, to, item.size as usize);
+                        }
+                        // Survivors age (their count halves); a forced item
+                        // that stays where it is keeps its count.
+                        if from != to || (item.index as usize) >= plan.forced {
+                            self.table.move_slot(bucket, slot, to);
+                        }
+                        written[out].0 += item.size as usize;
+                        written[out].1 += 1;
+                    }
+                    None => {
+                        self.table.clear_at(bucket, slot);
+                        if let Some(from_main) = plan.ghosts {
+                            self.admission.ghosts.insert(item.hash, from_main);
+                        }
+                        evicted += 1;
+                    }
                 }
-                // Survivors age (their count halves); a forced item that
-                // stays where it is keeps its count.
-                if from != to || (index as usize) >= plan.forced {
-                    self.table.move_slot(bucket, slot, to);
-                }
-                write += size;
-                written[out].0 += size;
-                written[out].1 += 1;
-            } else {
-                self.table.clear_at(bucket, slot);
-                if let Some(from_main) = plan.ghosts {
-                    dbg(6, 1);
-                    self.admission.ghosts.insert(hash, from_main);
-                }
-                evicted += 1;
-            }
-        }
+            },
+        );
         self.merge_scratch = live;
         for (index, &src) in chain.iter().enumerate() {
             let header = &mut self.segs.headers[src as usize];
@@ -544,7 +544,6 @@ impl Segcache {
                 self.counters.live_bytes += bytes as u64;
                 self.admission.set_main(src, plan.main);
             } else {
-                dbg(7, 1);
                 header.live_items = 0;
                 header.live_bytes = 0;
                 self.retire_segment(src);
@@ -556,6 +555,49 @@ impl Segcache {
         self.ttl.buckets[bucket].merge_cursor = self.segs.headers[chain[outputs - 1] as usize].next;
         true
     }
+}
+
+/// Packs the chain's live items, in order, into `outputs` segments of
+/// `seg_size` bytes: forced items and those read at least `cutoff` times
+/// must stay, items one count below fill up to `borderline_room` bytes, the
+/// rest go. Calls `place` with each item and its (output, offset), or
+/// `None` if it goes; returns false (after placing what it could) if an
+/// item that must stay did not fit.
+fn pack(
+    live: &[LiveItem],
+    forced: usize,
+    cutoff: usize,
+    mut borderline_room: usize,
+    outputs: usize,
+    seg_size: usize,
+    mut place: impl FnMut(&LiveItem, Option<(usize, usize)>),
+) -> bool {
+    let (mut out, mut write) = (0usize, 0usize);
+    let mut all_kept = true;
+    for item in live {
+        let size = item.size as usize;
+        let must = (item.index as usize) < forced || item.freq as usize >= cutoff;
+        let borderline = !must && item.freq as usize + 1 == cutoff && size <= borderline_room;
+        if !(must || borderline) {
+            place(item, None);
+            continue;
+        }
+        if write + size > seg_size && out + 1 < outputs {
+            out += 1;
+            write = 0;
+        }
+        if write + size <= seg_size {
+            if borderline {
+                borderline_room -= size;
+            }
+            place(item, Some((out, write)));
+            write += size;
+        } else {
+            all_kept &= !must;
+            place(item, None);
+        }
+    }
+    all_kept
 }
 
 #[cfg(test)]

@@ -118,7 +118,10 @@ mod tests {
         let found = (0..500)
             .filter(|&i| g.take(mix(i)) == Some(i % 3 == 0))
             .count();
-        assert!(found >= 480, "recent ghosts found with their pool: {found}/500");
+        assert!(
+            found >= 480,
+            "recent ghosts found with their pool: {found}/500"
+        );
         let again = (0..500).filter(|&i| g.take(mix(i)).is_some()).count();
         assert!(again <= 2, "a take forgets: {again}");
         let strangers = (10_000..20_000)

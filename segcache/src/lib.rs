@@ -73,8 +73,3 @@ pub use storage::{
     Client, Request, Response, StorageConfig, StorageHandle, StorageThread, TrySubmitError,
 };
 pub use ttl::MAX_TTL;
-
-#[doc(hidden)]
-pub fn debug_counters() -> Vec<u64> {
-    eviction::DBG.iter().map(|a| a.load(std::sync::atomic::Ordering::Relaxed)).collect()
-}

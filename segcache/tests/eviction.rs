@@ -147,7 +147,6 @@ fn zipf_hit_ratio(policy: Eviction, alpha: f64) -> f64 {
             cache.set(&k, &value_for(key, 100), 0, None).unwrap();
         }
     }
-    eprintln!("{policy:?} {:?} {:?}", cache.stats(), segcache::debug_counters());
     hits as f64 / requests as f64
 }
 
