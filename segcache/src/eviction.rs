@@ -32,7 +32,7 @@
 use crate::builder::Eviction;
 use crate::hashtable::{self, Location};
 use crate::segments::{SegState, NONE};
-use crate::ttl::BUCKETS;
+use crate::ttl::{self, BUCKETS};
 use crate::{Error, Segcache};
 
 /// Most segments one merge pass reads.
@@ -159,9 +159,32 @@ impl Segcache {
         id != NONE && self.segs.headers[id as usize].state == SegState::Sealed
     }
 
+    /// Merge-eviction steps until one frees a segment (an evaluation may
+    /// only move segments to main). After a few steps that free nothing,
+    /// or if no step is possible, the oldest small segment is evicted
+    /// whole; false if there is none.
+    fn merge_evict(&mut self, now: u32) -> bool {
+        let free = self.segs.free_count();
+        for _ in 0..4 {
+            if !self.merge_step(now) {
+                break;
+            }
+            if self.segs.free_count() > free {
+                return true;
+            }
+        }
+        match self.oldest_small() {
+            Some(id) => {
+                self.evict_segment(id);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// One merge-eviction step: a compaction, an evaluation of small
     /// segments or a main-pool merge; false if none is possible.
-    fn merge_evict(&mut self, now: u32) -> bool {
+    fn merge_step(&mut self, now: u32) -> bool {
         if self.compact_any() {
             return true;
         }
@@ -242,11 +265,19 @@ impl Segcache {
             0
         };
         let mut at = first;
+        let mut range = (0, 0);
+        if forced == 1 {
+            range = self.widen(bucket, range, prev).unwrap_or_default();
+        }
         while len < MERGE_MAX
             && len - forced < limit.max(2 - forced)
             && self.sealed(at)
             && !self.admission.is_main(at)
         {
+            let Some(wider) = self.widen(bucket, range, at) else {
+                break;
+            };
+            range = wider;
             chain[len] = at;
             len += 1;
             at = self.segs.headers[at as usize].next;
@@ -309,7 +340,12 @@ impl Segcache {
                 let mut n = 0;
                 let mut live = 0;
                 let mut at = start;
+                let mut range = (0, 0);
                 while n < MERGE_MAX && self.sealed(at) && self.admission.is_main(at) == main {
+                    let Some(wider) = self.widen(bucket, range, at) else {
+                        break;
+                    };
+                    range = wider;
                     run[n] = at;
                     live += self.segs.headers[at as usize].live_bytes as usize;
                     n += 1;
@@ -355,11 +391,16 @@ impl Segcache {
             let mut len = 0;
             let mut total = 0;
             let mut at = start;
+            let mut range = (0, 0);
             while len < MERGE_MAX
                 && (len < 2 || total < MERGE_RATIO * seg_size)
                 && self.sealed(at)
                 && self.admission.is_main(at)
             {
+                let Some(wider) = self.widen(bucket, range, at) else {
+                    break;
+                };
+                range = wider;
                 chain[len] = at;
                 total += self.segs.headers[at as usize].live_bytes as usize;
                 len += 1;
@@ -381,6 +422,22 @@ impl Segcache {
         false
     }
 
+    /// The deadline range (earliest, latest; 0 = none yet) of a run of
+    /// segments after adding `id`, or `None` if merging it would let an
+    /// item expire earlier than the bucket's precision allows
+    /// (`ttl::spread`): a merged segment expires with its earliest item.
+    fn widen(&self, bucket: usize, (first, last): (u32, u32), id: u32) -> Option<(u32, u32)> {
+        let h = &self.segs.headers[id as usize];
+        if h.expire_at == 0 {
+            return Some((first, last));
+        }
+        if first == 0 {
+            return Some((h.expire_at, h.expire_last));
+        }
+        let range = (first.min(h.expire_at), last.max(h.expire_last));
+        (range.1 - range.0 <= ttl::spread(bucket)).then_some(range)
+    }
+
     /// Packs the chain's kept items, in chain order, into its first
     /// segments (the outputs) and evicts the rest; frees the other
     /// segments. Packing in order never writes ahead of what is still to be
@@ -396,7 +453,7 @@ impl Segcache {
         live.clear();
         let mut histogram = [0usize; 128];
         let mut forced_bytes = 0usize;
-        let mut expire_at = 0u32;
+        let (mut expire_at, mut expire_last) = (0u32, 0u32);
         for (index, &src) in chain.iter().enumerate() {
             for (offset, item) in self.segs.item_offsets(src) {
                 let hash = self.table.hash(item.key());
@@ -419,10 +476,11 @@ impl Segcache {
                     });
                 }
             }
-            let deadline = self.segs.headers[src as usize].expire_at;
-            if deadline != 0 && (expire_at == 0 || deadline < expire_at) {
-                expire_at = deadline;
+            let header = &self.segs.headers[src as usize];
+            if header.expire_at != 0 && (expire_at == 0 || header.expire_at < expire_at) {
+                expire_at = header.expire_at;
             }
+            expire_last = expire_last.max(header.expire_last);
         }
         // How many outputs: enough for the forced items and those read at
         // least `min_freq` times, at least one, at most one fewer than the
@@ -540,6 +598,7 @@ impl Segcache {
                 header.live_bytes = bytes as u32;
                 header.live_items = items;
                 header.expire_at = expire_at;
+                header.expire_last = expire_last;
                 self.counters.items += items as u64;
                 self.counters.live_bytes += bytes as u64;
                 self.admission.set_main(src, plan.main);
@@ -630,7 +689,7 @@ mod tests {
             ];
             for i in 0..20_000u32 {
                 let key = format!("key-{i}");
-                c.set(key.as_bytes(), &[i as u8; 90], 0, ttls[i as usize % 3])
+                c.set(key.as_bytes(), [i as u8; 90], 0, ttls[i as usize % 3])
                     .unwrap_or_else(|e| panic!("{policy:?}: {e}"));
                 assert_eq!(c.get(key.as_bytes()).unwrap().value(), &[i as u8; 90][..]);
             }
@@ -659,7 +718,7 @@ mod tests {
             rng ^= rng >> 7;
             rng ^= rng << 17;
             let k = rng % 300;
-            c.set(format!("k{k:03}").as_bytes(), &[round as u8; 80], 0, None)
+            c.set(format!("k{k:03}").as_bytes(), [round as u8; 80], 0, None)
                 .unwrap();
         }
         for k in 0..300u64 {
@@ -694,7 +753,7 @@ mod tests {
                     "hot k{h} lost at {i}"
                 );
             }
-            c.set(format!("k{i}").as_bytes(), &[1u8; 80], 0, None)
+            c.set(format!("k{i}").as_bytes(), [1u8; 80], 0, None)
                 .unwrap();
         }
         let cold_present = (0..1000u32)
