@@ -344,7 +344,7 @@ impl SegcacheSim {
         typ: Typical,
     ) -> Result<SegcacheSim, String> {
         let err = |e: segcache::Error| format!("segcache build: {e:?}");
-        let segment_size = segment_size_for(budget, segment_size);
+        let segment_size = segment_size_for(budget, segment_size, typ);
         // Probes: fixed cost, per-bucket and per-segment cost from stats().
         let probe = |segments: usize, hp: u8| {
             Self::with_params(
@@ -390,13 +390,17 @@ impl SegcacheSim {
 /// segments of it a smaller power of two (at least 4 KiB), so the heap has
 /// at least about 128 segments: every TTL bucket in use keeps an open
 /// segment, and merge eviction's pools need segments to choose from (64
-/// segments lost 3-4% more misses on clusters 7 and 22 than 256).
-pub fn segment_size_for(budget: usize, segment_size: usize) -> usize {
-    if budget / 256 >= segment_size {
+/// segments lost 3-4% more misses on clusters 7 and 22 than 256); but
+/// never under four typical items.
+pub fn segment_size_for(budget: usize, segment_size: usize, typ: Typical) -> usize {
+    let by_count = if budget / 256 >= segment_size {
         segment_size
     } else {
         ((budget / 256).max(4096).next_power_of_two() / 2).max(4096)
-    }
+    };
+    // Room for a few typical items, so segments are not mostly ends.
+    let by_item = (4 * (typ.key_len + typ.value_len + 16)).next_power_of_two();
+    by_count.max(by_item).min(segment_size)
 }
 
 #[cfg(feature = "segcache-adapter")]
@@ -504,7 +508,7 @@ impl PelikanSim {
         typ: Typical,
         policy: PelikanPolicy,
     ) -> Result<PelikanSim, String> {
-        let segment_size = segment_size_for(budget, segment_size);
+        let segment_size = segment_size_for(budget, segment_size, typ);
         // Pelikan's item header is 12-16 bytes.
         let item = typ.key_len + typ.value_len + 14;
         let mut hp = 7u8;
