@@ -345,8 +345,8 @@ fn run_full_heap(configs: &[String], overfill: f64, segment_size: usize) -> Resu
         fullheap::VALUE,
         segment_size >> 10
     );
-    println!("| heap MiB | hash_power | table MiB | items held | table load | B/item all-in | overhead B/item | = item header | + table | + seg headers | + unused heap |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| heap MiB | hash_power | table MiB | items held | table load | B/item all-in | overhead B/item | = item header | + table | + seg headers | + ghosts | + unused heap |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut best: Option<(f64, String)> = None;
     for c in configs {
         let (heap, hp) = c
@@ -356,7 +356,7 @@ fn run_full_heap(configs: &[String], overfill: f64, segment_size: usize) -> Resu
         let r =
             fullheap::measure(heap << 20, segment_size, hp, overfill).map_err(|e| e.to_string())?;
         println!(
-            "| {heap} | {hp} | {:.0} | {} | {:.0}% | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} |",
+            "| {heap} | {hp} | {:.0} | {} | {:.0}% | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.1} |",
             r.stats.hash_table_bytes as f64 / MIB,
             r.stats.items,
             100.0 * r.table_load(),
@@ -365,6 +365,7 @@ fn run_full_heap(configs: &[String], overfill: f64, segment_size: usize) -> Resu
             r.item_header(),
             r.table_share(),
             r.header_share(),
+            r.admission_share(),
             r.slack_share()
         );
         if best.as_ref().is_none_or(|b| r.overhead() < b.0) {
