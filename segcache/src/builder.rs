@@ -277,6 +277,14 @@ impl Builder {
             let segs = Segments::with_heap(seg, segments, heap);
             return Ok(Segcache::new(segs, table, self.eviction, clock));
         };
+        // A save cut short leaves its temporary snapshot: never valid, and
+        // its space is better given to the heap.
+        persist::remove_leftover_tmp(&path).map_err(|e| {
+            Error::Persistence(format!(
+                "cannot remove {}: {e}",
+                persist::tmp_path(&path).display()
+            ))
+        })?;
         let heap = Heap::file(&path, seg * segments)
             .map_err(|e| Error::Persistence(format!("datapool {}: {e}", path.display())))?;
         let mut segs = Segments::with_heap(seg, segments, heap);

@@ -862,19 +862,33 @@ impl Segcache {
                 None => Ok((initial, 0)),
             };
         };
+        // memcached's order: an empty value is refused before the token is
+        // compared, the number is read after.
+        if self.segs.item(loc).value().is_empty() {
+            return Err(Error::NotNumeric);
+        }
         if opts.cas.is_some_and(|token| token != self.cas_at(loc)) {
             return Err(Error::Exists);
         }
         let raw = self.segs.item(loc);
         let value = parse_counter(raw.value()).ok_or(Error::NotNumeric)?;
-        let meta = Meta {
-            flags: raw.client_flags(),
-            ..Meta::default()
-        };
         let new = if opts.incr {
             value.wrapping_add(opts.delta)
         } else {
             value.saturating_sub(opts.delta)
+        };
+        let mut digits = [0u8; 20];
+        let text = format_u64(new, &mut digits);
+        // memcached updates in place when the digits fit the old value,
+        // keeping the item's marks; a longer number is a new item.
+        let meta = Meta {
+            flags: raw.client_flags(),
+            cas: None,
+            marks: if text.len() <= raw.value().len() {
+                raw.marks()
+            } else {
+                0
+            },
         };
         let ttl = match new_ttl {
             None => self.remaining_ttl(loc, now),
@@ -884,8 +898,6 @@ impl Segcache {
                 return Ok((new, 0));
             }
         };
-        let mut digits = [0u8; 20];
-        let text = format_u64(new, &mut digits);
         let loc = self.write(key, [text, &[]], &meta, ttl, now)?;
         Ok((new, self.cas_at(loc)))
     }
@@ -917,6 +929,8 @@ impl Segcache {
             self.unlink_item(key, loc);
             return Ok(None);
         };
+        // A touch counts as a fetch (memcached's `h`).
+        self.mark(loc, item::FETCHED);
         let bucket = ttl::bucket_for(ttl);
         let header = &mut self.segs.headers[loc.seg as usize];
         if header.ttl_bucket as usize == bucket {
@@ -994,11 +1008,17 @@ impl Segcache {
             marks & item::STALE != 0,
             marks & item::WIN_SENT != 0,
         );
-        let remaining = self.remaining_ttl(loc, now);
+        // Seconds left as `recache` judges them (None: never expires).
+        let left = match (opts.recache_after_touch, touch) {
+            (true, Some(None)) => Some(0),
+            (true, Some(Some(0))) => None,
+            (true, Some(Some(ttl))) => Some(ttl),
+            _ => Some(self.remaining_ttl(loc, now)).filter(|&s| s != 0),
+        };
         let recache = opts
             .recache
-            .is_some_and(|below| remaining != 0 && remaining < below);
-        let win = !won_before && (stale || recache);
+            .is_some_and(|below| left.is_some_and(|left| left < below));
+        let win = opts.win_tokens && !won_before && (stale || recache);
         let mut gone = false;
         if let Some(secs) = touch {
             match secs {
