@@ -9,6 +9,7 @@
 //! failed operation never loses or corrupts the item it would replace.
 //! Choosing what to evict lives in `eviction.rs`.
 
+use crate::admission::Admission;
 use crate::builder::Eviction;
 use crate::clock::Clock;
 use crate::hashtable::{self, HashTable, Inserted, Location, TableFull};
@@ -173,6 +174,9 @@ pub struct Stats {
     pub hash_table_bytes: u64,
     /// Bytes of segment headers and TTL bucket lists.
     pub segment_header_bytes: u64,
+    /// Merge eviction's admission state: ghost fingerprints of keys
+    /// recently evicted unread and one pool flag per segment.
+    pub admission_bytes: u64,
     /// Everything above together: all the memory the cache allocated.
     pub total_bytes: u64,
 }
@@ -194,6 +198,7 @@ impl std::ops::AddAssign<&Stats> for Stats {
         self.heap_bytes += o.heap_bytes;
         self.hash_table_bytes += o.hash_table_bytes;
         self.segment_header_bytes += o.segment_header_bytes;
+        self.admission_bytes += o.admission_bytes;
         self.total_bytes += o.total_bytes;
     }
 }
@@ -223,6 +228,8 @@ pub struct Segcache {
     pub(crate) rng: u64,
     /// Scratch space for the live items of a merge chain.
     pub(crate) merge_scratch: Vec<crate::eviction::LiveItem>,
+    /// Merge eviction's pools and ghosts.
+    pub(crate) admission: Admission,
     clock: Clock,
     /// A delayed flush: everything stored before this time goes.
     flush_at: Option<u32>,
@@ -349,6 +356,8 @@ impl Segcache {
         clock: Clock,
         restore_outcome: RestoreOutcome,
     ) -> Self {
+        let segments = segs.count();
+        let heap_bytes = segs.heap_bytes();
         Segcache {
             table,
             segs,
@@ -357,6 +366,7 @@ impl Segcache {
             counters,
             rng: 0x2545_f491_4f6c_dd1d,
             merge_scratch: Vec::new(),
+            admission: Admission::new(segments, heap_bytes),
             clock,
             flush_at: None,
             scratch: Vec::new(),
@@ -1167,6 +1177,7 @@ impl Segcache {
     pub fn clear(&mut self) {
         self.table.clear();
         self.segs.release_all();
+        self.admission.clear();
         self.ttl.clear();
         self.counters.items = 0;
         self.counters.live_bytes = 0;
@@ -1215,6 +1226,7 @@ impl Segcache {
         let table = self.table.bytes() as u64;
         let headers = (self.segs.header_bytes() + std::mem::size_of_val(&*self.ttl.buckets)) as u64;
         let free = self.segs.free_count() as u64;
+        let admission = self.admission.bytes() as u64;
         Stats {
             items: c.items,
             live_bytes: c.live_bytes,
@@ -1230,7 +1242,8 @@ impl Segcache {
             heap_bytes: heap,
             hash_table_bytes: table,
             segment_header_bytes: headers,
-            total_bytes: heap + table + headers,
+            admission_bytes: admission,
+            total_bytes: heap + table + headers + admission,
         }
     }
 
@@ -1285,6 +1298,13 @@ impl Segcache {
             Ok(Inserted { replaced, evicted }) => {
                 if let Some(old) = replaced {
                     self.account_unlinked(hashtable::location(old));
+                } else if self.eviction == Eviction::Merge && self.admission.readmit(hash, size) {
+                    // Evicted unread from probation and back already: one
+                    // access, so the next evaluation promotes it.
+                    if let Some((bucket, slot, _)) = self.table.locate(hash, loc) {
+                        self.table
+                            .set_frequency(bucket, slot, crate::eviction::PROMOTE_FREQ);
+                    }
                 }
                 if let Some(victim) = evicted {
                     self.account_unlinked(hashtable::location(victim));
@@ -1397,6 +1417,7 @@ impl Segcache {
 
     /// Takes an emptied segment out of its TTL bucket and frees it.
     pub(crate) fn retire_segment(&mut self, id: u32) {
+        self.admission.on_release(id);
         self.ttl.remove(&mut self.segs.headers, id);
         self.segs.release(id);
     }
