@@ -235,9 +235,9 @@ impl fmt::Display for DemoReport {
         )?;
         writeln!(
             f,
-            "  cache     Segcache::builder().build(): {:.0} MiB heap for items + {:.1} MiB hash table = {:.1} MiB in all",
+            "  cache     Segcache::builder().build(): {:.0} MiB heap for items + {:.1} MiB hash table and eviction state = {:.1} MiB in all",
             mib(s.heap_bytes),
-            mib(s.hash_table_bytes + s.segment_header_bytes),
+            mib(s.hash_table_bytes + s.segment_header_bytes + s.admission_bytes),
             mib(s.total_bytes)
         )?;
         writeln!(

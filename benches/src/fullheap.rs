@@ -57,6 +57,11 @@ impl FullHeap {
         self.stats.segment_header_bytes as f64 / self.stats.items.max(1) as f64
     }
 
+    /// Merge eviction's admission bytes (ghosts, pool flags) per item held.
+    pub fn admission_share(&self) -> f64 {
+        self.stats.admission_bytes as f64 / self.stats.items.max(1) as f64
+    }
+
     /// Heap bytes not holding a live item (dead versions, unfilled segment
     /// tails, free segments), per item held.
     pub fn slack_share(&self) -> f64 {
@@ -118,7 +123,11 @@ mod tests {
         assert!(s.evictions > 0, "overfilled: {s:?}");
         assert!(s.items > 0 && s.items <= r.slots);
         // The shares add up to the overhead.
-        let sum = r.item_header() + r.table_share() + r.header_share() + r.slack_share();
+        let sum = r.item_header()
+            + r.table_share()
+            + r.header_share()
+            + r.admission_share()
+            + r.slack_share();
         assert!(
             (sum - r.overhead()).abs() < 1e-6,
             "{sum} vs {}",

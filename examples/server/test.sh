@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # The server's full check: its cargo tests (unit, protocol property tests,
-# integration tests against the real binary), then memccapable -a and the
-# twemproxy recipe. Installs the Debian packages the scripts need when
-# missing (as root). About 1-3 minutes once Rust dependencies are cached.
+# integration tests against the real binary, the differential test against
+# a real memcached), then memccapable -a, pymemcache's integration suite
+# and the twemproxy recipe. Installs what the scripts need when missing
+# (Debian packages as root, pymemcache in a venv). About 2-4 minutes once
+# Rust dependencies are cached.
 set -euo pipefail
 cd "$(dirname "$0")"
 . scripts/common.sh
+# The reference for tests/differential.rs (skipped without it).
+need_pkg memcached memcached
 (cd "$REPO_DIR" && cargo test -q -p segcache-server)
 bash scripts/memccapable.sh
+bash scripts/pymemcache.sh
 bash scripts/twemproxy.sh
 echo "segcache-server: all checks passed"

@@ -27,8 +27,22 @@ pub const MAX_HASH_POWER: u8 = 30;
 /// How the cache makes room when every segment is in use.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Eviction {
-    /// Merge a few consecutive segments of one TTL bucket into one, keeping
-    /// the items that were read most since they were written (the default).
+    /// S3-FIFO on segments, inside TTL buckets (the default). New items go
+    /// to *small* (probation) segments; when the small pool is over its
+    /// share (10% of the heap at first, adapting between 2% and 50% to
+    /// which pool's evicted keys come back), its oldest segments are
+    /// evaluated: items read since they were written are packed into main
+    /// segments in place, the others are evicted and their keys kept as
+    /// ghosts (about 2 bytes each, in [`Stats::admission_bytes`]); a key
+    /// written again while a ghost is promoted at its next evaluation.
+    /// Otherwise a few consecutive main segments (4 segments' worth of
+    /// live bytes, at most 8) are merged: items read since their last move
+    /// stay, in at least one segment fewer, their access counts halved;
+    /// the rest are evicted. Runs thinned out by deletes and overwrites are
+    /// compacted first, evicting nothing. Merges never let an item expire
+    /// earlier than its bucket's precision allows.
+    ///
+    /// [`Stats::admission_bytes`]: crate::Stats::admission_bytes
     #[default]
     Merge,
     /// Never evict: writes fail with [`Error::OutOfMemory`] when full.
@@ -263,6 +277,14 @@ impl Builder {
             let segs = Segments::with_heap(seg, segments, heap);
             return Ok(Segcache::new(segs, table, self.eviction, clock));
         };
+        // A save cut short leaves its temporary snapshot: never valid, and
+        // its space is better given to the heap.
+        persist::remove_leftover_tmp(&path).map_err(|e| {
+            Error::Persistence(format!(
+                "cannot remove {}: {e}",
+                persist::tmp_path(&path).display()
+            ))
+        })?;
         let heap = Heap::file(&path, seg * segments)
             .map_err(|e| Error::Persistence(format!("datapool {}: {e}", path.display())))?;
         let mut segs = Segments::with_heap(seg, segments, heap);

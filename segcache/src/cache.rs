@@ -9,6 +9,7 @@
 //! failed operation never loses or corrupts the item it would replace.
 //! Choosing what to evict lives in `eviction.rs`.
 
+use crate::admission::Admission;
 use crate::builder::Eviction;
 use crate::clock::Clock;
 use crate::hashtable::{self, HashTable, Inserted, Location, TableFull};
@@ -173,6 +174,9 @@ pub struct Stats {
     pub hash_table_bytes: u64,
     /// Bytes of segment headers and TTL bucket lists.
     pub segment_header_bytes: u64,
+    /// Merge eviction's admission state: ghost fingerprints of keys
+    /// recently evicted unread and one pool flag per segment.
+    pub admission_bytes: u64,
     /// Everything above together: all the memory the cache allocated.
     pub total_bytes: u64,
 }
@@ -194,6 +198,7 @@ impl std::ops::AddAssign<&Stats> for Stats {
         self.heap_bytes += o.heap_bytes;
         self.hash_table_bytes += o.hash_table_bytes;
         self.segment_header_bytes += o.segment_header_bytes;
+        self.admission_bytes += o.admission_bytes;
         self.total_bytes += o.total_bytes;
     }
 }
@@ -223,6 +228,8 @@ pub struct Segcache {
     pub(crate) rng: u64,
     /// Scratch space for the live items of a merge chain.
     pub(crate) merge_scratch: Vec<crate::eviction::LiveItem>,
+    /// Merge eviction's pools and ghosts.
+    pub(crate) admission: Admission,
     clock: Clock,
     /// A delayed flush: everything stored before this time goes.
     flush_at: Option<u32>,
@@ -349,6 +356,8 @@ impl Segcache {
         clock: Clock,
         restore_outcome: RestoreOutcome,
     ) -> Self {
+        let segments = segs.count();
+        let heap_bytes = segs.heap_bytes();
         Segcache {
             table,
             segs,
@@ -357,6 +366,7 @@ impl Segcache {
             counters,
             rng: 0x2545_f491_4f6c_dd1d,
             merge_scratch: Vec::new(),
+            admission: Admission::new(segments, heap_bytes),
             clock,
             flush_at: None,
             scratch: Vec::new(),
@@ -852,19 +862,33 @@ impl Segcache {
                 None => Ok((initial, 0)),
             };
         };
+        // memcached's order: an empty value is refused before the token is
+        // compared, the number is read after.
+        if self.segs.item(loc).value().is_empty() {
+            return Err(Error::NotNumeric);
+        }
         if opts.cas.is_some_and(|token| token != self.cas_at(loc)) {
             return Err(Error::Exists);
         }
         let raw = self.segs.item(loc);
         let value = parse_counter(raw.value()).ok_or(Error::NotNumeric)?;
-        let meta = Meta {
-            flags: raw.client_flags(),
-            ..Meta::default()
-        };
         let new = if opts.incr {
             value.wrapping_add(opts.delta)
         } else {
             value.saturating_sub(opts.delta)
+        };
+        let mut digits = [0u8; 20];
+        let text = format_u64(new, &mut digits);
+        // memcached updates in place when the digits fit the old value,
+        // keeping the item's marks; a longer number is a new item.
+        let meta = Meta {
+            flags: raw.client_flags(),
+            cas: None,
+            marks: if text.len() <= raw.value().len() {
+                raw.marks()
+            } else {
+                0
+            },
         };
         let ttl = match new_ttl {
             None => self.remaining_ttl(loc, now),
@@ -874,8 +898,6 @@ impl Segcache {
                 return Ok((new, 0));
             }
         };
-        let mut digits = [0u8; 20];
-        let text = format_u64(new, &mut digits);
         let loc = self.write(key, [text, &[]], &meta, ttl, now)?;
         Ok((new, self.cas_at(loc)))
     }
@@ -907,6 +929,8 @@ impl Segcache {
             self.unlink_item(key, loc);
             return Ok(None);
         };
+        // A touch counts as a fetch (memcached's `h`).
+        self.mark(loc, item::FETCHED);
         let bucket = ttl::bucket_for(ttl);
         let header = &mut self.segs.headers[loc.seg as usize];
         if header.ttl_bucket as usize == bucket {
@@ -984,11 +1008,17 @@ impl Segcache {
             marks & item::STALE != 0,
             marks & item::WIN_SENT != 0,
         );
-        let remaining = self.remaining_ttl(loc, now);
+        // Seconds left as `recache` judges them (None: never expires).
+        let left = match (opts.recache_after_touch, touch) {
+            (true, Some(None)) => Some(0),
+            (true, Some(Some(0))) => None,
+            (true, Some(Some(ttl))) => Some(ttl),
+            _ => Some(self.remaining_ttl(loc, now)).filter(|&s| s != 0),
+        };
         let recache = opts
             .recache
-            .is_some_and(|below| remaining != 0 && remaining < below);
-        let win = !won_before && (stale || recache);
+            .is_some_and(|below| left.is_some_and(|left| left < below));
+        let win = opts.win_tokens && !won_before && (stale || recache);
         let mut gone = false;
         if let Some(secs) = touch {
             match secs {
@@ -1147,6 +1177,7 @@ impl Segcache {
     pub fn clear(&mut self) {
         self.table.clear();
         self.segs.release_all();
+        self.admission.clear();
         self.ttl.clear();
         self.counters.items = 0;
         self.counters.live_bytes = 0;
@@ -1195,6 +1226,7 @@ impl Segcache {
         let table = self.table.bytes() as u64;
         let headers = (self.segs.header_bytes() + std::mem::size_of_val(&*self.ttl.buckets)) as u64;
         let free = self.segs.free_count() as u64;
+        let admission = self.admission.bytes() as u64;
         Stats {
             items: c.items,
             live_bytes: c.live_bytes,
@@ -1210,7 +1242,8 @@ impl Segcache {
             heap_bytes: heap,
             hash_table_bytes: table,
             segment_header_bytes: headers,
-            total_bytes: heap + table + headers,
+            admission_bytes: admission,
+            total_bytes: heap + table + headers + admission,
         }
     }
 
@@ -1265,6 +1298,13 @@ impl Segcache {
             Ok(Inserted { replaced, evicted }) => {
                 if let Some(old) = replaced {
                     self.account_unlinked(hashtable::location(old));
+                } else if self.eviction == Eviction::Merge && self.admission.readmit(hash, size) {
+                    // Evicted unread from probation and back already: one
+                    // access, so the next evaluation promotes it.
+                    if let Some((bucket, slot, _)) = self.table.locate(hash, loc) {
+                        self.table
+                            .set_frequency(bucket, slot, crate::eviction::PROMOTE_FREQ);
+                    }
                 }
                 if let Some(victim) = evicted {
                     self.account_unlinked(hashtable::location(victim));
@@ -1377,6 +1417,7 @@ impl Segcache {
 
     /// Takes an emptied segment out of its TTL bucket and frees it.
     pub(crate) fn retire_segment(&mut self, id: u32) {
+        self.admission.on_release(id);
         self.ttl.remove(&mut self.segs.headers, id);
         self.segs.release(id);
     }

@@ -1,16 +1,33 @@
 //! Eviction: choosing which segment(s) to free when none is free.
 //!
-//! Owns the policies of [`Eviction`]. Merge eviction walks a TTL bucket
-//! from a cursor over consecutive sealed segments. If some run of them has
-//! been thinned out (deletes, overwrites, segments sealed young) so that its
-//! live items fit in one segment fewer, it is *compacted*: packed in place,
-//! one segment freed, nothing evicted. Otherwise it *merges*: it takes
-//! segments until they hold [`MERGE_RATIO`] segments' worth of live bytes
-//! (at most [`MERGE_MAX`]) and keeps their most-read items, one segment's
-//! worth picked by a frequency cutoff over the whole run, in the first
-//! segment; the rest are evicted and the other segments freed. The simple
-//! policies evict one whole segment. Nothing here decides *when* to evict;
-//! the write path calls [`Segcache::evict`] when it needs a segment.
+//! Owns the policies of [`Eviction`]. Merge eviction is S3-FIFO (SOSP'23)
+//! at segment granularity, inside TTL buckets. New items are written to
+//! *small* (probation) segments; the `admission` module keeps the pool
+//! flags and the ghosts. When a segment is needed:
+//!
+//! 1. *Compaction*: if a run of up to [`MERGE_MAX`] consecutive sealed
+//!    segments of one pool has been thinned out (deletes, overwrites,
+//!    segments sealed young) so that its live items fit in fewer segments
+//!    at no more than 7/8 live, it is packed in place; nothing is evicted.
+//! 2. While the small pool is over its share of the segments in use, the
+//!    oldest small segments (a few consecutive ones of one TTL bucket, the
+//!    more the bigger the pool) are *evaluated*: items read since they were
+//!    written are packed into main segments in place (topping up the main
+//!    segment just before them first), the others are evicted and
+//!    remembered as ghosts. Nothing read is evicted unless the survivors
+//!    fill every segment of the run.
+//! 3. Otherwise the main pool *merges*: from a TTL bucket's cursor, take
+//!    main segments until they hold [`MERGE_RATIO`] segments' worth of live
+//!    bytes (at most [`MERGE_MAX`]), keep every item read since its last
+//!    move, in as few segments as that takes (at least one fewer than the
+//!    run; if they do not fit, the most-read ones, by a frequency cutoff),
+//!    halve the survivors' counts and evict the rest (CLOCK with decay, as
+//!    in S3-FIFO's main queue).
+//!
+//! A segment this close to its deadline ([`NEAR_EXPIRY_SECS`]) is evicted
+//! whole instead. The simple policies evict one whole segment. Nothing here
+//! decides *when* to evict; the write path calls [`Segcache::evict`] when it
+//! needs a segment.
 
 use crate::builder::Eviction;
 use crate::hashtable::{self, Location};
@@ -20,26 +37,49 @@ use crate::{Error, Segcache};
 
 /// Most segments one merge pass reads.
 pub(crate) const MERGE_MAX: usize = 8;
-/// A merge reads about this many segments' worth of live bytes and keeps
-/// one segment's worth.
+/// A main-pool merge reads about this many segments' worth of live bytes.
 pub(crate) const MERGE_RATIO: usize = 4;
 /// A live item of a merge chain, found in pass 1: where it is in the chain
 /// and in the table, so pass 2 needs no second lookup.
 #[derive(Clone, Copy)]
 pub(crate) struct LiveItem {
+    hash: u64,
+    offset: u32,
+    size: u32,
+    bucket: u32,
     /// Position of its segment in the chain.
     index: u8,
     slot: u8,
     freq: u8,
-    offset: u32,
-    bucket: u32,
 }
+
+/// Accesses that promote an item from the small pool to main.
+pub(crate) const PROMOTE_FREQ: u8 = 1;
 
 /// A segment this close to its deadline is evicted outright, not merged.
 const NEAR_EXPIRY_SECS: u32 = 20;
 
+/// What a merge pass keeps.
+#[derive(Clone, Copy)]
+struct Plan {
+    /// Leading segments of the chain whose items all stay.
+    forced: usize,
+    /// Lowest access count that earns a place in the outputs (the rest
+    /// only fill room left over).
+    min_freq: usize,
+    /// Whether the pass may free nothing (it still moves segments from
+    /// small to main).
+    may_keep_all: bool,
+    /// Items evicted are remembered as ghosts of this pool (true: main).
+    ghosts: Option<bool>,
+    /// The outputs join the main pool.
+    main: bool,
+}
+
 impl Segcache {
-    /// Frees at least one segment according to the eviction policy.
+    /// Frees at least one segment according to the eviction policy (merge
+    /// eviction may instead move segments from the small pool to main;
+    /// the caller asks again).
     pub(crate) fn evict(&mut self, now: u32) -> Result<(), Error> {
         let victim = match self.eviction {
             Eviction::None => return Err(Error::OutOfMemory),
@@ -114,21 +154,160 @@ impl Segcache {
         fallback
     }
 
-    /// One merge pass: a compaction anywhere if one is possible, otherwise
-    /// an evicting merge; false if no bucket has two sealed segments in a
-    /// row.
+    #[inline]
+    fn sealed(&self, id: u32) -> bool {
+        id != NONE && self.segs.headers[id as usize].state == SegState::Sealed
+    }
+
+    /// Merge-eviction steps until one frees a segment (an evaluation may
+    /// only move segments to main). After a few steps that free nothing,
+    /// or if no step is possible, the oldest small segment is evicted
+    /// whole; false if there is none.
     fn merge_evict(&mut self, now: u32) -> bool {
+        let free = self.segs.free_count();
+        for _ in 0..4 {
+            if !self.merge_step(now) {
+                break;
+            }
+            if self.segs.free_count() > free {
+                return true;
+            }
+        }
+        match self.oldest_small() {
+            Some(id) => {
+                self.evict_segment(id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// One merge-eviction step: a compaction, an evaluation of small
+    /// segments or a main-pool merge; false if none is possible.
+    fn merge_step(&mut self, now: u32) -> bool {
         if self.compact_any() {
             return true;
         }
-        // Pick the bucket of a random in-use segment, so buckets are chosen
-        // in proportion to their size; fall back to a scan.
+        let in_use = self.segs.count() - self.segs.free_count();
+        let small = in_use - self.admission.mains();
+        self.admission.ghosts.fit(self.counters.items as usize);
+        let small_bytes = (small * self.segs.segment_size()) as u64;
+        // The small pool first while it is over its share, else main.
+        let small_first = small_bytes > self.admission.small_target();
+        if small_first && self.evaluate_small(now, small) {
+            return true;
+        }
+        self.merge_main(now) || (!small_first && self.evaluate_small(now, small))
+    }
+
+    /// The oldest sealed small segment, exactly for heaps of up to 4096
+    /// segments, else the oldest of 256 random ones.
+    fn oldest_small(&mut self) -> Option<u32> {
+        let n = self.segs.count();
+        let mut best: Option<(u32, u32)> = None;
+        let mut consider = |id: u32, this: &Self| {
+            let h = &this.segs.headers[id as usize];
+            if h.state == SegState::Sealed
+                && !this.admission.is_main(id)
+                && best.is_none_or(|b| (h.create_at, id) < b)
+            {
+                best = Some((h.create_at, id));
+            }
+        };
+        if n <= 4096 {
+            for id in 0..n as u32 {
+                consider(id, self);
+            }
+        } else {
+            for _ in 0..256 {
+                let id = (self.next_random() % n as u64) as u32;
+                consider(id, self);
+            }
+        }
+        best.map(|(_, id)| id)
+    }
+
+    /// Evaluates the oldest small segments of one TTL bucket: read items
+    /// move to the main pool, the rest are evicted as ghosts.
+    fn evaluate_small(&mut self, now: u32, small: usize) -> bool {
+        let Some(mut first) = self.oldest_small() else {
+            return false;
+        };
+        // The bucket's oldest small segment (they are usually contiguous).
+        loop {
+            let prev = self.segs.headers[first as usize].prev;
+            if !self.sealed(prev) || self.admission.is_main(prev) {
+                break;
+            }
+            first = prev;
+        }
+        let header = &self.segs.headers[first as usize];
+        let bucket = header.ttl_bucket as usize;
+        if header.expire_at != 0 && header.expire_at <= now + NEAR_EXPIRY_SECS {
+            self.evict_segment(first);
+            return true;
+        }
+        // Evaluate a quarter of the small pool at most, so the youngest
+        // segment evaluated has had most of its time on probation.
+        let limit = (small / 4).clamp(1, MERGE_MAX - 1);
+        let mut chain = [NONE; MERGE_MAX];
+        let mut len = 0;
+        let seg_size = self.segs.segment_size();
+        let prev = self.segs.headers[first as usize].prev;
+        // Top up the main segment just before, if it has room.
+        let forced = if self.sealed(prev)
+            && self.admission.is_main(prev)
+            && (self.segs.headers[prev as usize].live_bytes as usize) < seg_size - seg_size / 8
+        {
+            chain[0] = prev;
+            len = 1;
+            1
+        } else {
+            0
+        };
+        let mut at = first;
+        let mut range = (0, 0);
+        if forced == 1 {
+            range = self.widen(bucket, range, prev).unwrap_or_default();
+        }
+        while len < MERGE_MAX
+            && len - forced < limit.max(2 - forced)
+            && self.sealed(at)
+            && !self.admission.is_main(at)
+        {
+            let Some(wider) = self.widen(bucket, range, at) else {
+                break;
+            };
+            range = wider;
+            chain[len] = at;
+            len += 1;
+            at = self.segs.headers[at as usize].next;
+        }
+        self.merge_chain(
+            bucket,
+            &chain[..len],
+            Plan {
+                forced,
+                min_freq: PROMOTE_FREQ as usize,
+                may_keep_all: true,
+                ghosts: Some(false),
+                main: true,
+            },
+        )
+    }
+
+    /// A main-pool merge in a TTL bucket chosen in proportion to its main
+    /// segments; false if no bucket has two sealed main segments in a row.
+    fn merge_main(&mut self, now: u32) -> bool {
+        let n = self.segs.count();
         for _ in 0..8 {
-            let seed = (self.next_random() % self.segs.count() as u64) as usize;
-            if self.segs.headers[seed].state == SegState::Free {
+            let seed = (self.next_random() % n as u64) as u32;
+            if self.segs.headers[seed as usize].state == SegState::Free
+                || !self.admission.is_main(seed)
+            {
                 continue;
             }
-            let bucket = self.segs.headers[seed].ttl_bucket as usize;
+            let bucket = self.segs.headers[seed as usize].ttl_bucket as usize;
             if self.merge_bucket(bucket, now) {
                 return true;
             }
@@ -137,30 +316,33 @@ impl Segcache {
     }
 
     /// Looks in every bucket, oldest segments first, for a run of up to
-    /// MERGE_MAX consecutive sealed segments that is at most 3/4 live and
-    /// whose live bytes fit in fewer segments, and packs it into as few as
-    /// they need, evicting nothing. The 3/4 bound caps the copying at three
-    /// bytes moved per byte freed; fuller runs are left to eviction. Reads
-    /// only segment headers until it finds one.
+    /// MERGE_MAX consecutive sealed segments of one pool that is at most
+    /// 7/8 live and whose live bytes fit in fewer segments, and packs it
+    /// into as few as they need, evicting nothing. The 7/8 bound caps the
+    /// copying at seven bytes moved per byte freed (dead bytes left by
+    /// overwrites are memory lost to every item; 3/4 left a sixth of the
+    /// heap dead on overwrite-heavy workloads); fuller runs are left to
+    /// eviction. Reads only segment headers until it finds one.
     fn compact_any(&mut self) -> bool {
         let seg_size = self.segs.segment_size();
         // Items do not split across segments: leave 1/32 for the ends.
         let usable = seg_size - seg_size / 32;
+        // Large items may not pack as the byte counts promise: a run found
+        // not to fit is skipped, and at most two are tried per call.
+        let mut tries = 2;
         for bucket in 0..BUCKETS {
             if self.ttl.buckets[bucket].segments < 2 {
                 continue;
             }
             let mut start = self.ttl.buckets[bucket].head;
             while start != NONE {
+                let main = self.admission.is_main(start);
                 let mut run = [NONE; MERGE_MAX];
                 let mut n = 0;
                 let mut live = 0;
                 let mut at = start;
                 let mut range = (0, 0);
-                while n < MERGE_MAX
-                    && at != NONE
-                    && self.segs.headers[at as usize].state == SegState::Sealed
-                {
+                while n < MERGE_MAX && self.sealed(at) && self.admission.is_main(at) == main {
                     let Some(wider) = self.widen(bucket, range, at) else {
                         break;
                     };
@@ -171,9 +353,18 @@ impl Segcache {
                     at = self.segs.headers[at as usize].next;
                 }
                 let outputs = live.div_ceil(usable).max(1);
-                if n >= 2 && outputs < n && live * 4 <= n * seg_size * 3 {
-                    self.merge_chain(bucket, &run[..n], outputs);
-                    return true;
+                if n >= 2 && outputs < n && live * 8 <= n * seg_size * 7 && tries > 0 {
+                    tries -= 1;
+                    let plan = Plan {
+                        forced: n,
+                        min_freq: 0,
+                        may_keep_all: false,
+                        ghosts: None,
+                        main,
+                    };
+                    if self.merge_chain(bucket, &run[..n], plan) {
+                        return true;
+                    }
                 }
                 start = self.segs.headers[start as usize].next;
             }
@@ -181,21 +372,16 @@ impl Segcache {
         false
     }
 
-    /// An evicting merge in `bucket`, from its cursor (or its head): take
-    /// segments until they hold MERGE_RATIO segments' worth of live bytes,
-    /// keep the most-read one segment's worth.
+    /// A main-pool merge in `bucket`, from its cursor (or its head).
     fn merge_bucket(&mut self, bucket: usize, now: u32) -> bool {
         let head = self.ttl.buckets[bucket].head;
         let cursor = self.ttl.buckets[bucket].merge_cursor;
         let seg_size = self.segs.segment_size();
         for start in [cursor, head] {
-            if start == NONE {
+            if !self.sealed(start) || !self.admission.is_main(start) {
                 continue;
             }
             let start_header = &self.segs.headers[start as usize];
-            if start_header.state != SegState::Sealed {
-                continue;
-            }
             if start_header.expire_at != 0 && start_header.expire_at <= now + NEAR_EXPIRY_SECS {
                 // About to expire anyway: free it whole.
                 self.ttl.buckets[bucket].merge_cursor = start_header.next;
@@ -207,10 +393,10 @@ impl Segcache {
             let mut total = 0;
             let mut at = start;
             let mut range = (0, 0);
-            while at != NONE
-                && len < MERGE_MAX
+            while len < MERGE_MAX
                 && (len < 2 || total < MERGE_RATIO * seg_size)
-                && self.segs.headers[at as usize].state == SegState::Sealed
+                && self.sealed(at)
+                && self.admission.is_main(at)
             {
                 let Some(wider) = self.widen(bucket, range, at) else {
                     break;
@@ -222,8 +408,16 @@ impl Segcache {
                 at = self.segs.headers[at as usize].next;
             }
             if len >= 2 {
-                self.merge_chain(bucket, &chain[..len], 1);
-                return true;
+                let plan = Plan {
+                    forced: 0,
+                    min_freq: 1,
+                    may_keep_all: false,
+                    ghosts: Some(true),
+                    main: true,
+                };
+                if self.merge_chain(bucket, &chain[..len], plan) {
+                    return true;
+                }
             }
         }
         false
@@ -245,20 +439,21 @@ impl Segcache {
         (range.1 - range.0 <= ttl::spread(bucket)).then_some(range)
     }
 
-    /// Keeps the most-read `outputs` segments' worth of the chain's live
-    /// items, packed in chain order into its first `outputs` segments;
-    /// evicts the rest and frees the other segments. Packing in order never
-    /// writes ahead of what is still to be read: an item is either copied
-    /// into an earlier segment or moved forward within its own.
-    fn merge_chain(&mut self, bucket: usize, chain: &[u32], outputs: usize) {
-        debug_assert!(outputs >= 1 && outputs < chain.len());
+    /// Packs the chain's kept items, in chain order, into its first
+    /// segments (the outputs) and evicts the rest; frees the other
+    /// segments. Packing in order never writes ahead of what is still to be
+    /// read: an item is either copied into an earlier segment or moved
+    /// forward within its own. Returns false, changing nothing, if the plan
+    /// cannot free a segment and may not keep everything.
+    fn merge_chain(&mut self, bucket: usize, chain: &[u32], plan: Plan) -> bool {
         let seg_size = self.segs.segment_size();
+        let usable = seg_size - seg_size / 32;
         // Pass 1: the live items with their hashes and access counts, and
         // the bytes at each count.
         let mut live = std::mem::take(&mut self.merge_scratch);
         live.clear();
         let mut histogram = [0usize; 128];
-        let mut live_bytes = 0usize;
+        let mut forced_bytes = 0usize;
         let (mut expire_at, mut expire_last) = (0u32, 0u32);
         for (index, &src) in chain.iter().enumerate() {
             for (offset, item) in self.segs.item_offsets(src) {
@@ -266,14 +461,19 @@ impl Segcache {
                 let loc = Location { seg: src, offset };
                 if let Some((bucket, slot, info)) = self.table.locate(hash, loc) {
                     let freq = hashtable::frequency(info);
-                    histogram[freq as usize] += item.size();
-                    live_bytes += item.size();
+                    if index < plan.forced {
+                        forced_bytes += item.size();
+                    } else {
+                        histogram[freq as usize] += item.size();
+                    }
                     live.push(LiveItem {
+                        hash,
+                        offset,
+                        size: item.size() as u32,
+                        bucket: bucket as u32,
                         index: index as u8,
                         slot: slot as u8,
                         freq,
-                        offset,
-                        bucket: bucket as u32,
                     });
                 }
             }
@@ -283,16 +483,58 @@ impl Segcache {
             }
             expire_last = expire_last.max(header.expire_last);
         }
+        // How many outputs: enough for the forced items and those read at
+        // least `min_freq` times, at least one, at most one fewer than the
+        // chain unless it may keep everything.
+        let wanted: usize = forced_bytes + histogram[plan.min_freq..].iter().sum::<usize>();
+        let max_outputs = if plan.may_keep_all {
+            chain.len()
+        } else {
+            chain.len() - 1
+        };
+        if max_outputs == 0 || forced_bytes > max_outputs * seg_size {
+            self.merge_scratch = live;
+            return false;
+        }
+        let mut outputs = wanted.div_ceil(usable).clamp(1, max_outputs);
         // The lowest access count at which the survivors fit; items one
         // count below it fill whatever room is left, in order.
-        let room = outputs * seg_size;
-        let mut cutoff = 0usize;
-        let mut kept_bytes = live_bytes;
+        let room = (outputs * seg_size).saturating_sub(forced_bytes);
+        let mut cutoff = plan.min_freq;
+        let mut kept_bytes: usize = histogram[cutoff..].iter().sum();
         while kept_bytes > room {
             kept_bytes -= histogram[cutoff];
             cutoff += 1;
         }
         let mut borderline_room = room - kept_bytes;
+        // Items do not split across segments: check that packing in order
+        // really keeps every item it must (forced ones, those at or above
+        // the cutoff); if not, no borderline items, then more outputs, then
+        // a higher cutoff; give up if even the forced items do not fit.
+        loop {
+            let fits = pack(
+                &live,
+                plan.forced,
+                cutoff,
+                borderline_room,
+                outputs,
+                seg_size,
+                |_, _| {},
+            );
+            if fits {
+                break;
+            }
+            if borderline_room > 0 {
+                borderline_room = 0;
+            } else if outputs < max_outputs {
+                outputs += 1;
+            } else if cutoff < 128 {
+                cutoff += 1;
+            } else {
+                self.merge_scratch = live;
+                return false;
+            }
+        }
         // Items in the output segments move: a new generation means no CAS
         // token of a moved or removed item can match a later item there.
         for &dst in &chain[..outputs] {
@@ -300,51 +542,52 @@ impl Segcache {
             h.generation = h.generation.wrapping_add(1);
         }
         // Pass 2: pack survivors into the outputs, unlink the rest.
-        let mut out = 0usize;
-        let mut write = 0usize;
         let mut written = [(0usize, 0u32); MERGE_MAX];
         let mut evicted = 0u64;
-        for &LiveItem {
-            index,
-            slot,
-            freq,
-            offset,
-            bucket,
-        } in &live
-        {
-            let (bucket, slot) = (bucket as usize, slot as usize);
-            let from = Location {
-                seg: chain[index as usize],
-                offset,
-            };
-            let size = self.segs.item(from).size();
-            let wanted = freq as usize >= cutoff
-                || (freq as usize + 1 == cutoff && size <= borderline_room && {
-                    borderline_room -= size;
-                    true
-                });
-            if wanted && write + size > seg_size && out + 1 < outputs {
-                out += 1;
-                write = 0;
-            }
-            if wanted && write + size <= seg_size {
-                debug_assert!(out <= index as usize, "packing never runs ahead of reading");
-                let to = Location {
-                    seg: chain[out],
-                    offset: write as u32,
+        pack(
+            &live,
+            plan.forced,
+            cutoff,
+            borderline_room,
+            outputs,
+            seg_size,
+            |item, to| {
+                let (bucket, slot) = (item.bucket as usize, item.slot as usize);
+                let from = Location {
+                    seg: chain[item.index as usize],
+                    offset: item.offset,
                 };
-                if from != to {
-                    self.segs.copy(from, to, size);
+                match to {
+                    Some((out, write)) => {
+                        debug_assert!(
+                            out <= item.index as usize,
+                            "packing never runs ahead of reading"
+                        );
+                        let to = Location {
+                            seg: chain[out],
+                            offset: write as u32,
+                        };
+                        if from != to {
+                            self.segs.copy(from, to, item.size as usize);
+                        }
+                        // Survivors age (their count halves); a forced item
+                        // that stays where it is keeps its count.
+                        if from != to || (item.index as usize) >= plan.forced {
+                            self.table.move_slot(bucket, slot, to);
+                        }
+                        written[out].0 += item.size as usize;
+                        written[out].1 += 1;
+                    }
+                    None => {
+                        self.table.clear_at(bucket, slot);
+                        if let Some(from_main) = plan.ghosts {
+                            self.admission.ghosts.insert(item.hash, from_main);
+                        }
+                        evicted += 1;
+                    }
                 }
-                self.table.move_slot(bucket, slot, to);
-                write += size;
-                written[out].0 += size;
-                written[out].1 += 1;
-            } else {
-                self.table.clear_at(bucket, slot);
-                evicted += 1;
-            }
-        }
+            },
+        );
         self.merge_scratch = live;
         for (index, &src) in chain.iter().enumerate() {
             let header = &mut self.segs.headers[src as usize];
@@ -359,6 +602,7 @@ impl Segcache {
                 header.expire_last = expire_last;
                 self.counters.items += items as u64;
                 self.counters.live_bytes += bytes as u64;
+                self.admission.set_main(src, plan.main);
             } else {
                 header.live_items = 0;
                 header.live_bytes = 0;
@@ -369,11 +613,56 @@ impl Segcache {
         self.counters.evictions += evicted;
         self.counters.merges += 1;
         self.ttl.buckets[bucket].merge_cursor = self.segs.headers[chain[outputs - 1] as usize].next;
+        true
     }
+}
+
+/// Packs the chain's live items, in order, into `outputs` segments of
+/// `seg_size` bytes: forced items and those read at least `cutoff` times
+/// must stay, items one count below fill up to `borderline_room` bytes, the
+/// rest go. Calls `place` with each item and its (output, offset), or
+/// `None` if it goes; returns false (after placing what it could) if an
+/// item that must stay did not fit.
+fn pack(
+    live: &[LiveItem],
+    forced: usize,
+    cutoff: usize,
+    mut borderline_room: usize,
+    outputs: usize,
+    seg_size: usize,
+    mut place: impl FnMut(&LiveItem, Option<(usize, usize)>),
+) -> bool {
+    let (mut out, mut write) = (0usize, 0usize);
+    let mut all_kept = true;
+    for item in live {
+        let size = item.size as usize;
+        let must = (item.index as usize) < forced || item.freq as usize >= cutoff;
+        let borderline = !must && item.freq as usize + 1 == cutoff && size <= borderline_room;
+        if !(must || borderline) {
+            place(item, None);
+            continue;
+        }
+        if write + size > seg_size && out + 1 < outputs {
+            out += 1;
+            write = 0;
+        }
+        if write + size <= seg_size {
+            if borderline {
+                borderline_room -= size;
+            }
+            place(item, Some((out, write)));
+            write += size;
+        } else {
+            all_kept &= !must;
+            place(item, None);
+        }
+    }
+    all_kept
 }
 
 #[cfg(test)]
 mod tests {
+    use super::{pack, LiveItem};
     use crate::{Eviction, ManualClock, Segcache};
     use std::time::Duration;
 
@@ -480,5 +769,155 @@ mod tests {
             "old cold keys mostly gone: {cold_present}/980"
         );
         c.check_invariants();
+    }
+
+    fn merge_cache(heap: usize, segment: usize, clock: &ManualClock) -> Segcache {
+        Segcache::builder()
+            .heap_size(heap)
+            .segment_size(segment)
+            .hash_power(12)
+            .clock(clock.clone())
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_scan_does_not_flush_the_hot_set() {
+        // 300 hot keys (~30 KiB) read every round in a 256 KiB heap, while
+        // a scan writes 20 000 keys that are never read again (~2 MiB,
+        // eight times the heap). FIFO would have cycled the hot keys out
+        // many times; the small pool filters the scan.
+        let clock = ManualClock::new();
+        let mut c = merge_cache(256 << 10, 8 << 10, &clock);
+        for h in 0..300u32 {
+            c.set(format!("hot{h}"), [7u8; 80], 0, None).unwrap();
+        }
+        let mut misses = 0;
+        for i in 0..20_000u32 {
+            if i % 50 == 0 {
+                clock.advance(Duration::from_secs(1));
+                for h in 0..300u32 {
+                    let key = format!("hot{h}");
+                    if c.get(&key).is_none() {
+                        misses += 1;
+                        c.set(&key, [7u8; 80], 0, None).unwrap();
+                    }
+                }
+            }
+            c.set(format!("scan{i}"), [1u8; 80], 0, None).unwrap();
+        }
+        let s = c.stats();
+        assert!(s.evictions > 15_000, "the scan was evicted: {s:?}");
+        assert!(
+            misses < 300,
+            "hot keys missed {misses} times over 400 rounds"
+        );
+        let hot = (0..300u32)
+            .filter(|h| c.contains(format!("hot{h}")))
+            .count();
+        assert!(hot >= 295, "hot keys held at the end: {hot}/300");
+        c.check_invariants();
+    }
+
+    #[test]
+    fn a_key_back_from_the_ghosts_is_promoted() {
+        // Keys written once and never read are dropped by their first
+        // evaluation; written again soon after, they start warm and
+        // survive the next one, while new unread keys do not.
+        let clock = ManualClock::new();
+        let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+        let fill = |c: &mut Segcache, prefix: &str, n: u32| {
+            for i in 0..n {
+                c.set(format!("{prefix}{i}"), [3u8; 80], 0, None).unwrap();
+            }
+        };
+        fill(&mut c, "a", 400);
+        // Push the a-keys through their evaluation (but not so much traffic
+        // that their ghosts, about one per item held, are pushed out).
+        fill(&mut c, "b", 1_500);
+        let a_left = (0..400u32).filter(|i| c.contains(format!("a{i}"))).count();
+        assert!(
+            a_left < 150,
+            "unread keys were mostly evicted: {a_left}/400 left"
+        );
+        // Back again: ghosts. Then as much new unread traffic as before.
+        fill(&mut c, "a", 400);
+        fill(&mut c, "c", 1_500);
+        let a_kept = (0..400u32).filter(|i| c.contains(format!("a{i}"))).count();
+        let c_kept = (0..400u32).filter(|i| c.contains(format!("c{i}"))).count();
+        assert!(
+            a_kept > 300 && a_kept > 4 * c_kept.max(1),
+            "readmitted keys promoted: {a_kept}/400 vs {c_kept}/400 of new ones"
+        );
+        c.check_invariants();
+    }
+
+    #[test]
+    fn admission_memory_is_counted_and_follows_the_items() {
+        let clock = ManualClock::new();
+        let mut c = merge_cache(1 << 20, 8 << 10, &clock);
+        let before = c.stats();
+        assert_eq!(
+            before.total_bytes,
+            before.heap_bytes
+                + before.hash_table_bytes
+                + before.segment_header_bytes
+                + before.admission_bytes
+        );
+        for i in 0..40_000u32 {
+            c.set(format!("key{i}"), [5u8; 60], 0, None).unwrap();
+        }
+        let s = c.stats();
+        assert!(s.evictions > 0);
+        assert_eq!(
+            s.total_bytes,
+            s.heap_bytes + s.hash_table_bytes + s.segment_header_bytes + s.admission_bytes
+        );
+        // Ghosts: about 2 bytes per item held (1 to 1.5 entries each), plus
+        // a flag per segment.
+        let per_item = (s.admission_bytes - 128) as f64 / s.items as f64;
+        assert!(
+            (1.9..=3.2).contains(&per_item),
+            "admission bytes per item: {per_item:.2} ({s:?})"
+        );
+        c.check_invariants();
+    }
+
+    #[test]
+    fn packing_keeps_every_item_it_must_even_when_sizes_do_not_split() {
+        // Three items of 0.6 segment each do not pack into two segments,
+        // although their bytes would: the plan must see that and keep all.
+        let item = |index: u8, size: u32, freq: u8| LiveItem {
+            hash: index as u64,
+            offset: 0,
+            size,
+            bucket: 0,
+            index,
+            slot: 1,
+            freq,
+        };
+        let live = [item(0, 600, 0), item(1, 600, 0), item(2, 600, 0)];
+        assert!(!pack(&live, 3, 0, 0, 2, 1000, |_, _| {}));
+        let mut placed = vec![];
+        assert!(pack(&live, 3, 0, 0, 3, 1000, |it, to| placed
+            .push((it.index, to))));
+        assert_eq!(
+            placed,
+            [(0, Some((0, 0))), (1, Some((1, 0))), (2, Some((2, 0)))]
+        );
+        // Not forced: the cutoff decides, borderline items fill what is left.
+        let live = [
+            item(0, 300, 5),
+            item(0, 300, 0),
+            item(1, 300, 4),
+            item(1, 300, 3),
+        ];
+        let mut kept = vec![];
+        assert!(pack(&live, 0, 4, 300, 1, 1000, |it, to| {
+            if to.is_some() {
+                kept.push(it.freq)
+            }
+        }));
+        assert_eq!(kept, [5, 4, 3], "count-0 item goes, count-3 fills the room");
     }
 }

@@ -414,6 +414,15 @@ impl HashTable {
         self.clear_slot(bucket, slot)
     }
 
+    /// Sets the access counter of the item at (`bucket`, `slot`) (merge
+    /// eviction's admission: a key back from the ghosts starts warm).
+    pub(crate) fn set_frequency(&mut self, bucket: usize, slot: usize, freq: u8) {
+        let info = self.buckets[bucket].0[slot];
+        debug_assert_ne!(info, 0);
+        let freq = (freq as u64).min(FREQ_MAX);
+        self.buckets[bucket].0[slot] = (info & !FREQ_MASK) | (freq << FREQ_SHIFT);
+    }
+
     /// Counts an access to the item at (`bucket`, `slot`): at most once per
     /// second per item, probabilistically past 16.
     #[inline]

@@ -100,19 +100,23 @@
 //! # Layout
 //! One module per concept: `item` (the 5-byte header layout), `hashtable`,
 //! `segments` (heap and segment headers), `ttl` (TTL buckets and their
-//! precision rule), `eviction`, `cache` (the operations), [`ops`] (the
+//! precision rule), `eviction` (merge eviction and the simple policies),
+//! `admission` (merge eviction's small and main pools) and `ghost` (keys
+//! recently evicted), `cache` (the operations), [`ops`] (the
 //! operation vocabulary), `sharded`, [`storage`] (the storage thread),
 //! `flight` (single-flight for `get_or_insert_with`), `builder`, `clock`,
 //! `persist` (warm restart).
 
 #![warn(missing_docs)]
 
+mod admission;
 mod builder;
 mod cache;
 mod clock;
 mod error;
 mod eviction;
 mod flight;
+mod ghost;
 mod hashtable;
 mod item;
 mod memory;

@@ -32,14 +32,49 @@ impl Heap {
 
     /// Maps `path` (created, and sized to `len`, if need be) as the heap.
     /// Its contents are kept: a restore may want them.
+    ///
+    /// The file's blocks are reserved up front ([`reserve`]), so a
+    /// filesystem that cannot hold the heap is an error here, never a
+    /// SIGBUS on some later write into a sparse page. A failed reservation
+    /// leaves the filesystem as it was: a file this call created is
+    /// removed, an existing one gets its old length back.
     pub(crate) fn file(path: &Path, len: usize) -> io::Result<Heap> {
-        let file = OpenOptions::new()
+        let (file, created) = match OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
-        if file.metadata()?.len() != len as u64 {
+            .create_new(true)
+            .open(path)
+        {
+            Ok(f) => (f, true),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                (OpenOptions::new().read(true).write(true).open(path)?, false)
+            }
+            Err(e) => return Err(e),
+        };
+        let old_len = file.metadata()?.len();
+        // Refuse early what cannot fit, rather than fill the filesystem
+        // for a moment (others write there too).
+        let shortage = match (free_bytes(&file), allocated_bytes(&file)) {
+            (Some(free), Some(held)) if free.saturating_add(held) < len as u64 => {
+                Some(io::Error::from_raw_os_error(libc::ENOSPC))
+            }
+            _ => None,
+        };
+        if let Some(e) = shortage.map_or_else(|| reserve(&file, len as u64).err(), Some) {
+            if created {
+                let _ = std::fs::remove_file(path);
+            } else {
+                let _ = file.set_len(old_len);
+            }
+            let free = free_bytes(&file)
+                .map(|n| format!("{n} bytes free"))
+                .unwrap_or_else(|| "free space unknown".into());
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot reserve {len} bytes for the heap ({free} on its filesystem): {e}"),
+            ));
+        }
+        if old_len > len as u64 {
             file.set_len(len as u64)?;
         }
         // SAFETY: the mapping is shared with the file, which another process
@@ -89,6 +124,67 @@ impl DerefMut for Heap {
         match self {
             Heap::Anon(map) | Heap::File { map, .. } => map,
         }
+    }
+}
+
+/// Allocates the blocks of `file`'s first `len` bytes (extending it to
+/// `len` if shorter) without changing any byte already there. Filesystems
+/// that cannot reserve space are left sparse, as before.
+fn reserve(file: &std::fs::File, len: u64) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let len = libc::off_t::try_from(len)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "heap too large"))?;
+        // SAFETY: the descriptor belongs to `file`, open for writing for the
+        // whole call; posix_fallocate only allocates blocks and, past the
+        // end, extends the file with zeros: no memory of ours is touched.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+        match rc {
+            0 => Ok(()),
+            libc::EOPNOTSUPP | libc::ENOSYS => file.set_len(len as u64),
+            errno => Err(io::Error::from_raw_os_error(errno)),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        if file.metadata()?.len() < len {
+            file.set_len(len)?;
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of disk `file` already holds.
+fn allocated_bytes(file: &std::fs::File) -> Option<u64> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        file.metadata().ok().map(|m| m.blocks() * 512)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        None
+    }
+}
+
+/// Bytes an unprivileged writer may still allocate on `file`'s filesystem.
+fn free_bytes(file: &std::fs::File) -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: all-zero is a valid `statvfs` (plain integers), which
+        // fstatvfs overwrites; the descriptor is open for the whole call.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `st` is a valid, writable statvfs for the call's duration.
+        let rc = unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) };
+        (rc == 0).then(|| st.f_bavail as u64 * st.f_frsize as u64)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = file;
+        None
     }
 }
 

@@ -185,6 +185,13 @@ pub struct GetOpts {
     /// `mg R`: hand out the win token if the item has less than this many
     /// seconds left.
     pub recache: Option<u32>,
+    /// Hand out win tokens (memcache `mg`): a stale item, a `recache`
+    /// hit or a `vivify` miss gives this caller the token ([`Found::win`]).
+    /// Classic `get`/`gat` (false) neither give nor take one.
+    pub win_tokens: bool,
+    /// Judge `recache` on the TTL the touch leaves rather than the one the
+    /// item had (memcached applies `T` and `R` in the order they came).
+    pub recache_after_touch: bool,
     /// Count a hit or miss and an access for eviction (false: memcache
     /// `mg u`, a peek).
     pub bump: bool,
@@ -196,6 +203,8 @@ impl Default for GetOpts {
             touch: None,
             vivify: None,
             recache: None,
+            win_tokens: false,
+            recache_after_touch: false,
             bump: true,
         }
     }

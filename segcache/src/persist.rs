@@ -5,7 +5,9 @@
 //! (cache time and wall time), segment headers, TTL buckets, the hash table
 //! and the counters, plus a CRC-32 of every live heap byte and a CRC-32 of
 //! the snapshot itself. It goes to a temporary file, is synced, then renamed
-//! into place, so a snapshot is either whole or absent.
+//! into place, so a snapshot is either whole or absent; a failed save
+//! removes its temporary file, and [`remove_leftover_tmp`] clears one a
+//! crash left behind.
 //!
 //! [`load`] accepts a snapshot only if it is whole, of this format version,
 //! made with the same settings, consistent with itself, and matches the heap
@@ -30,6 +32,25 @@ pub(crate) fn meta_path(datapool: &Path) -> PathBuf {
     let mut name = datapool.as_os_str().to_owned();
     name.push(".meta");
     PathBuf::from(name)
+}
+
+/// Where [`save`] writes the snapshot before renaming it into place:
+/// `<datapool>.meta.tmp`.
+pub(crate) fn tmp_path(datapool: &Path) -> PathBuf {
+    let mut name = datapool.as_os_str().to_owned();
+    name.push(".meta.tmp");
+    PathBuf::from(name)
+}
+
+/// Removes a temporary snapshot that an interrupted or failed save left
+/// beside `datapool` (it is never valid: only a renamed snapshot is).
+/// Returns whether there was one.
+pub(crate) fn remove_leftover_tmp(datapool: &Path) -> io::Result<bool> {
+    match fs::remove_file(tmp_path(datapool)) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// Settings a snapshot must share with the cache restoring it.
@@ -200,13 +221,25 @@ pub(crate) fn save(datapool: &Path, parts: SaveParts<'_>) -> io::Result<()> {
     w.u32(crc);
 
     let path = meta_path(datapool);
-    let tmp = path.with_extension("meta.tmp");
-    {
-        let mut file = fs::File::create(&tmp)?;
-        file.write_all(&w.0)?;
-        file.sync_all()?;
+    let tmp = tmp_path(datapool);
+    let written = fs::File::create(&tmp)
+        .and_then(|mut file| {
+            file.write_all(&w.0)?;
+            file.sync_all()
+        })
+        .and_then(|()| fs::rename(&tmp, &path));
+    if let Err(e) = written {
+        // Leave the filesystem as it was: no half-written snapshot.
+        let _ = fs::remove_file(&tmp);
+        return Err(io::Error::new(
+            e.kind(),
+            format!(
+                "writing the {}-byte snapshot {}: {e}",
+                w.0.len(),
+                path.display()
+            ),
+        ));
     }
-    fs::rename(&tmp, &path)?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         // Make the rename durable; not every filesystem allows this.
         let _ = fs::File::open(dir).and_then(|d| d.sync_all());

@@ -97,7 +97,7 @@ fn every_policy_holds_the_heap_bound_under_10x_overfill() {
         assert_eq!(s.heap_bytes, heap as u64);
         assert_eq!(
             s.total_bytes,
-            s.heap_bytes + s.hash_table_bytes + s.segment_header_bytes
+            s.heap_bytes + s.hash_table_bytes + s.segment_header_bytes + s.admission_bytes
         );
         if policy == Eviction::None {
             assert!(refused > 0 && s.evictions == 0);

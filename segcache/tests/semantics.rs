@@ -207,9 +207,13 @@ fn win_tokens_vivify_and_stale_items_follow_the_meta_protocol() {
         key: b"k".to_vec(),
         opts,
     };
+    let meta = GetOpts {
+        win_tokens: true,
+        ..GetOpts::default()
+    };
     let vivify = GetOpts {
         vivify: Some(Ttl::secs(30)),
-        ..GetOpts::default()
+        ..meta
     };
     // First miss wins and creates an empty item; the next reader sees Z.
     let Response::Get(Ok(Some(first))) = c.execute(&mg(vivify)) else {
@@ -222,18 +226,18 @@ fn win_tokens_vivify_and_stale_items_follow_the_meta_protocol() {
     assert!(!second.win && second.won_before && !second.vivified);
     // The winner stores; a plain set clears the marks.
     c.set("k", "fresh", 0, Duration::from_secs(60)).unwrap();
-    let Response::Get(Ok(Some(plain))) = c.execute(&mg(GetOpts::default())) else {
+    let Response::Get(Ok(Some(plain))) = c.execute(&mg(meta)) else {
         panic!()
     };
     assert!(!plain.win && !plain.won_before && !plain.stale && !plain.hit_before);
-    let Response::Get(Ok(Some(again))) = c.execute(&mg(GetOpts::default())) else {
+    let Response::Get(Ok(Some(again))) = c.execute(&mg(meta)) else {
         panic!()
     };
     assert!(again.hit_before);
     // Recache: win once the TTL left drops below the threshold.
     let recache = GetOpts {
         recache: Some(120),
-        ..GetOpts::default()
+        ..meta
     };
     let Response::Get(Ok(Some(r1))) = c.execute(&mg(recache)) else {
         panic!()
@@ -249,12 +253,17 @@ fn win_tokens_vivify_and_stale_items_follow_the_meta_protocol() {
         ..DeleteOpts::default()
     };
     c.delete_with("k", &md).unwrap();
-    let Response::Get(Ok(Some(s1))) = c.execute(&mg(GetOpts::default())) else {
+    // A classic read neither takes nor gives the token.
+    let Response::Get(Ok(Some(classic))) = c.execute(&mg(GetOpts::default())) else {
+        panic!()
+    };
+    assert!(classic.stale && !classic.win);
+    let Response::Get(Ok(Some(s1))) = c.execute(&mg(meta)) else {
         panic!()
     };
     assert!(s1.stale && s1.win && s1.item.cas() != token);
     assert_eq!(s1.item.value(), b"fresh", "stale data is still served");
-    let Response::Get(Ok(Some(s2))) = c.execute(&mg(GetOpts::default())) else {
+    let Response::Get(Ok(Some(s2))) = c.execute(&mg(meta)) else {
         panic!()
     };
     assert!(s2.stale && !s2.win && s2.won_before);
@@ -265,7 +274,7 @@ fn win_tokens_vivify_and_stale_items_follow_the_meta_protocol() {
         ..Store::new(StoreMode::Set, b"k".to_vec(), b"late".to_vec())
     });
     assert!(matches!(c.execute(&ms), Response::Stored(Ok(_))));
-    let Response::Get(Ok(Some(s3))) = c.execute(&mg(GetOpts::default())) else {
+    let Response::Get(Ok(Some(s3))) = c.execute(&mg(meta)) else {
         panic!()
     };
     assert!(s3.stale && s3.won_before && s3.item.value() == b"late");

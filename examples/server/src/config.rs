@@ -9,6 +9,11 @@
 //! port = 12321
 //! max_connections = 1024
 //! max_value = "1MiB"
+//! backlog = 1024          # connections waiting to be accepted
+//! idle_timeout = 0        # seconds; 0: idle clients are never closed
+//! max_conn_output = "4MiB" # replies waiting for one client
+//! max_buffered = "64MiB"  # all clients' buffers together
+//! disable_flush_all = false   # true: refuse flush_all, as memcached -F
 //!
 //! [worker]
 //! threads = 2
@@ -35,12 +40,26 @@ use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
+/// What each signal does, as `--help` prints it.
+pub const SIGNALS: &str = "\
+SIGNALS:
+  SIGTERM, SIGINT  Graceful shutdown: stop accepting, answer the requests already
+                   read, write the replies (a client that does not read them
+                   gets 5 s, then its reply is cut), save the datapool if one is
+                   set, exit 0 (1 if the save fails, saying why).
+  SIGHUP, SIGUSR1, SIGUSR2
+                   Logged and ignored: the log is stderr, so log rotation has
+                   nothing to reopen; the cache and every connection stay.
+  SIGPIPE          Ignored (a closed client is noticed on write).
+  SIGKILL, SIGQUIT Immediate exit with no save: a datapool restarts empty.";
+
 /// Command line of `segcache-server`.
 #[derive(Parser, Debug, Default)]
 #[command(
     name = "segcache-server",
     version,
-    about = "Memcache-protocol server (ASCII and meta commands) backed by segcache"
+    about = "Memcache-protocol server (ASCII and meta commands) backed by segcache",
+    after_help = SIGNALS
 )]
 pub struct Cli {
     /// TOML config file (`[server]`, `[worker]`, `[seg]`, `[admin]` sections).
@@ -86,6 +105,28 @@ pub struct Cli {
     /// Largest value accepted, e.g. 1MiB (never more than fits a segment).
     #[arg(long, value_parser = parse_size_arg)]
     pub max_value: Option<u64>,
+    /// Connections the kernel queues before they are accepted (capped by
+    /// net.core.somaxconn) [default: 1024].
+    #[arg(long)]
+    pub backlog: Option<u32>,
+    /// Close a client connection silent for this many seconds, as
+    /// memcached's idle_timeout; 0 never does [default: 0].
+    #[arg(long, value_name = "SECS")]
+    pub idle_timeout: Option<u64>,
+    /// Replies waiting for one client, e.g. 4MiB: past it the client is not
+    /// read until it takes them [default: 4MiB].
+    #[arg(long, value_parser = parse_size_arg, value_name = "SIZE")]
+    pub max_conn_output: Option<u64>,
+    /// Bytes buffered for all clients together (requests, replies, replies
+    /// in flight), e.g. 64MiB: past it clients are not read, and a request
+    /// that needs more buffer is refused with SERVER_ERROR out of memory
+    /// [default: 64MiB, or 4 largest values per worker if more].
+    #[arg(long, value_parser = parse_size_arg, value_name = "SIZE")]
+    pub max_buffered: Option<u64>,
+    /// Refuse `flush_all` (`CLIENT_ERROR flush_all not allowed`), as
+    /// memcached's `-F`.
+    #[arg(long)]
+    pub disable_flush_all: bool,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -108,6 +149,11 @@ struct ServerSection {
     port: Option<i64>,
     max_connections: Option<i64>,
     max_value: Option<Size>,
+    backlog: Option<i64>,
+    idle_timeout: Option<i64>,
+    max_conn_output: Option<Size>,
+    max_buffered: Option<Size>,
+    disable_flush_all: Option<bool>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -183,6 +229,17 @@ pub struct Config {
     pub pin: Option<Vec<usize>>,
     /// Heap file for warm restarts (`--datapool`, `seg.datapool`).
     pub datapool: Option<std::path::PathBuf>,
+    /// Listen backlog of both ports.
+    pub backlog: u32,
+    /// Close client connections silent this long (`None`: never).
+    pub idle_timeout: Option<std::time::Duration>,
+    /// Most reply bytes waiting for one client before it stops being read.
+    pub max_conn_output: usize,
+    /// Most bytes buffered for all clients together.
+    pub max_buffered: usize,
+    /// `flush_all` is refused (`--disable-flush-all`,
+    /// `server.disable_flush_all`).
+    pub disable_flush_all: bool,
 }
 
 /// Parses `123`, `64k`, `64KiB`, `64MB`, `1GiB` (binary multiples; `B`
@@ -354,6 +411,52 @@ impl Config {
             ));
         }
 
+        let backlog_key = flagged("server.backlog", "--backlog", cli.backlog.is_some());
+        let backlog = match (cli.backlog, file.server.backlog) {
+            (Some(n), _) => i64::from(n),
+            (None, Some(n)) => n,
+            (None, None) => 1024,
+        };
+        let backlog = int_in(&backlog_key, backlog, 1, 65535)? as u32;
+        let idle_key = flagged(
+            "server.idle_timeout",
+            "--idle-timeout",
+            cli.idle_timeout.is_some(),
+        );
+        let idle_timeout = match (cli.idle_timeout, file.server.idle_timeout) {
+            (Some(n), _) => i64::try_from(n).unwrap_or(i64::MAX),
+            (None, Some(n)) => n,
+            (None, None) => 0,
+        };
+        let idle_timeout = int_in(&idle_key, idle_timeout, 0, 1 << 31)? as u64;
+        let idle_timeout = (idle_timeout > 0).then(|| std::time::Duration::from_secs(idle_timeout));
+        let out_key = flagged(
+            "server.max_conn_output",
+            "--max-conn-output",
+            cli.max_conn_output.is_some(),
+        );
+        let max_conn_output = match (cli.max_conn_output, file.server.max_conn_output) {
+            (Some(n), _) => n,
+            (None, Some(v)) => size_value(&out_key, v)?,
+            (None, None) => 4 << 20,
+        };
+        let buffered_key = flagged(
+            "server.max_buffered",
+            "--max-buffered",
+            cli.max_buffered.is_some(),
+        );
+        let max_buffered = match (cli.max_buffered, file.server.max_buffered) {
+            (Some(n), _) => Some(n),
+            (None, Some(v)) => Some(size_value(&buffered_key, v)?),
+            (None, None) => None,
+        };
+        if !(64 << 10..=1 << 40).contains(&max_conn_output) {
+            return Err(err(
+                &out_key,
+                format!("{max_conn_output} is out of range (64KiB to 1TiB)"),
+            ));
+        }
+
         // [worker]
         let threads_key = flagged("worker.threads", "--workers", cli.workers.is_some());
         let workers = match (cli.workers, file.worker.threads) {
@@ -399,6 +502,15 @@ impl Config {
             })?,
             None => segcache::Eviction::Merge,
         };
+        // Default: 64 MiB, or room for 4 of the largest values per worker.
+        let max_buffered =
+            max_buffered.unwrap_or_else(|| (64 << 20).max(workers as u64 * 4 * (max_value + 320)));
+        if !(1 << 20..=1 << 40).contains(&max_buffered) {
+            return Err(err(
+                &buffered_key,
+                format!("{max_buffered} is out of range (1MiB to 1TiB)"),
+            ));
+        }
         let heap_size = usize::try_from(heap_size)
             .map_err(|_| err(&heap_key, format!("{heap_size} is too large")))?;
         let segment_size = usize::try_from(segment_size)
@@ -436,6 +548,12 @@ impl Config {
                 .datapool
                 .clone()
                 .or_else(|| file.seg.datapool.map(Into::into)),
+            backlog,
+            idle_timeout,
+            max_conn_output: max_conn_output as usize,
+            max_buffered: max_buffered as usize,
+            disable_flush_all: cli.disable_flush_all
+                || file.server.disable_flush_all.unwrap_or(false),
         })
     }
 

@@ -5,6 +5,11 @@
 //! configuration value (file or flag), 1 for any other start-up failure.
 //! The first line on stdout gives the bound addresses:
 //! `listening on HOST:PORT admin HOST:PORT`.
+//!
+//! Signals: SIGTERM and SIGINT shut down gracefully (and save the
+//! datapool); SIGHUP, SIGUSR1 and SIGUSR2 are logged and ignored (the log
+//! is stderr: nothing to reopen), never costing the cache. See
+//! [`segcache_server::config::SIGNALS`].
 
 use clap::Parser;
 use segcache_server::config::{Cli, Config};
@@ -33,15 +38,23 @@ fn main() -> ExitCode {
         }
     };
     let trigger = server.shutdown_trigger();
-    match signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-    ]) {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    match signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2]) {
         Ok(mut signals) => {
             std::thread::spawn(move || {
-                if signals.forever().next().is_some() {
-                    eprintln!("segcache-server: shutting down");
-                    trigger();
+                for signal in signals.forever() {
+                    match signal {
+                        SIGTERM | SIGINT => {
+                            eprintln!("segcache-server: shutting down");
+                            trigger();
+                            return;
+                        }
+                        // Log rotation and the like must not cost the cache:
+                        // the log is stderr, so there is nothing to reopen.
+                        other => eprintln!(
+                            "segcache-server: signal {other} ignored (see --help: SIGNALS)"
+                        ),
+                    }
                 }
             });
         }

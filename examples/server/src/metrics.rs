@@ -128,10 +128,14 @@ pub enum Outcome {
     ClientErrors,
     BytesRead,
     BytesWritten,
+    /// Connections closed by `--idle-timeout` (memcached's `idle_kicks`).
+    IdleKicks,
+    /// Connections closed to free buffer memory for others.
+    ShedConnections,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 19] = [
+    pub const ALL: [Outcome; 21] = [
         Outcome::GetHits,
         Outcome::GetMisses,
         Outcome::DeleteHits,
@@ -151,6 +155,8 @@ impl Outcome {
         Outcome::ClientErrors,
         Outcome::BytesRead,
         Outcome::BytesWritten,
+        Outcome::IdleKicks,
+        Outcome::ShedConnections,
     ];
 
     pub fn name(self) -> &'static str {
@@ -174,6 +180,8 @@ impl Outcome {
             Outcome::ClientErrors => "client_errors",
             Outcome::BytesRead => "bytes_read",
             Outcome::BytesWritten => "bytes_written",
+            Outcome::IdleKicks => "idle_kicks",
+            Outcome::ShedConnections => "shed_connections",
         }
     }
 }
@@ -190,6 +198,8 @@ pub struct WorkerStats {
     /// Request-to-reply latency (from the read that completed a request to
     /// its reply being queued for writing), nanoseconds.
     latency: Mutex<Histogram<u64>>,
+    /// Bytes of client buffers the worker holds (gauge).
+    buffered: AtomicU64,
 }
 
 impl Default for WorkerStats {
@@ -198,6 +208,7 @@ impl Default for WorkerStats {
             cmds: std::array::from_fn(|_| AtomicU64::new(0)),
             outcomes: std::array::from_fn(|_| AtomicU64::new(0)),
             latency: Mutex::new(new_histogram()),
+            buffered: AtomicU64::new(0),
         }
     }
 }
@@ -211,6 +222,12 @@ impl WorkerStats {
     #[inline]
     pub fn add(&self, outcome: Outcome, n: u64) {
         self.outcomes[outcome as usize].fetch_add(n, Relaxed);
+    }
+
+    /// Sets the bytes of client buffers the worker holds.
+    #[inline]
+    pub fn set_buffered(&self, bytes: usize) {
+        self.buffered.store(bytes as u64, Relaxed);
     }
 
     /// Records `count` requests that each took `nanos`.
@@ -275,6 +292,11 @@ impl Metrics {
             limit_maxbytes: heap as u64,
             max_value: max_value as u64,
         }
+    }
+
+    /// Bytes of client buffers all workers hold.
+    pub fn buffered_bytes(&self) -> u64 {
+        self.workers.iter().map(|w| w.buffered.load(Relaxed)).sum()
     }
 
     pub fn snapshot(&self) -> Snapshot {
@@ -352,6 +374,7 @@ impl Metrics {
                 v.push((o.name(), s.get(o).to_string()));
             }
         }
+        v.push(("buffered_bytes", self.buffered_bytes().to_string()));
         v.push(("limit_maxbytes", self.limit_maxbytes.to_string()));
         v.push(("item_size_max", self.max_value.to_string()));
         v.push(("threads", self.workers.len().to_string()));
@@ -425,6 +448,12 @@ impl Metrics {
             "counter",
             "Client connections refused past max_connections.",
             &[(String::new(), self.refused_connections.load(Relaxed))],
+        );
+        metric(
+            "buffered_bytes",
+            "gauge",
+            "Bytes of client request and reply buffers (bounded by --max-buffered).",
+            &[(String::new(), self.buffered_bytes())],
         );
         metric(
             "uptime_seconds",

@@ -8,15 +8,16 @@
 //! SIGTERM/SIGINT into a shutdown: stop accepting, let workers answer what
 //! they already read and write it out, stop storage, return.
 
+use crate::admin;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::worker::{Ctx, Worker};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
 use segcache::{Segcache, StorageConfig, StorageHandle};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, Write};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
@@ -26,8 +27,6 @@ const LISTENER: Token = Token(0);
 const WAKE: Token = Token(1);
 /// Reply to a connection past `max_connections`.
 pub const TOO_MANY: &[u8] = b"SERVER_ERROR too many open connections\r\n";
-/// Most admin connections served at once.
-const MAX_ADMIN_CONNS: usize = 16;
 
 /// Why the server could not start.
 #[derive(Debug)]
@@ -55,7 +54,7 @@ pub struct Server {
     senders: Vec<Sender<mio::net::TcpStream>>,
     workers: Vec<JoinHandle<()>>,
     admin: Option<JoinHandle<()>>,
-    storage: Option<segcache::StorageThread>,
+    storage: Option<segcache::storage::StorageThread>,
     handle: StorageHandle,
     ctx: Arc<Ctx>,
     pub listen_addr: SocketAddr,
@@ -64,6 +63,24 @@ pub struct Server {
 
 fn io_err(what: &str) -> impl FnOnce(io::Error) -> StartError + '_ {
     move |e| StartError::Io(format!("{what}: {e}"))
+}
+
+/// A non-blocking listening socket on `addr` with room for `backlog`
+/// connections waiting to be accepted (the kernel caps it at
+/// `net.core.somaxconn`). Std and mio listen with 128, which drops SYNs,
+/// and stalls clients for a second, whenever connects arrive in bursts.
+pub fn listen(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListener> {
+    use std::os::fd::AsRawFd;
+    let listener = std::net::TcpListener::bind(addr)?;
+    let backlog = libc::c_int::try_from(backlog).unwrap_or(libc::c_int::MAX);
+    // SAFETY: the descriptor belongs to `listener`, which outlives the
+    // call. listen() on a socket already listening only sets its backlog
+    // (Linux and the BSDs), and touches no memory of ours.
+    if unsafe { libc::listen(listener.as_raw_fd(), backlog) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    listener.set_nonblocking(true)?;
+    Ok(listener)
 }
 
 /// Pins the current thread, logging where the OS refuses.
@@ -79,6 +96,7 @@ fn pin_current(who: &str, core: usize) {
 impl Server {
     /// Builds the cache, binds both ports and starts every thread.
     pub fn start(config: &Config) -> Result<Server, StartError> {
+        crate::budget::return_freed_memory();
         let max_value = config.max_value.min(config.segment_size);
         let pin = config.pin.clone();
         let core_for = |i: usize| pin.as_ref().map(|cores| cores[i % cores.len()]);
@@ -137,12 +155,16 @@ impl Server {
                 segcache::RestoreOutcome::NotRequested => {}
             }
         }
-        let mut listener = TcpListener::bind(config.listen)
+        let mut listener = listen(config.listen, config.backlog)
+            .map(TcpListener::from_std)
             .map_err(io_err(&format!("cannot listen on {}", config.listen)))?;
         let listen_addr = listener.local_addr().map_err(io_err("local_addr"))?;
-        let admin_listener = std::net::TcpListener::bind(config.admin).map_err(io_err(
-            &format!("cannot listen on {} (admin)", config.admin),
-        ))?;
+        let admin_listener = listen(config.admin, config.backlog)
+            .map(TcpListener::from_std)
+            .map_err(io_err(&format!(
+                "cannot listen on {} (admin)",
+                config.admin
+            )))?;
         let admin_addr = admin_listener.local_addr().map_err(io_err("local_addr"))?;
 
         let metrics = Arc::new(Metrics::new(
@@ -151,10 +173,44 @@ impl Server {
             config.heap_size,
             max_value,
         ));
+        let limits = crate::budget::Limits {
+            worker_buffered: config.max_buffered / config.workers,
+            max_value,
+            // A restored cache may hold values of any size.
+            largest: Arc::new(std::sync::atomic::AtomicUsize::new(
+                if matches!(
+                    handle.restore_outcome(),
+                    segcache::RestoreOutcome::Restored { .. }
+                ) {
+                    max_value
+                } else {
+                    0
+                },
+            )),
+            conn_output: config.max_conn_output,
+            idle_timeout: config.idle_timeout,
+        };
+        if limits.worker_buffered < 4 * (max_value + crate::budget::VALUE_LINE) {
+            return Err(StartError::Config(crate::config::ConfigError {
+                key: "server.max_buffered (--max-buffered)".into(),
+                reason: format!(
+                    "{} bytes leave each of {} worker(s) less than 4 values of up to {} bytes (raise it, or lower --max-value)",
+                    config.max_buffered, config.workers, max_value
+                ),
+            }));
+        }
         let ctx = Arc::new(Ctx {
             metrics: Arc::clone(&metrics),
             shutdown: Default::default(),
-            max_value,
+            limits,
+            settings: crate::executor::Settings {
+                heap_size: config.heap_size,
+                max_connections: config.max_connections,
+                port: listen_addr.port(),
+                workers: config.workers,
+                max_value,
+                flush_enabled: !config.disable_flush_all,
+            },
         });
 
         let poll = Poll::new().map_err(io_err("poll"))?;
@@ -187,15 +243,13 @@ impl Server {
             workers.push(join);
         }
 
-        let admin_waker_ctx = Arc::clone(&ctx);
-        let admin_handle = handle.clone();
-        admin_listener
-            .set_nonblocking(true)
-            .map_err(io_err("admin nonblocking"))?;
+        let (admin_poll, admin_waker) = admin::poll_and_waker().map_err(io_err("admin poll"))?;
+        let (admin_handle, admin_ctx) = (handle.clone(), Arc::clone(&ctx));
         let admin = thread::Builder::new()
             .name("admin".into())
-            .spawn(move || admin_loop(admin_listener, admin_handle, admin_waker_ctx))
+            .spawn(move || admin::run(admin_poll, admin_listener, admin_handle, admin_ctx))
             .map_err(io_err("spawn admin"))?;
+        wakers.push(admin_waker);
 
         Ok(Server {
             listener,
@@ -294,106 +348,4 @@ impl Server {
             _ => Ok(()),
         }
     }
-}
-
-fn admin_loop(listener: std::net::TcpListener, handle: StorageHandle, ctx: Arc<Ctx>) {
-    let active = Arc::new(AtomicUsize::new(0));
-    while !ctx.shutdown.load(Ordering::SeqCst) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                if active.load(Ordering::SeqCst) >= MAX_ADMIN_CONNS {
-                    drop(stream);
-                    continue;
-                }
-                active.fetch_add(1, Ordering::SeqCst);
-                let (handle, ctx, done) = (handle.clone(), Arc::clone(&ctx), Arc::clone(&active));
-                let spawned = thread::Builder::new()
-                    .name("admin-conn".into())
-                    .spawn(move || {
-                        let _ = admin_conn(stream, &handle, &ctx);
-                        done.fetch_sub(1, Ordering::SeqCst);
-                    });
-                if spawned.is_err() {
-                    active.fetch_sub(1, Ordering::SeqCst);
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                thread::sleep(Duration::from_millis(20));
-            }
-            Err(_) => thread::sleep(Duration::from_millis(20)),
-        }
-    }
-}
-
-fn storage_stats(handle: &StorageHandle) -> Option<segcache::Stats> {
-    match handle.call(segcache::Request::Stats) {
-        Ok(segcache::Response::Stats(s)) => Some(*s),
-        _ => None,
-    }
-}
-
-/// Reads one line of at most 8 KiB.
-fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>) -> io::Result<usize> {
-    line.clear();
-    reader.take(8192).read_until(b'\n', line)
-}
-
-fn admin_conn(stream: std::net::TcpStream, handle: &StorageHandle, ctx: &Ctx) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(10)))?;
-    let mut out = stream.try_clone()?;
-    let mut reader = BufReader::new(stream);
-    let mut line = Vec::new();
-    for _ in 0..10_000 {
-        if read_line(&mut reader, &mut line)? == 0 {
-            return Ok(());
-        }
-        let text = String::from_utf8_lossy(&line).trim().to_string();
-        let mut words = text.split_whitespace();
-        match words.next() {
-            Some(method @ ("GET" | "HEAD")) => {
-                let head_only = method == "HEAD";
-                let path = words.next().unwrap_or("/").to_string();
-                // Skip the headers.
-                for _ in 0..100 {
-                    if read_line(&mut reader, &mut line)? == 0 || line == b"\r\n" || line == b"\n" {
-                        break;
-                    }
-                }
-                let (status, body) = match path.as_str() {
-                    "/metrics" => (
-                        "200 OK",
-                        ctx.metrics.prometheus(storage_stats(handle).as_ref()),
-                    ),
-                    "/" => ("200 OK", "segcache-server admin: GET /metrics\n".into()),
-                    _ => ("404 Not Found", "not found\n".into()),
-                };
-                let head = format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                out.write_all(head.as_bytes())?;
-                if !head_only {
-                    out.write_all(body.as_bytes())?;
-                }
-                return Ok(());
-            }
-            Some("stats") => {
-                let mut reply = Vec::new();
-                for (name, value) in ctx.metrics.stat_lines(storage_stats(handle).as_ref()) {
-                    crate::protocol::write_stat(&mut reply, name, value);
-                }
-                reply.extend_from_slice(b"END\r\n");
-                out.write_all(&reply)?;
-            }
-            Some("version") => {
-                out.write_all(format!("VERSION {}\r\n", env!("CARGO_PKG_VERSION")).as_bytes())?
-            }
-            Some("quit") => return Ok(()),
-            None => {}
-            Some(_) => out.write_all(b"ERROR\r\n")?,
-        }
-    }
-    Ok(())
 }

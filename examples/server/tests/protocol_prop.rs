@@ -4,22 +4,23 @@
 //! same answer whatever more bytes follow.
 
 use proptest::prelude::*;
-use segcache_server::protocol::{parse, MetaFlags, ParseError, Request, StoreCommand, Tokens};
+use segcache::StoreMode;
+use segcache_server::protocol::{msg, parse, Command, MetaFlags, MetaKey, ParseError, Tokens};
 
 const MAX_VALUE: usize = 4096;
 
-/// An owned request, from which a borrowed [`Request`] is built.
+/// An owned request, from which a borrowed [`Command`] is built.
 #[derive(Debug, Clone)]
 enum Model {
     Get(Vec<Vec<u8>>, bool),
     Gat(i64, Vec<Vec<u8>>, bool),
     Store {
-        command: StoreCommand,
+        mode: StoreMode,
         key: Vec<u8>,
         flags: u32,
         exptime: i64,
         value: Vec<u8>,
-        cas: u64,
+        cas: Option<u64>,
         noreply: bool,
     },
     Delete(Vec<u8>, bool),
@@ -47,6 +48,11 @@ fn key() -> impl Strategy<Value = Vec<u8>> {
     .prop_filter("not noreply", |k| k != b"noreply")
 }
 
+/// Exptimes as memcached reads them: 32-bit.
+fn exptime() -> impl Strategy<Value = i64> {
+    any::<i32>().prop_map(i64::from)
+}
+
 fn keys(min: usize) -> impl Strategy<Value = Vec<Vec<u8>>> {
     prop::collection::vec(key(), min..8)
 }
@@ -62,18 +68,18 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
 /// Space-joined meta flag tokens with distinct letters.
 fn meta_flags(modes: &'static [u8]) -> impl Strategy<Value = Vec<u8>> {
     let token = (
-        prop::sample::select(b"vftcksqhlObTNRFCEDJIM".to_vec()),
-        any::<i64>(),
+        prop::sample::select(b"vftcksqhlOTNRFCDJIMuPL".to_vec()),
+        exptime(),
         any::<u64>(),
         any::<u32>(),
-        "[a-zA-Z0-9]{0,32}",
+        "[a-zA-Z0-9]{0,31}",
         prop::sample::select(modes.to_vec()),
     )
         .prop_map(|(letter, i, u, f, opaque, mode)| {
             let mut t = vec![letter];
             match letter {
                 b'T' | b'N' | b'R' => t.extend_from_slice(i.to_string().as_bytes()),
-                b'C' | b'E' | b'D' | b'J' => t.extend_from_slice(u.to_string().as_bytes()),
+                b'C' | b'D' | b'J' => t.extend_from_slice(u.to_string().as_bytes()),
                 b'F' => t.extend_from_slice(f.to_string().as_bytes()),
                 b'O' => t.extend_from_slice(opaque.as_bytes()),
                 b'M' => t.push(mode),
@@ -98,60 +104,63 @@ fn meta_flags(modes: &'static [u8]) -> impl Strategy<Value = Vec<u8>> {
     })
 }
 
-fn store_command() -> impl Strategy<Value = StoreCommand> {
+/// A store mode and whether it is a `cas`.
+fn store_command() -> impl Strategy<Value = (StoreMode, bool)> {
     prop::sample::select(vec![
-        StoreCommand::Set,
-        StoreCommand::Add,
-        StoreCommand::Replace,
-        StoreCommand::Append,
-        StoreCommand::Prepend,
-        StoreCommand::Cas,
+        (StoreMode::Set, false),
+        (StoreMode::Add, false),
+        (StoreMode::Replace, false),
+        (StoreMode::Append, false),
+        (StoreMode::Prepend, false),
+        (StoreMode::Set, true),
     ])
 }
 
 fn model() -> impl Strategy<Value = Model> {
     prop_oneof![
         (keys(1), any::<bool>()).prop_map(|(k, c)| Model::Get(k, c)),
-        (any::<i64>(), keys(0), any::<bool>()).prop_map(|(e, k, c)| Model::Gat(e, k, c)),
+        (exptime(), keys(0), any::<bool>()).prop_map(|(e, k, c)| Model::Gat(e, k, c)),
         (
             store_command(),
             key(),
             any::<u32>(),
-            any::<i64>(),
+            exptime(),
             value(),
             any::<u64>(),
             any::<bool>()
         )
-            .prop_map(|(command, key, flags, exptime, value, cas, noreply)| {
-                Model::Store {
-                    command,
-                    key,
-                    flags,
-                    exptime,
-                    value,
-                    cas: if command == StoreCommand::Cas { cas } else { 0 },
-                    noreply,
+            .prop_map(
+                |((mode, is_cas), key, flags, exptime, value, cas, noreply)| {
+                    Model::Store {
+                        mode,
+                        key,
+                        flags,
+                        exptime,
+                        value,
+                        cas: is_cas.then_some(cas),
+                        noreply,
+                    }
                 }
-            }),
+            ),
         (key(), any::<bool>()).prop_map(|(k, n)| Model::Delete(k, n)),
         (key(), any::<u64>(), any::<bool>()).prop_map(|(k, d, n)| Model::Incr(k, d, n)),
         (key(), any::<u64>(), any::<bool>()).prop_map(|(k, d, n)| Model::Decr(k, d, n)),
-        (key(), any::<i64>(), any::<bool>()).prop_map(|(k, e, n)| Model::Touch(k, e, n)),
-        (any::<i64>(), any::<bool>()).prop_map(|(d, n)| Model::FlushAll(d, n)),
+        (key(), exptime(), any::<bool>()).prop_map(|(k, e, n)| Model::Touch(k, e, n)),
+        (exptime(), any::<bool>()).prop_map(|(d, n)| Model::FlushAll(d, n)),
         Just(Model::Version),
         (any::<u32>(), any::<bool>()).prop_map(|(l, n)| Model::Verbosity(l, n)),
         "( [a-z0-9_]{1,10}){0,3}".prop_map(|s| Model::Stats(s.into_bytes())),
         Just(Model::Quit),
         (key(), meta_flags(b"ESAPR")).prop_map(|(k, f)| Model::MetaGet(k, f)),
-        (key(), value(), meta_flags(b"ESAPRespar")).prop_map(|(k, v, f)| Model::MetaSet(k, v, f)),
+        (key(), value(), meta_flags(b"ESAPR")).prop_map(|(k, v, f)| Model::MetaSet(k, v, f)),
         (key(), meta_flags(b"I")).prop_map(|(k, f)| Model::MetaDelete(k, f)),
-        (key(), meta_flags(b"I+D-id")).prop_map(|(k, f)| Model::MetaArith(k, f)),
+        (key(), meta_flags(b"I+D-")).prop_map(|(k, f)| Model::MetaArith(k, f)),
         Just(Model::MetaNoop),
     ]
 }
 
 fn flags(raw: &[u8]) -> MetaFlags<'_> {
-    MetaFlags::parse(raw).expect("generated meta flags are valid")
+    MetaFlags::parse(raw, msg::BAD_FORMAT).expect("generated meta flags are valid")
 }
 
 fn join(keys: &[Vec<u8>]) -> Vec<u8> {
@@ -159,27 +168,27 @@ fn join(keys: &[Vec<u8>]) -> Vec<u8> {
 }
 
 /// Builds the request (borrowing `scratch` for joined key lists).
-fn request<'a>(m: &'a Model, scratch: &'a [u8]) -> Request<'a> {
+fn request<'a>(m: &'a Model, scratch: &'a [u8]) -> Command<'a> {
     match m {
-        Model::Get(_, cas) => Request::Get {
+        Model::Get(_, cas) => Command::Get {
             keys: Tokens::new(scratch),
             cas: *cas,
         },
-        Model::Gat(e, _, cas) => Request::Gat {
+        Model::Gat(e, _, cas) => Command::Gat {
             exptime: *e,
             keys: Tokens::new(scratch),
             cas: *cas,
         },
         Model::Store {
-            command,
+            mode,
             key,
             flags,
             exptime,
             value,
             cas,
             noreply,
-        } => Request::Store {
-            command: *command,
+        } => Command::Store {
+            mode: *mode,
             key,
             flags: *flags,
             exptime: *exptime,
@@ -187,56 +196,56 @@ fn request<'a>(m: &'a Model, scratch: &'a [u8]) -> Request<'a> {
             cas: *cas,
             noreply: *noreply,
         },
-        Model::Delete(key, noreply) => Request::Delete {
+        Model::Delete(key, noreply) => Command::Delete {
             key,
             noreply: *noreply,
         },
-        Model::Incr(key, delta, noreply) => Request::Incr {
-            key,
-            delta: *delta,
-            noreply: *noreply,
-        },
-        Model::Decr(key, delta, noreply) => Request::Decr {
+        Model::Incr(key, delta, noreply) => Command::Incr {
             key,
             delta: *delta,
             noreply: *noreply,
         },
-        Model::Touch(key, exptime, noreply) => Request::Touch {
+        Model::Decr(key, delta, noreply) => Command::Decr {
+            key,
+            delta: *delta,
+            noreply: *noreply,
+        },
+        Model::Touch(key, exptime, noreply) => Command::Touch {
             key,
             exptime: *exptime,
             noreply: *noreply,
         },
-        Model::FlushAll(delay, noreply) => Request::FlushAll {
+        Model::FlushAll(delay, noreply) => Command::FlushAll {
             delay: *delay,
             noreply: *noreply,
         },
-        Model::Version => Request::Version,
-        Model::Verbosity(level, noreply) => Request::Verbosity {
+        Model::Version => Command::Version,
+        Model::Verbosity(level, noreply) => Command::Verbosity {
             level: *level,
             noreply: *noreply,
         },
-        Model::Stats(args) => Request::Stats {
+        Model::Stats(args) => Command::Stats {
             args: Tokens::new(args),
         },
-        Model::Quit => Request::Quit,
-        Model::MetaGet(key, f) => Request::MetaGet {
-            key,
+        Model::Quit => Command::Quit,
+        Model::MetaGet(key, f) => Command::MetaGet {
+            key: MetaKey::Plain(key),
             flags: flags(f),
         },
-        Model::MetaSet(key, value, f) => Request::MetaSet {
-            key,
+        Model::MetaSet(key, value, f) => Command::MetaSet {
+            key: MetaKey::Plain(key),
             value,
             flags: flags(f),
         },
-        Model::MetaDelete(key, f) => Request::MetaDelete {
-            key,
+        Model::MetaDelete(key, f) => Command::MetaDelete {
+            key: MetaKey::Plain(key),
             flags: flags(f),
         },
-        Model::MetaArith(key, f) => Request::MetaArithmetic {
-            key,
+        Model::MetaArith(key, f) => Command::MetaArithmetic {
+            key: MetaKey::Plain(key),
             flags: flags(f),
         },
-        Model::MetaNoop => Request::MetaNoop,
+        Model::MetaNoop => Command::MetaNoop,
     }
 }
 
@@ -347,7 +356,7 @@ proptest! {
         cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..8),
     ) {
         let scratches: Vec<Vec<u8>> = ms.iter().map(scratch).collect();
-        let reqs: Vec<Request<'_>> =
+        let reqs: Vec<Command<'_>> =
             ms.iter().zip(&scratches).map(|(m, s)| request(m, s)).collect();
         let mut buf = Vec::new();
         for r in &reqs {

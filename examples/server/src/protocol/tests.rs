@@ -3,7 +3,7 @@ use super::*;
 const MAX: usize = 1 << 20;
 
 /// Parses a buffer holding exactly one request.
-fn one(buf: &[u8]) -> Request<'_> {
+fn one(buf: &[u8]) -> Command<'_> {
     let (req, used) =
         parse(buf, MAX).unwrap_or_else(|e| panic!("{:?}: {e:?}", buf.escape_ascii().to_string()));
     assert_eq!(
@@ -59,14 +59,14 @@ fn client_error(msg: &'static str, consumed: usize, noreply: bool) -> ParseError
 #[test]
 fn get_single_and_multi() {
     match one(b"get foo\r\n") {
-        Request::Get { keys: k, cas } => {
+        Command::Get { keys: k, cas } => {
             assert!(!cas);
             assert_eq!(keys(k), vec![&b"foo"[..]]);
         }
         r => panic!("{r:?}"),
     }
     match one(b"gets a bb  ccc\r\n") {
-        Request::Get { keys: k, cas } => {
+        Command::Get { keys: k, cas } => {
             assert!(cas);
             assert_eq!(keys(k), vec![&b"a"[..], b"bb", b"ccc"]);
         }
@@ -77,7 +77,7 @@ fn get_single_and_multi() {
 #[test]
 fn get_accepts_bare_newline_and_extra_spaces() {
     match one(b"  get   k1 k2  \n") {
-        Request::Get { keys: k, .. } => assert_eq!(keys(k), vec![&b"k1"[..], b"k2"]),
+        Command::Get { keys: k, .. } => assert_eq!(keys(k), vec![&b"k1"[..], b"k2"]),
         r => panic!("{r:?}"),
     }
 }
@@ -100,7 +100,7 @@ fn get_many_keys() {
     }
     buf.extend_from_slice(b"\r\n");
     match one(&buf) {
-        Request::Get { keys: k, .. } => {
+        Command::Get { keys: k, .. } => {
             assert_eq!(k.count(), 100);
             assert_eq!(k.clone().nth(42), Some(&b"key42"[..]));
         }
@@ -111,7 +111,7 @@ fn get_many_keys() {
 #[test]
 fn gat_and_gats() {
     match one(b"gat 100 a b\r\n") {
-        Request::Gat {
+        Command::Gat {
             exptime,
             keys: k,
             cas,
@@ -123,7 +123,7 @@ fn gat_and_gats() {
         r => panic!("{r:?}"),
     }
     match one(b"gats -1 a\r\n") {
-        Request::Gat { exptime, cas, .. } => {
+        Command::Gat { exptime, cas, .. } => {
             assert_eq!(exptime, -1);
             assert!(cas);
         }
@@ -131,7 +131,7 @@ fn gat_and_gats() {
     }
     // memcached accepts a gat without keys (reply: END)
     match one(b"gat 5\r\n") {
-        Request::Gat { keys: k, .. } => assert!(k.is_empty()),
+        Command::Gat { keys: k, .. } => assert!(k.is_empty()),
         r => panic!("{r:?}"),
     }
     assert_eq!(err(b"gat\r\n"), ParseError::UnknownCommand { consumed: 5 });
@@ -145,10 +145,28 @@ fn gat_and_gats() {
 fn key_length_limit() {
     let ok = "k".repeat(MAX_KEY_LEN);
     let long = "k".repeat(MAX_KEY_LEN + 1);
+    // The get family reads the keys before a long one, then errs.
+    for (line, exptime, before) in [
+        (format!("get {long}\r\n"), None, vec![]),
+        (format!("gets x {long} y\r\n"), None, vec![&b"x"[..]]),
+        (
+            format!("gat 1 a b {long}\r\n"),
+            Some(1),
+            vec![&b"a"[..], b"b"],
+        ),
+    ] {
+        match one(line.as_bytes()) {
+            Command::KeyTooLong {
+                exptime: e,
+                keys: k,
+            } => {
+                assert_eq!(e, exptime);
+                assert_eq!(keys(k), before);
+            }
+            c => panic!("{c:?}"),
+        }
+    }
     for (cmd, tail) in [
-        ("get", ""),
-        ("gets x", ""),
-        ("gat 1", ""),
         ("delete", ""),
         ("incr", " 1"),
         ("decr", " 1"),
@@ -196,36 +214,36 @@ fn key_length_limit() {
 
 #[test]
 fn set_family() {
-    for (name, command) in [
-        ("set", StoreCommand::Set),
-        ("add", StoreCommand::Add),
-        ("replace", StoreCommand::Replace),
-        ("append", StoreCommand::Append),
-        ("prepend", StoreCommand::Prepend),
+    for (name, mode) in [
+        ("set", StoreMode::Set),
+        ("add", StoreMode::Add),
+        ("replace", StoreMode::Replace),
+        ("append", StoreMode::Append),
+        ("prepend", StoreMode::Prepend),
     ] {
         let buf = format!("{name} key 42 3600 5\r\nhello\r\n");
         assert_eq!(
             one(buf.as_bytes()),
-            Request::Store {
-                command,
+            Command::Store {
+                mode,
                 key: b"key",
                 flags: 42,
                 exptime: 3600,
                 value: b"hello",
-                cas: 0,
+                cas: None,
                 noreply: false,
             }
         );
         let buf = format!("{name} key 0 0 0 noreply\r\n\r\n");
         assert_eq!(
             one(buf.as_bytes()),
-            Request::Store {
-                command,
+            Command::Store {
+                mode,
                 key: b"key",
                 flags: 0,
                 exptime: 0,
                 value: b"",
-                cas: 0,
+                cas: None,
                 noreply: true,
             }
         );
@@ -236,20 +254,20 @@ fn set_family() {
 fn cas_command() {
     assert_eq!(
         one(b"cas k 1 2 3 99\r\nabc\r\n"),
-        Request::Store {
-            command: StoreCommand::Cas,
+        Command::Store {
+            mode: StoreMode::Set,
             key: b"k",
             flags: 1,
             exptime: 2,
             value: b"abc",
-            cas: 99,
+            cas: Some(99),
             noreply: false,
         }
     );
     assert!(matches!(
         one(b"cas k 1 2 3 18446744073709551615 noreply\r\nabc\r\n"),
-        Request::Store {
-            cas: u64::MAX,
+        Command::Store {
+            cas: Some(u64::MAX),
             noreply: true,
             ..
         }
@@ -269,17 +287,68 @@ fn cas_command() {
 fn set_extremes() {
     assert!(matches!(
         one(b"set k 4294967295 -1 1\r\nx\r\n"),
-        Request::Store {
+        Command::Store {
             flags: u32::MAX,
             exptime: -1,
             ..
         }
     ));
-    // flags beyond u32
-    assert_eq!(
-        err(b"set k 4294967296 0 1\r\nx\r\n"),
-        client_error(msg::BAD_FORMAT, 22, false)
-    );
+    // As memcached (strtoul into 32 bits): flags beyond u32 wrap, a
+    // negative number is refused, `+` and leading zeros are fine.
+    for (line, flags) in [
+        (&b"set k 4294967296 0 1\r\nx\r\n"[..], 0),
+        (b"set k 4294967297 0 1\r\nx\r\n", 1),
+        (b"set k +7 0 1\r\nx\r\n", 7),
+        (b"set k 007 0 1\r\nx\r\n", 7),
+        (b"set k -0 0 1\r\nx\r\n", 0),
+    ] {
+        match one(line) {
+            Command::Store { flags: f, .. } => assert_eq!(f, flags),
+            r => panic!("{r:?}"),
+        }
+    }
+    for line in [
+        &b"set k -1 0 1\r\n"[..],
+        b"set k 1x 0 1\r\n",
+        b"set k 0 0 -1\r\n",
+        b"set k 0 0 +\r\n",
+        b"set k 18446744073709551616 0 1\r\n",
+    ] {
+        assert_eq!(err(line), client_error(msg::BAD_FORMAT, line.len(), false));
+    }
+    // exptime is a 32-bit field too
+    assert!(matches!(
+        one(b"set k 0 4294967296 1\r\nx\r\n"),
+        Command::Store { exptime: 0, .. }
+    ));
+}
+
+#[test]
+fn numbers_as_strtoull() {
+    // issue 11: delta `+1`, leading zeros, 20 digits
+    for (t, v) in [
+        (&b"1"[..], Some(1)),
+        (b"+1", Some(1)),
+        (b"01", Some(1)),
+        (b"000000000000000000005", Some(5)),
+        (b"18446744073709551615", Some(u64::MAX)),
+        (b"18446744073709551616", None),
+        (b"-0", Some(0)),
+        (b"-1", None),
+        (b"1x", None),
+        (b"+", None),
+        (b"", None),
+        (b"\t5", Some(5)),
+        (b"5\t", Some(5)),
+    ] {
+        assert_eq!(strtoull(t), v, "{:?}", t.escape_ascii().to_string());
+    }
+    assert_eq!(strtol(b"-2147483649"), Some(i64::from(i32::MAX)));
+    assert_eq!(strtol(b"9223372036854775808"), None);
+    match one(b"incr k +1\r\n") {
+        Command::Incr { delta, .. } => assert_eq!(delta, 1),
+        r => panic!("{r:?}"),
+    }
 }
 
 #[test]
@@ -289,7 +358,7 @@ fn binary_value_with_crlf() {
     buf.extend_from_slice(value);
     buf.extend_from_slice(b"\r\n");
     match one(&buf) {
-        Request::Store { value: v, .. } => assert_eq!(v, value),
+        Command::Store { value: v, .. } => assert_eq!(v, value),
         r => panic!("{r:?}"),
     }
     assert_incremental(&buf);
@@ -356,7 +425,7 @@ fn set_extra_token_not_noreply_is_ignored() {
     // memcached's set_noreply_maybe only looks for a trailing "noreply"
     assert!(matches!(
         one(b"set k 0 0 1 whatever\r\nx\r\n"),
-        Request::Store { noreply: false, .. }
+        Command::Store { noreply: false, .. }
     ));
 }
 
@@ -393,7 +462,7 @@ fn too_large_value() {
         ParseError::TooLarge {
             swallow: line.len() + 102,
             noreply: false,
-            command: StoreCommand::Set,
+            unlink: true,
             key_at: 4,
             key_len: 3,
         }
@@ -437,7 +506,7 @@ fn too_large_then_next_request_after_swallow() {
     assert_eq!(swallow, 16 + 22);
     assert!(matches!(
         parse(&stream[swallow..], 10),
-        Ok((Request::Get { .. }, 7))
+        Ok((Command::Get { .. }, 7))
     ));
 }
 
@@ -447,28 +516,28 @@ fn too_large_then_next_request_after_swallow() {
 fn delete_forms() {
     assert_eq!(
         one(b"delete k\r\n"),
-        Request::Delete {
+        Command::Delete {
             key: b"k",
             noreply: false
         }
     );
     assert_eq!(
         one(b"delete k noreply\r\n"),
-        Request::Delete {
+        Command::Delete {
             key: b"k",
             noreply: true
         }
     );
     assert_eq!(
         one(b"delete k 0\r\n"),
-        Request::Delete {
+        Command::Delete {
             key: b"k",
             noreply: false
         }
     );
     assert_eq!(
         one(b"delete k 0 noreply\r\n"),
-        Request::Delete {
+        Command::Delete {
             key: b"k",
             noreply: true
         }
@@ -497,7 +566,7 @@ fn delete_forms() {
 fn incr_decr() {
     assert_eq!(
         one(b"incr n 5\r\n"),
-        Request::Incr {
+        Command::Incr {
             key: b"n",
             delta: 5,
             noreply: false
@@ -505,7 +574,7 @@ fn incr_decr() {
     );
     assert_eq!(
         one(b"decr n 18446744073709551615 noreply\r\n"),
-        Request::Decr {
+        Command::Decr {
             key: b"n",
             delta: u64::MAX,
             noreply: true
@@ -533,7 +602,7 @@ fn incr_decr() {
 fn touch() {
     assert_eq!(
         one(b"touch k 10\r\n"),
-        Request::Touch {
+        Command::Touch {
             key: b"k",
             exptime: 10,
             noreply: false
@@ -541,7 +610,7 @@ fn touch() {
     );
     assert_eq!(
         one(b"touch k -1 noreply\r\n"),
-        Request::Touch {
+        Command::Touch {
             key: b"k",
             exptime: -1,
             noreply: true
@@ -561,35 +630,35 @@ fn touch() {
 fn flush_all() {
     assert_eq!(
         one(b"flush_all\r\n"),
-        Request::FlushAll {
+        Command::FlushAll {
             delay: 0,
             noreply: false
         }
     );
     assert_eq!(
         one(b"flush_all 10\r\n"),
-        Request::FlushAll {
+        Command::FlushAll {
             delay: 10,
             noreply: false
         }
     );
     assert_eq!(
         one(b"flush_all noreply\r\n"),
-        Request::FlushAll {
+        Command::FlushAll {
             delay: 0,
             noreply: true
         }
     );
     assert_eq!(
         one(b"flush_all 10 noreply\r\n"),
-        Request::FlushAll {
+        Command::FlushAll {
             delay: 10,
             noreply: true
         }
     );
     assert_eq!(
         err(b"flush_all x\r\n"),
-        client_error(msg::BAD_FORMAT, 13, false)
+        client_error(msg::INVALID_EXPTIME, 13, false)
     );
     assert_eq!(
         err(b"flush_all 1 2 3\r\n"),
@@ -599,18 +668,18 @@ fn flush_all() {
 
 #[test]
 fn version_verbosity_quit_stats() {
-    assert_eq!(one(b"version\r\n"), Request::Version);
-    assert_eq!(one(b"quit\r\n"), Request::Quit);
+    assert_eq!(one(b"version\r\n"), Command::Version);
+    assert_eq!(one(b"quit\r\n"), Command::Quit);
     assert_eq!(
         one(b"verbosity 1\r\n"),
-        Request::Verbosity {
+        Command::Verbosity {
             level: 1,
             noreply: false
         }
     );
     assert_eq!(
         one(b"verbosity 2 noreply\r\n"),
-        Request::Verbosity {
+        Command::Verbosity {
             level: 2,
             noreply: true
         }
@@ -624,11 +693,11 @@ fn version_verbosity_quit_stats() {
         client_error(msg::BAD_FORMAT, 13, false)
     );
     match one(b"stats\r\n") {
-        Request::Stats { args } => assert!(args.is_empty()),
+        Command::Stats { args } => assert!(args.is_empty()),
         r => panic!("{r:?}"),
     }
     match one(b"stats slabs  detail\r\n") {
-        Request::Stats { args } => assert_eq!(keys(args), vec![&b"slabs"[..], b"detail"]),
+        Command::Stats { args } => assert_eq!(keys(args), vec![&b"slabs"[..], b"detail"]),
         r => panic!("{r:?}"),
     }
 }
@@ -642,8 +711,12 @@ fn unknown_commands() {
         b"bogus\r\n",
         b"GET k\r\n",
         b"getx k\r\n",
-        b"me k\r\n",
+        b"mx k\r\n",
+        b"mg\r\n",
+        b"gat\r\n",
         b"\x00\x01\r\n",
+        // HTTP/ closes only lines memcached does not route to a command
+        b"set k HTTP/1.0\r\n",
     ] {
         let e = err(line);
         assert_eq!(
@@ -653,6 +726,44 @@ fn unknown_commands() {
             }
         );
         assert_eq!(reply_of(e), b"ERROR\r\n");
+    }
+}
+
+#[test]
+fn http_request_line_closes() {
+    for line in [
+        &b"GET / HTTP/1.0\r\n"[..],
+        b"POST /x HTTP/1.1\r\n",
+        b"HEAD HTTP/2\r\n",
+    ] {
+        let e = err(line);
+        assert_eq!(e, ParseError::Close);
+        assert!(e.closes_connection());
+        assert_eq!(reply_of(e), b"");
+    }
+}
+
+#[test]
+fn base64_keys() {
+    assert_eq!(base64_decode(b"Zm9v"), Some(b"foo".to_vec()));
+    assert_eq!(base64_decode(b"Zm8="), Some(b"fo".to_vec()));
+    assert_eq!(base64_decode(b"Zg=="), Some(b"f".to_vec()));
+    for bad in [&b""[..], b"Zm9", b"Zm9v!", b"Z===", b"Zg==Zm9v"] {
+        assert_eq!(base64_decode(bad), None);
+    }
+    let mut out = Vec::new();
+    base64_encode(&mut out, b"\x00\xffk3");
+    assert_eq!(base64_decode(&out), Some(b"\x00\xffk3".to_vec()));
+    match one(b"mg Zm9v b v\r\n") {
+        Command::MetaGet { key, flags } => {
+            assert_eq!(key.bytes(), b"foo");
+            assert!(flags.base64);
+        }
+        r => panic!("{r:?}"),
+    }
+    match one(b"me Zm9v b\r\n") {
+        Command::MetaDebug { key } => assert_eq!(key.bytes(), b"foo"),
+        r => panic!("{r:?}"),
     }
 }
 
@@ -757,7 +868,7 @@ fn line_too_long() {
     let mut ok = b"stats ".to_vec();
     ok.resize(MAX_LINE_LEN - 1, b'a');
     ok.extend_from_slice(b"\r\n");
-    assert!(matches!(one(&ok), Request::Stats { .. }));
+    assert!(matches!(one(&ok), Command::Stats { .. }));
 }
 
 #[test]
@@ -771,7 +882,7 @@ fn long_multiget_is_allowed() {
     assert_eq!(err(&line), ParseError::Incomplete);
     line.extend_from_slice(b"\r\n");
     match one(&line) {
-        Request::Get { keys, .. } => assert!(keys.count() > 30),
+        Command::Get { keys, .. } => assert!(keys.count() > 30),
         r => panic!("{r:?}"),
     }
     // but not unbounded
@@ -785,24 +896,24 @@ fn long_multiget_is_allowed() {
 #[test]
 fn meta_get() {
     match one(b"mg foo v f t c k s O123 q\r\n") {
-        Request::MetaGet { key, flags } => {
-            assert_eq!(key, b"foo");
+        Command::MetaGet { key, flags } => {
+            assert_eq!(key, MetaKey::Plain(b"foo"));
             for f in *b"vftcksOq" {
                 assert!(flags.has(f), "{}", f as char);
             }
             assert!(!flags.has(b'T'));
-            assert_eq!(flags.opaque, Some(&b"123"[..]));
+            assert_eq!(flags.tokens().nth(6), Some(&b"O123"[..]));
             assert_eq!(flags.tokens().count(), 8);
         }
         r => panic!("{r:?}"),
     }
     match one(b"mg foo\r\n") {
-        Request::MetaGet { flags, .. } => assert_eq!(flags, MetaFlags::EMPTY),
+        Command::MetaGet { flags, .. } => assert_eq!(flags, MetaFlags::EMPTY),
         r => panic!("{r:?}"),
     }
     assert!(matches!(
         one(b"mg foo T30 v\r\n"),
-        Request::MetaGet {
+        Command::MetaGet {
             flags: MetaFlags { ttl: Some(30), .. },
             ..
         }
@@ -812,35 +923,50 @@ fn meta_get() {
 #[test]
 fn meta_set() {
     match one(b"ms k 5 T-1 F7 C99 I MA\r\nhello\r\n") {
-        Request::MetaSet { key, value, flags } => {
-            assert_eq!(key, b"k");
+        Command::MetaSet { key, value, flags } => {
+            assert_eq!(key, MetaKey::Plain(b"k"));
             assert_eq!(value, b"hello");
             assert_eq!(flags.ttl, Some(-1));
             assert_eq!(flags.client_flags, Some(7));
             assert_eq!(flags.compare_cas, Some(99));
             assert!(flags.has(b'I'));
-            assert_eq!(flags.set_mode(), StoreCommand::Append);
+            assert_eq!(flags.set_mode(), StoreMode::Append);
         }
         r => panic!("{r:?}"),
     }
     match one(b"ms k 0\r\n\r\n") {
-        Request::MetaSet { value, flags, .. } => {
+        Command::MetaSet { value, flags, .. } => {
             assert!(value.is_empty());
-            assert_eq!(flags.set_mode(), StoreCommand::Set);
+            assert_eq!(flags.set_mode(), StoreMode::Set);
         }
         r => panic!("{r:?}"),
     }
-    assert_eq!(
-        err(b"ms k x\r\n"),
-        client_error(msg::BAD_DATA_CHUNK, 8, false)
-    );
-    assert_eq!(
-        err(b"ms k\r\n"),
-        client_error(msg::BAD_DATA_CHUNK, 6, false)
-    );
+    // A bad or missing length: the line only (memcached cannot know the
+    // block's size).
+    assert_eq!(err(b"ms k x\r\n"), client_error(msg::BAD_FORMAT, 8, false));
+    assert_eq!(err(b"ms k\r\n"), client_error(msg::BAD_FORMAT, 6, false));
+    assert_eq!(err(b"ms k -1\r\n"), client_error(msg::BAD_FORMAT, 9, false));
+    // A rejected ms with a known length swallows its data block, even
+    // before it has arrived (issue 11: `ms k 7 T\r\nversion\r\n`).
     assert_eq!(
         err(b"ms k 1 MX\r\nx\r\n"),
-        client_error(msg::INVALID_MODE, 11, false)
+        client_error(msg::INVALID_MODE, 14, false)
+    );
+    assert_eq!(
+        err(b"ms k 7 T\r\n"),
+        client_error(msg::BAD_TOKEN, 10 + 9, false)
+    );
+    assert_eq!(
+        err(b"ms k 1 T1 T2\r\nx\r\n"),
+        client_error(msg::DUPLICATE_FLAG, 17, false)
+    );
+    assert_eq!(
+        err(b"ms k 1 Z\r\nx\r\n"),
+        client_error(msg::INVALID_FLAG, 13, false)
+    );
+    assert_eq!(
+        err(b"ms k 1 Ms\r\nx\r\n"),
+        client_error(msg::INVALID_MODE, 14, false)
     );
     assert_eq!(
         err(b"ms k 1\r\nxy\r\n"),
@@ -853,7 +979,7 @@ fn meta_set() {
         ParseError::TooLarge {
             swallow: 14 + 102,
             noreply: false,
-            command: StoreCommand::Set,
+            unlink: true,
             key_at: 3,
             key_len: 3
         }
@@ -864,15 +990,15 @@ fn meta_set() {
 #[test]
 fn meta_delete_arith_noop() {
     match one(b"md k q O1 C5\r\n") {
-        Request::MetaDelete { key, flags } => {
-            assert_eq!(key, b"k");
+        Command::MetaDelete { key, flags } => {
+            assert_eq!(key, MetaKey::Plain(b"k"));
             assert!(flags.has(b'q'));
             assert_eq!(flags.compare_cas, Some(5));
         }
         r => panic!("{r:?}"),
     }
     match one(b"ma k N60 J13 D7 MD v\r\n") {
-        Request::MetaArithmetic { flags, .. } => {
+        Command::MetaArithmetic { flags, .. } => {
             assert_eq!(flags.vivify, Some(60));
             assert_eq!(flags.initial, Some(13));
             assert_eq!(flags.delta, Some(7));
@@ -881,7 +1007,7 @@ fn meta_delete_arith_noop() {
         r => panic!("{r:?}"),
     }
     match one(b"ma k\r\n") {
-        Request::MetaArithmetic { flags, .. } => {
+        Command::MetaArithmetic { flags, .. } => {
             assert!(flags.incr());
             assert_eq!(flags.delta, None);
         }
@@ -891,7 +1017,7 @@ fn meta_delete_arith_noop() {
         err(b"ma k MX\r\n"),
         client_error(msg::INVALID_MA_MODE, 9, false)
     );
-    assert_eq!(one(b"mn\r\n"), Request::MetaNoop);
+    assert_eq!(one(b"mn\r\n"), Command::MetaNoop);
 }
 
 #[test]
@@ -901,9 +1027,15 @@ fn meta_flag_errors() {
         (b"mg k v v\r\n", msg::DUPLICATE_FLAG),
         (b"mg k Tx\r\n", msg::BAD_TOKEN),
         (b"mg k T\r\n", msg::BAD_TOKEN),
-        (b"ms k 1 F-1\r\nx\r\n", msg::BAD_TOKEN),
-        (b"ma k D-1\r\n", msg::BAD_TOKEN),
-        (b"ma k MDD\r\n", msg::BAD_TOKEN),
+        (b"mg k E5\r\n", msg::INVALID_FLAG),
+        // a bad F keeps the message found so far
+        (b"ms k 1 F-1\r\nx\r\n", msg::BAD_FORMAT),
+        (b"ms k 1 Tx F-1\r\nx\r\n", msg::BAD_TOKEN),
+        (b"ms k 1 MDD\r\nx\r\n", msg::M_TOKEN_LENGTH),
+        // md and ma word every flag error alike
+        (b"ma k D-1\r\n", msg::INVALID_OR_DUPLICATE_FLAG),
+        (b"ma k MDD\r\n", msg::INVALID_OR_DUPLICATE_FLAG),
+        (b"md k X\r\n", msg::INVALID_OR_DUPLICATE_FLAG),
         (
             b"md k Oaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n",
             msg::OPAQUE_TOO_LONG,
@@ -912,7 +1044,12 @@ fn meta_flag_errors() {
             b"mg k a b c d e f g h i j k l m n o p q r s t u v w x y\r\n",
             msg::TOO_MANY_FLAGS,
         ),
-        (b"mg\r\n", msg::BAD_FORMAT),
+        (
+            b"md k a b c d e f g h i j k l m n o p q r s t u v w x y\r\n",
+            msg::TOO_MANY_FLAGS_NO_ARE,
+        ),
+        (b"mg k b\r\n", msg::DECODING_KEY),
+        (b"me\r\n", msg::BAD_FORMAT),
     ] {
         match err(line) {
             ParseError::ClientError {
@@ -930,22 +1067,20 @@ fn meta_flag_errors() {
 #[test]
 fn ttl_rules() {
     let now = 1_700_000_000;
-    assert_eq!(ttl_from_exptime(0, now), Ttl::Never);
-    assert_eq!(ttl_from_exptime(-1, now), Ttl::Expired);
-    assert_eq!(ttl_from_exptime(i64::MIN, now), Ttl::Expired);
-    assert_eq!(ttl_from_exptime(1, now), Ttl::Secs(1));
-    assert_eq!(
-        ttl_from_exptime(MAX_RELATIVE_EXPTIME, now),
-        Ttl::Secs(2_592_000)
-    );
+    assert_eq!(exptime_ttl(0, now), Ttl::Never);
+    assert_eq!(exptime_ttl(-1, now), Ttl::Expired);
+    assert_eq!(exptime_ttl(i64::MIN, now), Ttl::Expired);
+    assert_eq!(exptime_ttl(1, now), Ttl::secs(1));
+    assert_eq!(exptime_ttl(MAX_RELATIVE_EXPTIME, now), Ttl::secs(2_592_000));
     // above 30 days: absolute
+    assert_eq!(exptime_ttl(MAX_RELATIVE_EXPTIME + 1, now), Ttl::Expired);
+    assert_eq!(exptime_ttl(now as i64, now), Ttl::Expired);
+    assert_eq!(exptime_ttl(now as i64 + 100, now), Ttl::secs(100));
     assert_eq!(
-        ttl_from_exptime(MAX_RELATIVE_EXPTIME + 1, now),
-        Ttl::Expired
+        exptime_ttl(i64::MAX, now),
+        Ttl::After(Duration::from_secs(u64::from(segcache::MAX_TTL))),
+        "clamped to the core's longest TTL"
     );
-    assert_eq!(ttl_from_exptime(now as i64, now), Ttl::Expired);
-    assert_eq!(ttl_from_exptime(now as i64 + 100, now), Ttl::Secs(100));
-    assert_eq!(ttl_from_exptime(i64::MAX, now), Ttl::Secs(u32::MAX));
 }
 
 // --- responses -------------------------------------------------------------
@@ -1085,12 +1220,14 @@ fn display_and_consumed() {
 
 #[test]
 fn too_large_for_every_storage_command() {
-    for (line, command) in [
-        (&b"add k 0 0 11\r\n"[..], StoreCommand::Add),
-        (b"replace k 0 0 11\r\n", StoreCommand::Replace),
-        (b"prepend k 0 0 11\r\n", StoreCommand::Prepend),
-        (b"cas k 0 0 11 5\r\n", StoreCommand::Cas),
-        (b"ms k 11 MA\r\n", StoreCommand::Append),
+    // As memcached: an oversized classic `set` unlinks the old value, the
+    // other classic stores do not, and `ms` does in every mode.
+    for (line, unlink) in [
+        (&b"add k 0 0 11\r\n"[..], false),
+        (b"replace k 0 0 11\r\n", false),
+        (b"prepend k 0 0 11\r\n", false),
+        (b"cas k 0 0 11 5\r\n", false),
+        (b"ms k 11 MA\r\n", true),
     ] {
         let e = parse(line, 10).unwrap_err();
         assert_eq!(
@@ -1098,13 +1235,12 @@ fn too_large_for_every_storage_command() {
             ParseError::TooLarge {
                 swallow: line.len() + 13,
                 noreply: false,
-                command,
+                unlink,
                 key_at: line.iter().position(|&b| b == b' ').unwrap() + 1,
                 key_len: 1,
             }
         );
-        // only an oversized *set* unlinks the old value
-        assert_eq!(e.too_large_key(line), None);
+        assert_eq!(e.too_large_key(line).is_some(), unlink);
     }
     // max_value 0 still allows empty values
     assert!(parse(b"set k 0 0 0\r\n\r\n", 0).is_ok());

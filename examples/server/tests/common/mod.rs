@@ -3,6 +3,8 @@
 //! and a raw-socket client with timeouts on every read and write.
 #![allow(dead_code)]
 
+pub mod memcached;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs pymemcache's own integration suite (it ships inside the wheel:
+# pymemcache/test/test_integration.py) against segcache-server on a free
+# loopback port. Every test must pass except the TLS ones, which need a
+# TLS listener this server does not have: test_tls (3 parametrizations,
+# deselected by name below). Installs pymemcache and pytest in a venv under
+# the cargo target directory; installs python3-venv (as root) when missing.
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+
+PYMEMCACHE_VERSION=4.0.0
+VENV="$CARGO_TARGET_DIR/pymemcache-venv"
+if [ ! -x "$VENV/bin/pytest" ]; then
+    if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
+        rm -rf "$VENV"
+        need_pkg python3-venv __no_such_command__
+        python3 -m venv "$VENV"
+    fi
+    "$VENV/bin/pip" install -q "pymemcache==$PYMEMCACHE_VERSION" pytest
+fi
+SUITE="$("$VENV/bin/python" -c 'import os, pymemcache.test as t; print(os.path.dirname(t.__file__))')"
+
+build_server
+start_server SRV --workers 2
+trap 'stop_pid "$SRV_PID"' EXIT
+echo "segcache-server on 127.0.0.1:$SRV_PORT; running pymemcache $PYMEMCACHE_VERSION integration tests"
+# The suite's conftest.py (--server/--port) lives beside the tests.
+cd "$SUITE"
+timeout 300 "$VENV/bin/pytest" -q -p no:cacheprovider -W ignore::pytest.PytestUnknownMarkWarning \
+    -m integration --server 127.0.0.1 --port "$SRV_PORT" \
+    --deselect test_integration.py::test_tls \
+    test_integration.py

@@ -1,0 +1,1191 @@
+//! The seam between the memcache protocol and the core: every parsed
+//! [`Command`] becomes core [`Request`]s (one per key of a multi-get, one
+//! for every other command), each run as **one atomic step** by the storage
+//! thread, and every core [`Response`] is rendered as memcached 1.6.18
+//! renders it.
+//!
+//! # What this module owns
+//! * Memcache semantics that are not the core's: exptime rules
+//!   ([`protocol::exptime_ttl`]), which mode and options a command maps to
+//!   (`ms` with `C` on a set or replace is a compare-and-swap, `ma N`
+//!   vivifies with `J`...), which replies `noreply` and `q` hide, and meta
+//!   flags answered in request order.
+//! * The batch: commands of a worker's event-loop round are submitted to the
+//!   storage thread at once (pipelined); `Kind` records how to render each
+//!   reply when `render` collects the responses in submission order.
+//!
+//! # What it must never do
+//! * Compose a command out of several storage requests that change data:
+//!   the only extra requests are read-only peeks (`bump: false`) that
+//!   report a meta `t` flag the core's response does not carry (see
+//!   `Kind::MetaArith` and `Kind::MetaGet`); they never decide what is
+//!   stored.
+//! * Touch sockets: the worker owns I/O and hands this module bytes.
+
+use crate::metrics::{Cmd, Metrics, Outcome, WorkerStats};
+use crate::protocol::{
+    self, exptime_ttl, msg, write_client_error, write_meta_data, write_meta_end, write_meta_flag,
+    write_meta_flag_num, write_meta_status, write_server_error, write_value, Command, MetaFlags,
+    MetaKey, MetaStatus, ParseError, Reply, Tokens,
+};
+use segcache::ops::{ArithOpts, DeleteOpts, Found, GetOpts};
+use segcache::storage::Client;
+use segcache::{Error as StoreError, Request, Response, Store, StoreMode, Ttl};
+use std::ops::Range;
+use std::time::{Duration, Instant};
+
+/// The configuration a client can see (`stats settings`) or that changes
+/// how commands are answered.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    pub heap_size: usize,
+    pub max_connections: usize,
+    pub port: u16,
+    pub workers: usize,
+    /// Largest value accepted from clients.
+    pub max_value: usize,
+    /// `flush_all` is allowed (memcached's `-F` turns it off).
+    pub flush_enabled: bool,
+}
+
+/// How to render one command's reply from its storage responses. Every
+/// variant but `Local` consumes a fixed number of responses, in order.
+pub(crate) enum Kind {
+    /// Pre-rendered bytes in the batch arena (no response).
+    Local(Range<usize>),
+    /// One key of get/gets/gat/gats: a `VALUE` block on a hit.
+    Value {
+        key: Range<usize>,
+        cas: bool,
+    },
+    /// set/add/replace/append/prepend/cas.
+    Store {
+        cas: bool,
+        noreply: bool,
+    },
+    Delete {
+        noreply: bool,
+    },
+    Arith {
+        incr: bool,
+        noreply: bool,
+    },
+    Touch {
+        noreply: bool,
+    },
+    /// `flush_all`: `OK`.
+    Done {
+        noreply: bool,
+    },
+    Stats,
+    /// A response nobody waits for (the unlink after an oversized set).
+    Discard,
+    /// `mg`; with `peek`, a read-only `Get` went first so that a `t` flag
+    /// before `T` reports the TTL as it was before the touch.
+    MetaGet {
+        key: Range<usize>,
+        flags: Range<usize>,
+        peek: bool,
+        /// `T` and `N` as TTLs, for `t` on an item this request created.
+        touch: Option<Ttl>,
+        vivify: Option<Ttl>,
+    },
+    MetaSet {
+        key: Range<usize>,
+        flags: Range<usize>,
+    },
+    MetaDelete {
+        key: Range<usize>,
+        flags: Range<usize>,
+    },
+    /// `ma`; with `peek_after`, a read-only `Get` follows to report `t`
+    /// (the core's arithmetic response carries no TTL); with
+    /// `peek_before`, one goes first to tell whether `N` created the item
+    /// (memcached shows a vivified result even with `q`).
+    MetaArith {
+        key: Range<usize>,
+        flags: Range<usize>,
+        peek_before: bool,
+        peek_after: bool,
+        /// `T` and `N` as TTLs, for `t` on an item this request created.
+        touch: Option<Ttl>,
+        vivify: Option<Ttl>,
+    },
+    /// `me`: the item's metadata (a read-only `Get`).
+    MetaDebug {
+        key: Range<usize>,
+    },
+}
+
+pub(crate) struct Action {
+    pub conn: usize,
+    pub kind: Kind,
+}
+
+/// Commands parsed but not yet answered.
+#[derive(Default)]
+pub(crate) struct Batch {
+    pub actions: Vec<Action>,
+    /// Keys, meta flags and pre-rendered replies of the actions.
+    pub arena: Vec<u8>,
+    /// When the first command of the batch was read.
+    pub started: Option<Instant>,
+    /// Client commands in the batch (for the latency histogram).
+    pub requests: u64,
+    /// Storage requests submitted.
+    pub submitted: usize,
+}
+
+/// The storage client and the batch, borrowed apart from the connections.
+pub(crate) struct Pipe<'a> {
+    pub client: &'a mut Client,
+    pub batch: &'a mut Batch,
+    pub stats: &'a WorkerStats,
+    pub now_unix: u64,
+    pub read_at: Instant,
+    pub settings: Settings,
+}
+
+impl Pipe<'_> {
+    fn push(&mut self, conn: usize, kind: Kind) {
+        self.batch.actions.push(Action { conn, kind });
+    }
+
+    fn bytes(&mut self, data: &[u8]) -> Range<usize> {
+        let start = self.batch.arena.len();
+        self.batch.arena.extend_from_slice(data);
+        start..self.batch.arena.len()
+    }
+
+    /// Drops the `END` line just queued for `conn`: its get goes on with
+    /// the next slice of its keys (see [`crate::budget`]).
+    pub fn strip_end(&mut self, conn: usize) {
+        const END: &[u8] = b"END\r\n";
+        if let Some(Action {
+            conn: c,
+            kind: Kind::Local(r),
+        }) = self.batch.actions.last_mut()
+        {
+            if *c == conn && self.batch.arena[r.clone()].ends_with(END) {
+                r.end -= END.len();
+                if r.start == r.end {
+                    self.batch.actions.pop();
+                }
+            }
+        }
+    }
+
+    /// Queues a reply written by `f` (nothing if it writes nothing).
+    fn local(&mut self, conn: usize, f: impl FnOnce(&mut Vec<u8>)) {
+        let start = self.batch.arena.len();
+        f(&mut self.batch.arena);
+        let end = self.batch.arena.len();
+        if end == start {
+            return;
+        }
+        if let Some(Action {
+            conn: c,
+            kind: Kind::Local(r),
+        }) = self.batch.actions.last_mut()
+        {
+            if *c == conn && r.end == start {
+                r.end = end;
+                return;
+            }
+        }
+        self.push(conn, Kind::Local(start..end));
+    }
+
+    /// Submits storage requests; on failure (storage stopped) queues a
+    /// server error instead and returns false. Requests already submitted
+    /// for this command are consumed by `kind` anyway: callers submit
+    /// everything first, then push the kind only on success.
+    fn submit(&mut self, conn: usize, reqs: impl IntoIterator<Item = Request>) -> bool {
+        for req in reqs {
+            if self.client.submit(req).is_err() {
+                self.local(conn, |o| write_server_error(o, "storage unavailable"));
+                return false;
+            }
+            self.batch.submitted += 1;
+        }
+        true
+    }
+
+    fn count_request(&mut self) {
+        if self.batch.started.is_none() {
+            self.batch.started = Some(self.read_at);
+        }
+        self.batch.requests += 1;
+    }
+
+    fn ttl(&self, exptime: i64) -> Ttl {
+        exptime_ttl(exptime, self.now_unix)
+    }
+
+    /// Answers a parse error: the error reply, and for an oversized `set`
+    /// or `ms` the unlink of the old value memcached does.
+    pub fn parse_error(&mut self, conn: usize, e: &ParseError, buf: &[u8]) {
+        self.stats.cmd(Cmd::Invalid);
+        self.count_request();
+        match e {
+            ParseError::TooLarge { .. } => self.stats.add(Outcome::TooLarge, 1),
+            _ => self.stats.add(Outcome::ClientErrors, 1),
+        }
+        self.local(conn, |o| e.write_reply(o));
+        if let Some(key) = e.too_large_key(buf) {
+            let req = Request::Delete {
+                key: key.to_vec(),
+                opts: DeleteOpts::default(),
+            };
+            if self.submit(conn, [req]) {
+                self.push(conn, Kind::Discard);
+            }
+        }
+    }
+
+    /// Turns one parsed command into storage requests and actions. Returns
+    /// true for `quit`.
+    pub fn dispatch(&mut self, conn: usize, cmd: Command<'_>) -> bool {
+        self.count_request();
+        let stats = self.stats;
+        match cmd {
+            Command::Get { keys, cas } => {
+                stats.cmd(if cas { Cmd::Gets } else { Cmd::Get });
+                self.retrieve(conn, keys, cas, None);
+            }
+            Command::Gat { exptime, keys, cas } => {
+                stats.cmd(if cas { Cmd::Gats } else { Cmd::Gat });
+                let ttl = self.ttl(exptime);
+                self.retrieve(conn, keys, cas, Some(ttl));
+            }
+            Command::KeyTooLong { exptime, keys } => {
+                stats.cmd(Cmd::Invalid);
+                stats.add(Outcome::ClientErrors, 1);
+                // As memcached: the keys before the long one are read (and
+                // touched by gat), their values dropped from the reply.
+                let touch = exptime.map(|e| self.ttl(e));
+                for key in keys {
+                    let req = Request::Get {
+                        key: key.to_vec(),
+                        opts: GetOpts {
+                            touch,
+                            ..GetOpts::default()
+                        },
+                    };
+                    if self.submit(conn, [req]) {
+                        self.push(conn, Kind::Discard);
+                    }
+                }
+                self.local(conn, |o| write_client_error(o, msg::BAD_FORMAT));
+            }
+            Command::Store {
+                mode,
+                key,
+                flags,
+                exptime,
+                value,
+                cas,
+                noreply,
+            } => {
+                stats.cmd(match (mode, cas) {
+                    (_, Some(_)) => Cmd::Cas,
+                    (StoreMode::Set, None) => Cmd::Set,
+                    (StoreMode::Add, None) => Cmd::Add,
+                    (StoreMode::Replace, None) => Cmd::Replace,
+                    (StoreMode::Append, None) => Cmd::Append,
+                    (StoreMode::Prepend, None) => Cmd::Prepend,
+                });
+                let store = Store {
+                    flags,
+                    ttl: self.ttl(exptime),
+                    cas,
+                    ..Store::new(mode, key.to_vec(), value.to_vec())
+                };
+                if self.submit(conn, [Request::Store(store)]) {
+                    let cas = cas.is_some();
+                    self.push(conn, Kind::Store { cas, noreply });
+                }
+            }
+            Command::Delete { key, noreply } => {
+                stats.cmd(Cmd::Delete);
+                let req = Request::Delete {
+                    key: key.to_vec(),
+                    opts: DeleteOpts::default(),
+                };
+                if self.submit(conn, [req]) {
+                    self.push(conn, Kind::Delete { noreply });
+                }
+            }
+            Command::Incr {
+                key,
+                delta,
+                noreply,
+            } => {
+                stats.cmd(Cmd::Incr);
+                self.arith(conn, key, true, delta, noreply);
+            }
+            Command::Decr {
+                key,
+                delta,
+                noreply,
+            } => {
+                stats.cmd(Cmd::Decr);
+                self.arith(conn, key, false, delta, noreply);
+            }
+            Command::Touch {
+                key,
+                exptime,
+                noreply,
+            } => {
+                stats.cmd(Cmd::Touch);
+                let req = Request::Touch {
+                    key: key.to_vec(),
+                    ttl: self.ttl(exptime),
+                };
+                if self.submit(conn, [req]) {
+                    self.push(conn, Kind::Touch { noreply });
+                }
+            }
+            Command::FlushAll { noreply, .. } if !self.settings.flush_enabled => {
+                stats.cmd(Cmd::FlushAll);
+                if !noreply {
+                    self.local(conn, |o| write_client_error(o, msg::FLUSH_NOT_ALLOWED));
+                }
+            }
+            Command::FlushAll { delay, noreply } => {
+                stats.cmd(Cmd::FlushAll);
+                // memcached: a delay of 0 or less is now; otherwise it
+                // follows the exptime rules (relative or absolute).
+                let delay = if delay <= 0 {
+                    Duration::ZERO
+                } else {
+                    self.ttl(delay).duration().unwrap_or(Duration::ZERO)
+                };
+                if self.submit(conn, [Request::Flush { delay }]) {
+                    self.push(conn, Kind::Done { noreply });
+                }
+            }
+            Command::Version => {
+                stats.cmd(Cmd::Version);
+                self.local(conn, |o| {
+                    protocol::write_version(o, env!("CARGO_PKG_VERSION"))
+                });
+            }
+            Command::Verbosity { noreply, .. } => {
+                stats.cmd(Cmd::Verbosity);
+                if !noreply {
+                    self.local(conn, |o| Reply::Ok.write(o));
+                }
+            }
+            Command::Stats { args } => {
+                stats.cmd(Cmd::Stats);
+                if args.is_empty() {
+                    if self.submit(conn, [Request::Stats]) {
+                        self.push(conn, Kind::Stats);
+                    }
+                } else {
+                    let settings = self.settings;
+                    self.local(conn, |o| stats_subcommand(o, args, settings));
+                }
+            }
+            Command::CacheMemlimit { megabytes, noreply } => {
+                stats.cmd(Cmd::Invalid);
+                if !noreply {
+                    self.local(conn, |o| o.extend_from_slice(memlimit_reply(megabytes)));
+                }
+            }
+            Command::Quit => {
+                stats.cmd(Cmd::Quit);
+                return true;
+            }
+            Command::MetaNoop => {
+                stats.cmd(Cmd::Mn);
+                self.local(conn, |o| o.extend_from_slice(b"MN\r\n"));
+            }
+            Command::MetaDebug { key } => {
+                stats.cmd(Cmd::Mg);
+                let req = peek(key.bytes());
+                if self.submit(conn, [req]) {
+                    let key = self.bytes(key.bytes());
+                    self.push(conn, Kind::MetaDebug { key });
+                }
+            }
+            Command::MetaGet { key, flags } => {
+                stats.cmd(Cmd::Mg);
+                self.meta_get(conn, key, flags);
+            }
+            Command::MetaSet { key, value, flags } => {
+                stats.cmd(Cmd::Ms);
+                self.meta_set(conn, key, value, flags);
+            }
+            Command::MetaDelete { key, flags } => {
+                stats.cmd(Cmd::Md);
+                let opts = DeleteOpts {
+                    cas: flags.compare_cas,
+                    invalidate: flags.has(b'I'),
+                    // memcached applies `T` only when invalidating.
+                    ttl: flags.ttl.filter(|_| flags.has(b'I')).map(|t| self.ttl(t)),
+                };
+                let req = Request::Delete {
+                    key: key.bytes().to_vec(),
+                    opts,
+                };
+                if self.submit(conn, [req]) {
+                    let (key, flags) = self.meta_ranges(&key, &flags);
+                    self.push(conn, Kind::MetaDelete { key, flags });
+                }
+            }
+            Command::MetaArithmetic { key, flags } => {
+                stats.cmd(Cmd::Ma);
+                self.meta_arith(conn, key, flags);
+            }
+        }
+        false
+    }
+
+    /// One read per key (a multi-get is one atomic step per key, as in
+    /// memcached), then `END`.
+    fn retrieve(&mut self, conn: usize, keys: Tokens<'_>, cas: bool, touch: Option<Ttl>) {
+        for key in keys {
+            let req = Request::Get {
+                key: key.to_vec(),
+                opts: GetOpts {
+                    touch,
+                    ..GetOpts::default()
+                },
+            };
+            if self.submit(conn, [req]) {
+                let key = self.bytes(key);
+                self.push(conn, Kind::Value { key, cas });
+            }
+        }
+        self.local(conn, protocol::write_end);
+    }
+
+    fn arith(&mut self, conn: usize, key: &[u8], incr: bool, delta: u64, noreply: bool) {
+        let req = Request::Arith {
+            key: key.to_vec(),
+            opts: ArithOpts::new(incr, delta),
+        };
+        if self.submit(conn, [req]) {
+            self.push(conn, Kind::Arith { incr, noreply });
+        }
+    }
+
+    /// The key (decoded) and flag tokens of a meta command, kept in the
+    /// arena for rendering.
+    fn meta_ranges(
+        &mut self,
+        key: &MetaKey<'_>,
+        flags: &MetaFlags<'_>,
+    ) -> (Range<usize>, Range<usize>) {
+        let key = self.bytes(key.bytes());
+        let flags = self.bytes(flags.tokens().remainder());
+        (key, flags)
+    }
+
+    fn meta_get(&mut self, conn: usize, key: MetaKey<'_>, flags: MetaFlags<'_>) {
+        let touch = flags.ttl.map(|t| self.ttl(t));
+        let vivify = flags.vivify.map(|t| self.ttl(t));
+        let opts = GetOpts {
+            touch,
+            // memcached applies `T` and `N` in request order to an item it
+            // created: the later one decides its TTL.
+            vivify: vivify.map(|v| last_of_t_and_n(&flags, touch, v)),
+            // memcached wins a recache token when the item's deadline is
+            // before `R`'s (an exptime): i.e. less than that much is left.
+            recache: flags
+                .recache
+                .and_then(|r| self.ttl(r).duration())
+                .map(|d| d.as_secs().min(u64::from(u32::MAX)) as u32)
+                .filter(|&s| s > 0),
+            win_tokens: true,
+            recache_after_touch: first_of(&flags, b'T', b'R'),
+            bump: !flags.has(b'u'),
+        };
+        // A `t` before `T` reports the TTL the item had before the touch.
+        let peek = flags.ttl.is_some() && t_before_touch(&flags);
+        let mut reqs = Vec::with_capacity(2);
+        if peek {
+            reqs.push(self::peek(key.bytes()));
+        }
+        reqs.push(Request::Get {
+            key: key.bytes().to_vec(),
+            opts,
+        });
+        let submitted = self.batch.submitted;
+        if self.submit(conn, reqs) {
+            let (key, flags) = self.meta_ranges(&key, &flags);
+            self.push(
+                conn,
+                Kind::MetaGet {
+                    key,
+                    flags,
+                    peek,
+                    touch,
+                    vivify,
+                },
+            );
+        } else {
+            for _ in submitted..self.batch.submitted {
+                self.push(conn, Kind::Discard);
+            }
+        }
+    }
+
+    fn meta_set(&mut self, conn: usize, key: MetaKey<'_>, value: &[u8], flags: MetaFlags<'_>) {
+        let mode = flags.set_mode();
+        let cas = flags.compare_cas;
+        // memcached: a set or replace with a token is a compare-and-swap
+        // (which needs no present item to say NF), and only then may `I`
+        // store a stale value; add ignores the token.
+        let compare = cas.is_some() && matches!(mode, StoreMode::Set | StoreMode::Replace);
+        // An add ignores the token; append and prepend ignore a token of 0.
+        let cas = match mode {
+            StoreMode::Add => None,
+            StoreMode::Append | StoreMode::Prepend => cas.filter(|&c| c != 0),
+            _ => cas,
+        };
+        let store = Store {
+            flags: flags.client_flags.unwrap_or(0),
+            ttl: flags.ttl.map_or(Ttl::Never, |t| self.ttl(t)),
+            cas,
+            // memcached stores a stale value only for a token older than
+            // the item's, which 0 never is.
+            invalidate: compare && flags.has(b'I') && cas != Some(0),
+            ..Store::new(
+                if compare { StoreMode::Set } else { mode },
+                key.bytes().to_vec(),
+                value.to_vec(),
+            )
+        };
+        if self.submit(conn, [Request::Store(store)]) {
+            let (key, flags) = self.meta_ranges(&key, &flags);
+            self.push(conn, Kind::MetaSet { key, flags });
+        }
+    }
+
+    fn meta_arith(&mut self, conn: usize, key: MetaKey<'_>, flags: MetaFlags<'_>) {
+        let touch = flags.ttl.map(|t| self.ttl(t));
+        let vivify = flags.vivify.map(|t| self.ttl(t));
+        let opts = ArithOpts {
+            incr: flags.incr(),
+            delta: flags.delta.unwrap_or(1),
+            // memcached: a token of 0 compares nothing for ma.
+            cas: flags.compare_cas.filter(|&c| c != 0),
+            vivify: vivify.map(|v| {
+                let ttl = last_of_t_and_n(&flags, touch, v);
+                (flags.initial.unwrap_or(0), ttl)
+            }),
+            ttl: touch,
+        };
+        let peek_after = flags.has(b't');
+        // Whether the item existed, and its TTL before `T`: for `q` with
+        // `N`, and for a `t` that memcached prints before `T` or `N` apply.
+        let peek_before = (flags.has(b'q') && flags.vivify.is_some())
+            || (peek_after && (flags.ttl.is_some() || flags.vivify.is_some()));
+        let mut reqs = Vec::with_capacity(3);
+        if peek_before {
+            reqs.push(self::peek(key.bytes()));
+        }
+        reqs.push(Request::Arith {
+            key: key.bytes().to_vec(),
+            opts,
+        });
+        if peek_after {
+            reqs.push(self::peek(key.bytes()));
+        }
+        let submitted = self.batch.submitted;
+        if self.submit(conn, reqs) {
+            let (key, flags) = self.meta_ranges(&key, &flags);
+            self.push(
+                conn,
+                Kind::MetaArith {
+                    key,
+                    flags,
+                    peek_before,
+                    peek_after,
+                    touch,
+                    vivify,
+                },
+            );
+        } else {
+            // Responses of what was submitted must still be consumed.
+            for _ in submitted..self.batch.submitted {
+                self.push(conn, Kind::Discard);
+            }
+        }
+    }
+}
+
+/// A read that changes nothing and counts nothing.
+fn peek(key: &[u8]) -> Request {
+    Request::Get {
+        key: key.to_vec(),
+        opts: GetOpts {
+            bump: false,
+            ..GetOpts::default()
+        },
+    }
+}
+
+/// The TTL memcached leaves on an item a meta command created: `T` and `N`
+/// apply in request order, so the later one wins.
+fn last_of_t_and_n(flags: &MetaFlags<'_>, touch: Option<Ttl>, vivify: Ttl) -> Ttl {
+    let mut ttl = vivify;
+    let mut seen_n = false;
+    for tok in flags.tokens() {
+        match (tok[0], touch) {
+            (b'N', _) => seen_n = true,
+            (b'T', Some(t)) if seen_n => ttl = t,
+            _ => {}
+        }
+    }
+    ttl
+}
+
+/// Whether a `t` flag comes before the `T` flag.
+/// True if flag `a` comes before flag `b` in the request (memcached
+/// applies meta flags in request order).
+fn first_of(flags: &MetaFlags<'_>, a: u8, b: u8) -> bool {
+    for tok in flags.tokens() {
+        if tok[0] == a {
+            return true;
+        }
+        if tok[0] == b {
+            return false;
+        }
+    }
+    false
+}
+
+fn t_before_touch(flags: &MetaFlags<'_>) -> bool {
+    for tok in flags.tokens() {
+        match tok[0] {
+            b't' => return true,
+            b'T' => return false,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// `cache_memlimit`'s reply, worded as memcached's. The heap is sized at
+/// start, so a valid limit is acknowledged and not applied.
+fn memlimit_reply(megabytes: u32) -> &'static [u8] {
+    match megabytes {
+        0..=7 => b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n",
+        1_000_000_001.. => b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n",
+        _ => b"OK\r\n",
+    }
+}
+
+/// Answers `stats <sub-command>` as memcached does for the ones that make
+/// sense here; segcache has no slab classes, so `items`, `slabs`, `sizes`
+/// and `cachedump` list none, and connections are not listed.
+fn stats_subcommand(out: &mut Vec<u8>, mut args: Tokens<'_>, s: Settings) {
+    match args.next().unwrap_or_default() {
+        b"settings" => {
+            let lines: [(&str, String); 12] = [
+                ("maxbytes", s.heap_size.to_string()),
+                ("maxconns", s.max_connections.to_string()),
+                ("tcpport", s.port.to_string()),
+                ("udpport", "0".into()),
+                ("evictions", "on".into()),
+                ("num_threads", s.workers.to_string()),
+                ("cas_enabled", "yes".into()),
+                ("item_size_max", s.max_value.to_string()),
+                (
+                    "flush_enabled",
+                    if s.flush_enabled { "yes" } else { "no" }.into(),
+                ),
+                ("binding_protocol", "ascii".into()),
+                ("meta_response_old", "no".into()),
+                ("slab_reassign", "no".into()),
+            ];
+            for (name, value) in lines {
+                protocol::write_stat(out, name, value);
+            }
+            protocol::write_end(out);
+        }
+        b"items" | b"slabs" | b"sizes" | b"conns" | b"cachedump" => protocol::write_end(out),
+        b"detail" => write_client_error(out, "usage: stats detail on|off|dump"),
+        _ => Reply::Error.write(out),
+    }
+}
+
+/// Appends memcached's reply for a failed storage operation.
+fn write_store_error(out: &mut Vec<u8>, e: &StoreError, stats: &WorkerStats) {
+    match e {
+        StoreError::NotStored => Reply::NotStored.write(out),
+        StoreError::Exists => Reply::Exists.write(out),
+        StoreError::NotFound => Reply::NotFound.write(out),
+        StoreError::ValueTooLarge { .. } => {
+            stats.add(Outcome::TooLarge, 1);
+            write_server_error(out, msg::TOO_LARGE)
+        }
+        StoreError::OutOfMemory | StoreError::HashTableFull => {
+            stats.add(Outcome::OutOfMemory, 1);
+            write_server_error(out, "out of memory storing object")
+        }
+        StoreError::NotNumeric => write_client_error(out, msg::NON_NUMERIC),
+        StoreError::EmptyKey | StoreError::KeyTooLong { .. } => {
+            write_client_error(out, msg::BAD_FORMAT)
+        }
+        StoreError::TtlOutOfRange { .. } => write_client_error(out, msg::INVALID_EXPTIME),
+        StoreError::Closed => write_server_error(out, "storage unavailable"),
+        other => write_server_error(out, &other.to_string()),
+    }
+}
+
+/// ` k<key>`, in base64 followed by ` b` when the command sent it so.
+fn write_meta_key(out: &mut Vec<u8>, flags: &MetaFlags<'_>, key: &[u8]) {
+    if flags.base64 {
+        out.extend_from_slice(b" k");
+        protocol::base64_encode(out, key);
+        out.extend_from_slice(b" b");
+    } else {
+        write_meta_flag(out, b'k', key);
+    }
+}
+
+/// ` t<seconds left>`, `-1` for never; an item just expired by the request
+/// reports 0 (memcached prints an unsigned underflow there).
+fn write_meta_ttl(out: &mut Vec<u8>, ttl: Ttl) {
+    let t = match ttl {
+        Ttl::Never => -1,
+        Ttl::Expired => 0,
+        Ttl::After(d) => d.as_secs().max(1) as i64,
+    };
+    write_meta_flag_num(out, b't', t);
+}
+
+/// The meta flags every reply echoes, in request order: `O` and `k`.
+fn write_echo_flags(out: &mut Vec<u8>, flags: &MetaFlags<'_>, key: &[u8]) {
+    for tok in flags.tokens() {
+        match tok[0] {
+            b'O' => {
+                out.push(b' ');
+                out.extend_from_slice(tok);
+            }
+            b'k' => write_meta_key(out, flags, key),
+            _ => {}
+        }
+    }
+}
+
+/// Fetches the next storage response (`None` if storage failed).
+fn next(client: &mut Client) -> Option<Response> {
+    client.recv().ok().flatten()
+}
+
+/// The TTL of a peek's item (`Never` if it vanished).
+fn peeked_ttl(client: &mut Client) -> Option<Ttl> {
+    match next(client) {
+        Some(Response::Get(Ok(Some(found)))) => Some(found.item.ttl()),
+        _ => None,
+    }
+}
+
+/// Renders one action's reply into `out`, consuming its responses.
+pub(crate) fn render(
+    kind: Kind,
+    arena: &[u8],
+    client: &mut Client,
+    out: &mut Vec<u8>,
+    stats: &WorkerStats,
+    metrics: &Metrics,
+) {
+    let failed = |out: &mut Vec<u8>| write_server_error(out, "storage unavailable");
+    let reparse =
+        |r: Range<usize>| MetaFlags::parse(&arena[r], msg::BAD_FORMAT).unwrap_or(MetaFlags::EMPTY);
+    match kind {
+        Kind::Local(r) => out.extend_from_slice(&arena[r]),
+        Kind::Discard => {
+            let _ = next(client);
+        }
+        Kind::Value { key, cas } => match next(client) {
+            Some(Response::Get(Ok(Some(found)))) => {
+                stats.add(Outcome::GetHits, 1);
+                let it = &found.item;
+                write_value(
+                    out,
+                    &arena[key],
+                    it.flags(),
+                    it.value(),
+                    cas.then_some(it.cas()),
+                );
+            }
+            Some(Response::Get(Ok(None))) => stats.add(Outcome::GetMisses, 1),
+            Some(Response::Get(Err(e))) => write_store_error(out, &e, stats),
+            _ => failed(out),
+        },
+        Kind::Store { cas, noreply } => {
+            let mut line = Vec::new();
+            match next(client) {
+                Some(Response::Stored(Ok(_))) => {
+                    stats.add(Outcome::Stored, 1);
+                    if cas {
+                        stats.add(Outcome::CasHits, 1);
+                    }
+                    Reply::Stored.write(&mut line);
+                }
+                Some(Response::Stored(Err(e))) => {
+                    if cas {
+                        match e {
+                            StoreError::Exists => stats.add(Outcome::CasBadval, 1),
+                            StoreError::NotFound => stats.add(Outcome::CasMisses, 1),
+                            _ => {}
+                        }
+                    }
+                    write_store_error(&mut line, &e, stats);
+                }
+                _ => failed(&mut line),
+            }
+            if !noreply {
+                out.extend_from_slice(&line);
+            }
+        }
+        Kind::Delete { noreply } => {
+            let mut line = Vec::new();
+            match next(client) {
+                Some(Response::Deleted(Ok(()))) => {
+                    stats.add(Outcome::DeleteHits, 1);
+                    Reply::Deleted.write(&mut line);
+                }
+                Some(Response::Deleted(Err(StoreError::NotFound))) => {
+                    stats.add(Outcome::DeleteMisses, 1);
+                    Reply::NotFound.write(&mut line);
+                }
+                Some(Response::Deleted(Err(e))) => write_store_error(&mut line, &e, stats),
+                _ => failed(&mut line),
+            }
+            if !noreply {
+                out.extend_from_slice(&line);
+            }
+        }
+        Kind::Arith { incr, noreply } => {
+            let (hit, miss) = if incr {
+                (Outcome::IncrHits, Outcome::IncrMisses)
+            } else {
+                (Outcome::DecrHits, Outcome::DecrMisses)
+            };
+            let mut line = Vec::new();
+            match next(client) {
+                Some(Response::Number(Ok((n, _)))) => {
+                    stats.add(hit, 1);
+                    protocol::write_number(&mut line, n);
+                }
+                Some(Response::Number(Err(e))) => {
+                    if e == StoreError::NotFound {
+                        stats.add(miss, 1);
+                    }
+                    write_store_error(&mut line, &e, stats);
+                }
+                _ => failed(&mut line),
+            }
+            if !noreply {
+                out.extend_from_slice(&line);
+            }
+        }
+        Kind::Touch { noreply } => {
+            let mut line = Vec::new();
+            match next(client) {
+                Some(Response::Touched(Ok(()))) => {
+                    stats.add(Outcome::TouchHits, 1);
+                    Reply::Touched.write(&mut line);
+                }
+                Some(Response::Touched(Err(StoreError::NotFound))) => {
+                    stats.add(Outcome::TouchMisses, 1);
+                    Reply::NotFound.write(&mut line);
+                }
+                Some(Response::Touched(Err(e))) => write_store_error(&mut line, &e, stats),
+                _ => failed(&mut line),
+            }
+            if !noreply {
+                out.extend_from_slice(&line);
+            }
+        }
+        Kind::Done { noreply } => {
+            let ok = matches!(next(client), Some(Response::Done));
+            if !noreply {
+                if ok {
+                    Reply::Ok.write(out);
+                } else {
+                    failed(out);
+                }
+            }
+        }
+        Kind::Stats => match next(client) {
+            Some(Response::Stats(st)) => {
+                for (name, value) in metrics.stat_lines(Some(&st)) {
+                    protocol::write_stat(out, name, value);
+                }
+                protocol::write_end(out);
+            }
+            _ => failed(out),
+        },
+        Kind::MetaGet {
+            key,
+            flags,
+            peek,
+            touch,
+            vivify,
+        } => {
+            let before = if peek { peeked_ttl(client) } else { None };
+            let flags = reparse(flags);
+            let key = &arena[key];
+            match next(client) {
+                Some(Response::Get(Ok(Some(found)))) => {
+                    if flags.has(b'u') {
+                        // a peek counts nothing
+                    } else {
+                        stats.add(Outcome::GetHits, 1);
+                    }
+                    render_meta_hit(out, &flags, key, &found, before, touch, vivify);
+                }
+                Some(Response::Get(Ok(None))) => {
+                    if !flags.has(b'u') {
+                        stats.add(Outcome::GetMisses, 1);
+                    }
+                    // `q` hides a miss.
+                    if !flags.has(b'q') {
+                        write_meta_status(out, MetaStatus::Miss);
+                        write_echo_flags(out, &flags, key);
+                        write_meta_end(out);
+                    }
+                }
+                Some(Response::Get(Err(e))) => write_store_error(out, &e, stats),
+                _ => failed(out),
+            }
+        }
+        Kind::MetaSet { key, flags } => {
+            let flags = reparse(flags);
+            let (status, cas) = match next(client) {
+                Some(Response::Stored(Ok(cas))) => {
+                    stats.add(Outcome::Stored, 1);
+                    (MetaStatus::Header, cas)
+                }
+                Some(Response::Stored(Err(StoreError::NotStored))) => (MetaStatus::NotStored, 0),
+                Some(Response::Stored(Err(StoreError::Exists))) => (MetaStatus::Exists, 0),
+                Some(Response::Stored(Err(StoreError::NotFound))) => (MetaStatus::NotFound, 0),
+                Some(Response::Stored(Err(e))) => return write_store_error(out, &e, stats),
+                _ => return failed(out),
+            };
+            // `q` hides success only.
+            if status == MetaStatus::Header && flags.has(b'q') {
+                return;
+            }
+            write_meta_status(out, status);
+            for tok in flags.tokens() {
+                match tok[0] {
+                    b'O' => {
+                        out.push(b' ');
+                        out.extend_from_slice(tok);
+                    }
+                    b'k' => write_meta_key(out, &flags, &arena[key.clone()]),
+                    b'c' => write_meta_flag_num(out, b'c', cas as i64),
+                    _ => {}
+                }
+            }
+            write_meta_end(out);
+        }
+        Kind::MetaDelete { key, flags } => {
+            let flags = reparse(flags);
+            let status = match next(client) {
+                Some(Response::Deleted(Ok(()))) => {
+                    stats.add(Outcome::DeleteHits, 1);
+                    MetaStatus::Header
+                }
+                Some(Response::Deleted(Err(StoreError::NotFound))) => {
+                    stats.add(Outcome::DeleteMisses, 1);
+                    MetaStatus::NotFound
+                }
+                Some(Response::Deleted(Err(StoreError::Exists))) => MetaStatus::Exists,
+                Some(Response::Deleted(Err(e))) => return write_store_error(out, &e, stats),
+                _ => return failed(out),
+            };
+            // `q` hides success only (memcached shows NF and EX).
+            if !(flags.has(b'q') && status == MetaStatus::Header) {
+                write_meta_status(out, status);
+                write_echo_flags(out, &flags, &arena[key]);
+                write_meta_end(out);
+            }
+        }
+        Kind::MetaArith {
+            key,
+            flags,
+            peek_before,
+            peek_after,
+            touch,
+            vivify,
+        } => {
+            let flags = reparse(flags);
+            let before = if peek_before {
+                Some(peeked_ttl(client))
+            } else {
+                None
+            };
+            let existed = before.is_none_or(|b| b.is_some());
+            let reply = next(client);
+            let after = if peek_after { peeked_ttl(client) } else { None };
+            let (hit, miss) = if flags.incr() {
+                (Outcome::IncrHits, Outcome::IncrMisses)
+            } else {
+                (Outcome::DecrHits, Outcome::DecrMisses)
+            };
+            let key = &arena[key];
+            let status = match reply {
+                Some(Response::Number(Ok((n, cas)))) => {
+                    stats.add(hit, 1);
+                    // `q` hides every success, with or without the value,
+                    // except a vivified one (as memcached).
+                    if flags.has(b'q') && existed {
+                        return;
+                    }
+                    let mut digits = Vec::with_capacity(20);
+                    protocol::push_u64(&mut digits, n);
+                    let with_value = flags.has(b'v');
+                    write_meta_status(
+                        out,
+                        if with_value {
+                            MetaStatus::Value(digits.len())
+                        } else {
+                            MetaStatus::Header
+                        },
+                    );
+                    // memcached walks the flags in order: `t` shows the TTL
+                    // as `T` and (on a created item) `N` left it so far.
+                    let after = after.unwrap_or(Ttl::Expired);
+                    let mut ttl = match before {
+                        Some(Some(ttl)) => ttl,
+                        Some(None) => Ttl::Never,
+                        None => after,
+                    };
+                    for tok in flags.tokens() {
+                        match tok[0] {
+                            b'T' if !existed => ttl = touch.unwrap_or(ttl),
+                            b'T' => ttl = after,
+                            b'N' if !existed => ttl = vivify.unwrap_or(ttl),
+                            b'c' => write_meta_flag_num(out, b'c', cas as i64),
+                            b't' => write_meta_ttl(out, ttl),
+                            b'O' => {
+                                out.push(b' ');
+                                out.extend_from_slice(tok);
+                            }
+                            b'k' => write_meta_key(out, &flags, key),
+                            _ => {}
+                        }
+                    }
+                    write_meta_end(out);
+                    if with_value {
+                        write_meta_data(out, &digits);
+                    }
+                    return;
+                }
+                Some(Response::Number(Err(StoreError::NotFound))) => {
+                    stats.add(miss, 1);
+                    MetaStatus::NotFound
+                }
+                Some(Response::Number(Err(StoreError::Exists))) => MetaStatus::Exists,
+                Some(Response::Number(Err(e))) => return write_store_error(out, &e, stats),
+                _ => return failed(out),
+            };
+            write_meta_status(out, status);
+            write_echo_flags(out, &flags, key);
+            write_meta_end(out);
+        }
+        Kind::MetaDebug { key } => match next(client) {
+            Some(Response::Get(Ok(Some(found)))) => {
+                use std::io::Write as _;
+                let it = &found.item;
+                out.extend_from_slice(b"ME ");
+                out.extend_from_slice(&arena[key]);
+                // memcached prints `current_time - exptime`: minus the time
+                // left (-1 for never).
+                let exp = match it.ttl() {
+                    Ttl::Never => -1,
+                    Ttl::Expired => 0,
+                    Ttl::After(d) => -(d.as_secs() as i64),
+                };
+                let fetch = if found.hit_before { "yes" } else { "no" };
+                // la: the core does not expose the last access time.
+                let _ = write!(
+                    out,
+                    " exp={exp} la=0 cas={} fetch={fetch} cls=1 size={}\r\n",
+                    it.cas(),
+                    it.key().len() + it.value().len()
+                );
+            }
+            Some(Response::Get(Ok(None))) => out.extend_from_slice(b"EN\r\n"),
+            Some(Response::Get(Err(e))) => write_store_error(out, &e, stats),
+            _ => failed(out),
+        },
+    }
+}
+
+/// `VA`/`HD` and the flags of an `mg` hit, in request order as memcached
+/// writes them, then `Z`, `X`, `W`; then the value for `v`. `before` is the
+/// TTL before this request's touch (for a `t` that precedes `T`); `touch`
+/// and `vivify` are `T` and `N`, which memcached applies in order to an
+/// item it just created (so `t` before them shows -1).
+fn render_meta_hit(
+    out: &mut Vec<u8>,
+    flags: &MetaFlags<'_>,
+    key: &[u8],
+    found: &Found,
+    before: Option<Ttl>,
+    touch: Option<Ttl>,
+    vivify: Option<Ttl>,
+) {
+    let it = &found.item;
+    let with_value = flags.has(b'v');
+    write_meta_status(
+        out,
+        if with_value {
+            MetaStatus::Value(it.value().len())
+        } else {
+            MetaStatus::Header
+        },
+    );
+    let mut ttl = if found.vivified {
+        Ttl::Never
+    } else {
+        before.unwrap_or(it.ttl())
+    };
+    for tok in flags.tokens() {
+        match tok[0] {
+            b'T' if found.vivified => ttl = touch.unwrap_or(ttl),
+            b'T' => ttl = it.ttl(),
+            b'N' if found.vivified => ttl = vivify.unwrap_or(ttl),
+            b's' => write_meta_flag_num(out, b's', it.value().len() as i64),
+            b't' => write_meta_ttl(out, ttl),
+            b'c' => write_meta_flag_num(out, b'c', it.cas() as i64),
+            b'f' => write_meta_flag_num(out, b'f', i64::from(it.flags())),
+            // The core does not report the last access time.
+            b'l' => write_meta_flag_num(out, b'l', 0),
+            b'h' => write_meta_flag_num(out, b'h', i64::from(found.hit_before)),
+            b'O' => {
+                out.push(b' ');
+                out.extend_from_slice(tok);
+            }
+            // memcached creates a vivified item without the base64 mark.
+            b'k' if found.vivified => write_meta_flag(out, b'k', key),
+            b'k' => write_meta_key(out, flags, key),
+            _ => {}
+        }
+    }
+    if found.won_before {
+        out.extend_from_slice(b" Z");
+    }
+    if found.stale {
+        out.extend_from_slice(b" X");
+    }
+    if found.win {
+        out.extend_from_slice(b" W");
+    }
+    write_meta_end(out);
+    if with_value {
+        write_meta_data(out, it.value());
+    }
+}

@@ -1,0 +1,237 @@
+//! The server's memory is bounded as a whole (issue 15): the attacks that
+//! used to grow RSS by gigabytes — one `get` line naming a 1 MB item
+//! hundreds of thousands of times on connections that never read, and 300
+//! connections each sending most of a declared 1 MB value — keep the peak
+//! RSS (VmHWM) under heap + hash table + `--max-buffered` + a stated
+//! margin, a well-behaved client is served throughout, and RSS comes back
+//! down once the attackers are gone.
+
+mod common;
+use common::{stat, Conn, Server};
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+const MIB: u64 = 1 << 20;
+/// Fixed cost beyond the buffers: binary, thread stacks, allocator
+/// arenas, metrics.
+const FIXED: u64 = 48 * MIB;
+/// A connection's buffers up to `budget::BASE`, plus the kernel's and
+/// the allocator's bookkeeping for it.
+const PER_CONN: u64 = 96 << 10;
+
+fn status_kib(pid: u32, field: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} missing"))
+}
+
+fn rss(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:") * 1024
+}
+
+fn peak(pid: u32) -> u64 {
+    status_kib(pid, "VmHWM:") * 1024
+}
+
+/// A client socket with a small receive buffer, so that a server writing
+/// to it stalls early.
+fn stubborn(addr: std::net::SocketAddr) -> TcpStream {
+    use std::os::fd::AsRawFd;
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    let size: libc::c_int = 4096;
+    // SAFETY: a valid socket and a c_int option value of the given size.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
+}
+
+#[test]
+fn attacks_keep_rss_under_the_bound_and_it_comes_back_down() {
+    let heap = 64 * MIB;
+    let max_buffered = 32 * MIB;
+    let mut server = Server::start(&["--heap-size", "64MiB", "--max-buffered", "32MiB"]);
+    let pid = server.pid();
+    let mut admin = Conn::new(server.admin);
+    let table: u64 = stat(&mut admin, "hash_table_bytes")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let mut conn = server.connect();
+    let value = vec![b'x'; 1_000_000];
+    let mut req = b"set big 0 0 1000000\r\n".to_vec();
+    req.extend_from_slice(&value);
+    req.extend_from_slice(b"\r\n");
+    conn.expect(&req, b"STORED\r\n");
+    conn.expect(b"set small 0 0 2\r\nok\r\n", b"STORED\r\n");
+    let before = rss(pid);
+
+    // Attack 1: one get line naming the 1 MB item 200,000 times (a 200 GB
+    // reply), on 2 connections that never read.
+    let mut line = b"get".to_vec();
+    for _ in 0..200_000 {
+        line.extend_from_slice(b" big");
+    }
+    line.extend_from_slice(b"\r\n");
+    let readers: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut s = stubborn(server.addr);
+            s.write_all(&line).expect("send the get line");
+            s
+        })
+        .collect();
+    // Let the server fill what it will.
+    std::thread::sleep(Duration::from_secs(2));
+    conn.expect(b"get small\r\n", b"VALUE small 0 2\r\nok\r\nEND\r\n");
+    let attack1 = rss(pid);
+
+    // Attack 2: 300 connections each sending 999,999 bytes of a declared
+    // 1,000,000-byte value, then stalling.
+    let mut head = b"set up 0 0 1000000\r\n".to_vec();
+    head.extend_from_slice(&value[..999_999]);
+    let mut uploads = Vec::new();
+    let mut refused = 0;
+    for _ in 0..300 {
+        let mut s = stubborn(server.addr);
+        if s.write_all(&head).is_err() {
+            refused += 1;
+        }
+        uploads.push(s);
+    }
+    conn.expect(b"get small\r\n", b"VALUE small 0 2\r\nok\r\nEND\r\n");
+    let attack2 = rss(pid);
+    let high = peak(pid);
+    let shed: u64 = stat(&mut admin, "shed_connections")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let oom: u64 = stat(&mut admin, "out_of_memory").unwrap().parse().unwrap();
+
+    drop(readers);
+    drop(uploads);
+    // The server notices the closes within a round; give it a moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline && stat(&mut admin, "curr_connections").as_deref() != Some("1")
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Memory goes back to the OS as the workers notice the closes.
+    let mut after = rss(pid);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while after > before + 8 * MIB && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        conn.expect(b"get small\r\n", b"VALUE small 0 2\r\nok\r\nEND\r\n");
+        after = rss(pid);
+    }
+    let buffered: u64 = stat(&mut admin, "buffered_bytes").unwrap().parse().unwrap();
+
+    if std::env::var_os("SMAPS").is_some() {
+        let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+        let mut m = "";
+        for l in smaps.lines() {
+            if l.contains('-') && !l.starts_with(char::is_uppercase) {
+                m = l;
+            } else if let Some(v) = l.strip_prefix("Rss:") {
+                let kb: u64 = v.trim().trim_end_matches(" kB").trim().parse().unwrap();
+                if kb > 500 {
+                    eprintln!("{kb} {m}");
+                }
+            }
+        }
+        eprintln!("buffered {buffered}");
+    }
+    let bound = heap + table + max_buffered + FIXED + 302 * PER_CONN;
+    eprintln!(
+        "RSS MiB: before {:.1}, get attack {:.1}, upload attack {:.1}, peak {:.1}, after {:.1}; \
+         bound {:.1}; uploads refused at send {refused}, out_of_memory {oom}, shed {shed}",
+        before as f64 / MIB as f64,
+        attack1 as f64 / MIB as f64,
+        attack2 as f64 / MIB as f64,
+        high as f64 / MIB as f64,
+        after as f64 / MIB as f64,
+        bound as f64 / MIB as f64,
+    );
+    assert!(high <= bound, "peak RSS {high} over the bound {bound}");
+    // The buffers alone: what the attacks added stays within the cap.
+    let growth = high.saturating_sub(before);
+    let buffers = max_buffered + 302 * PER_CONN + 16 * MIB;
+    assert!(growth <= buffers, "RSS grew {growth}, over {buffers}");
+    assert!(
+        after <= before + 8 * MIB,
+        "RSS {after} after the attackers left, {before} before"
+    );
+    assert!(
+        buffered <= 128 << 10,
+        "{buffered} bytes still charged for one idle client"
+    );
+    assert!(server.alive());
+}
+
+#[test]
+fn a_multiget_larger_than_the_budget_answers_every_key_in_order() {
+    // 4 values of up to 128 KiB fit one connection's 512 KiB output at a
+    // time: a 300-key get is answered in many slices, read slowly.
+    let server = Server::start(&[
+        "--max-value",
+        "128KiB",
+        "--max-conn-output",
+        "512KiB",
+        "--max-buffered",
+        "2MiB",
+        "--workers",
+        "1",
+    ]);
+    let mut conn = server.connect();
+    let value = |i: usize| vec![b'a' + (i % 26) as u8; 100_000 + i];
+    for i in (0..300).filter(|i| i % 7 != 0) {
+        let mut req = format!("set k{i} {i} 0 {}\r\n", value(i).len()).into_bytes();
+        req.extend_from_slice(&value(i));
+        req.extend_from_slice(b"\r\n");
+        conn.expect(&req, b"STORED\r\n");
+    }
+    let mut line = b"get".to_vec();
+    let mut want = Vec::new();
+    for i in 0..300 {
+        line.extend_from_slice(format!(" k{i}").as_bytes());
+        if i % 7 != 0 {
+            want.extend_from_slice(format!("VALUE k{i} {i} {}\r\n", value(i).len()).as_bytes());
+            want.extend_from_slice(&value(i));
+            want.extend_from_slice(b"\r\n");
+        }
+    }
+    line.extend_from_slice(b"\r\n");
+    want.extend_from_slice(b"END\r\n");
+    // Twice, pipelined, then a third request: replies stay in order.
+    let mut req = line.clone();
+    req.extend_from_slice(&line);
+    req.extend_from_slice(b"version\r\n");
+    conn.send(&req);
+    let mut got = Vec::new();
+    let mut chunk = vec![0u8; 8192];
+    let expect_len = 2 * want.len() + b"VERSION 0.1.0\r\n".len();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while got.len() < expect_len && Instant::now() < deadline {
+        // A slow reader: small reads.
+        match std::io::Read::read(&mut conn.stream, &mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+        }
+    }
+    assert_eq!(got.len(), expect_len);
+    assert!(got[..want.len()] == want[..], "first reply differs");
+    assert!(
+        got[want.len()..2 * want.len()] == want[..],
+        "second reply differs"
+    );
+    assert!(got.ends_with(b"VERSION 0.1.0\r\n"));
+}

@@ -1,0 +1,161 @@
+//! Ghosts: fingerprints of keys that eviction dropped recently, with the
+//! pool (small or main) each was dropped from.
+//!
+//! A key that comes back soon after such an eviction was not a one-hit
+//! wonder after all: the write path asks [`Ghosts::take`] and, on a match,
+//! gives the new item one access so that the next admission pass promotes
+//! it to the main pool (S3-FIFO's ghost queue, SOSP'23). The set is
+//! approximate by design: 16-bit fingerprints in 4-way buckets, first in
+//! first out within a bucket, about two bytes per entry, sized to the
+//! number of items the cache holds. A false match only promotes an item
+//! one pass early; a lost entry only costs a promotion. This module never
+//! touches items, segments or the hash table.
+
+/// Fingerprints per bucket.
+const WAYS: usize = 4;
+
+pub(crate) struct Ghosts {
+    /// `buckets * WAYS` fingerprints; 0 is an empty way, the newest entry of
+    /// a bucket is at its way 0.
+    slots: Box<[u16]>,
+    buckets: usize,
+}
+
+/// The ghost came from the main pool (the fingerprint's low bit).
+const FROM_MAIN: u16 = 1;
+
+#[inline]
+fn fingerprint(hash: u64) -> u16 {
+    // The top 15 bits, shifted over the pool bit, with bit 1 set so a
+    // fingerprint is never 0; the bucket comes from the middle bits.
+    ((hash >> 49) as u16) << 1 | 2
+}
+
+impl Ghosts {
+    /// An empty set with room for about `entries` fingerprints.
+    pub(crate) fn with_capacity(entries: usize) -> Self {
+        let buckets = entries.div_ceil(WAYS).max(1);
+        Ghosts {
+            slots: vec![0; buckets * WAYS].into_boxed_slice(),
+            buckets,
+        }
+    }
+
+    /// How many fingerprints fit.
+    pub(crate) fn capacity(&self) -> usize {
+        self.buckets * WAYS
+    }
+
+    /// Bytes this set occupies.
+    pub(crate) fn bytes(&self) -> usize {
+        std::mem::size_of_val(&*self.slots)
+    }
+
+    /// Keeps the capacity within [items, 1.25 x items] (at least 64):
+    /// re-sizing drops every fingerprint (they are hints; losing them once
+    /// per resize costs a few promotions).
+    pub(crate) fn fit(&mut self, items: usize) {
+        let want = items.max(64);
+        let cap = self.capacity();
+        if cap < want || cap > want + want / 2 {
+            *self = Ghosts::with_capacity(want + want / 8);
+        }
+    }
+
+    /// Drops every fingerprint.
+    pub(crate) fn clear(&mut self) {
+        self.slots.fill(0);
+    }
+
+    #[inline]
+    fn bucket(&self, hash: u64) -> usize {
+        // Lemire's multiply-shift range reduction on bits 16..48.
+        let mid = (hash >> 16) as u32 as u64;
+        ((mid * self.buckets as u64) >> 32) as usize * WAYS
+    }
+
+    /// Remembers a key's hash and the pool it was evicted from, pushing out
+    /// its bucket's oldest entry.
+    pub(crate) fn insert(&mut self, hash: u64, from_main: bool) {
+        let at = self.bucket(hash);
+        let ways = &mut self.slots[at..at + WAYS];
+        ways.copy_within(0..WAYS - 1, 1);
+        ways[0] = fingerprint(hash) | if from_main { FROM_MAIN } else { 0 };
+    }
+
+    /// If the hash was remembered, forgets it and says whether it was
+    /// evicted from the main pool.
+    pub(crate) fn take(&mut self, hash: u64) -> Option<bool> {
+        let at = self.bucket(hash);
+        let fp = fingerprint(hash);
+        let ways = &mut self.slots[at..at + WAYS];
+        let i = ways.iter().position(|&w| w & !FROM_MAIN == fp)?;
+        let from_main = ways[i] & FROM_MAIN != 0;
+        ways.copy_within(i + 1.., i);
+        ways[WAYS - 1] = 0;
+        Some(from_main)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mix(i: u64) -> u64 {
+        // splitmix64
+        let mut z = i.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    #[test]
+    fn remembers_recent_keys_once() {
+        let mut g = Ghosts::with_capacity(1000);
+        for i in 0..500 {
+            g.insert(mix(i), i % 3 == 0);
+        }
+        let found = (0..500)
+            .filter(|&i| g.take(mix(i)) == Some(i % 3 == 0))
+            .count();
+        assert!(
+            found >= 480,
+            "recent ghosts found with their pool: {found}/500"
+        );
+        let again = (0..500).filter(|&i| g.take(mix(i)).is_some()).count();
+        assert!(again <= 2, "a take forgets: {again}");
+        let strangers = (10_000..20_000)
+            .filter(|&i| g.take(mix(i)).is_some())
+            .count();
+        assert!(strangers < 10, "false matches: {strangers}/10000");
+    }
+
+    #[test]
+    fn old_entries_make_way_for_new_ones() {
+        let mut g = Ghosts::with_capacity(256);
+        for i in 0..10_000 {
+            g.insert(mix(i), false);
+        }
+        let old = (0..1000).filter(|&i| g.take(mix(i)).is_some()).count();
+        let new = (9_800..10_000)
+            .filter(|&i| g.take(mix(i)).is_some())
+            .count();
+        assert!(old < 30, "old ghosts mostly gone: {old}");
+        assert!(new > 150, "newest ghosts kept: {new}/200");
+    }
+
+    #[test]
+    fn fit_tracks_the_item_count() {
+        let mut g = Ghosts::with_capacity(64);
+        g.fit(10_000);
+        assert!(g.capacity() >= 10_000 && g.capacity() <= 12_500);
+        assert_eq!(g.bytes(), g.capacity() * 2);
+        let cap = g.capacity();
+        g.insert(mix(1), true);
+        g.fit(9_000);
+        assert_eq!(g.capacity(), cap, "small changes keep the set");
+        assert_eq!(g.take(mix(1)), Some(true));
+        g.fit(1_000);
+        assert!(g.capacity() < 2_000);
+    }
+}
