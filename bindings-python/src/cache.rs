@@ -907,7 +907,7 @@ impl PyCache {
         let cache: &ShardedCache = &guard;
         let s = py.detach(|| cache.stats());
         let d = PyDict::new(py);
-        let fields: [(&str, u64); 15] = [
+        let fields: [(&str, u64); 16] = [
             ("items", s.items),
             ("live_bytes", s.live_bytes),
             ("segments_used", s.segments_used),
@@ -922,6 +922,7 @@ impl PyCache {
             ("heap_bytes", s.heap_bytes),
             ("hash_table_bytes", s.hash_table_bytes),
             ("segment_header_bytes", s.segment_header_bytes),
+            ("admission_bytes", s.admission_bytes),
             ("total_bytes", s.total_bytes),
         ];
         for (name, value) in fields {

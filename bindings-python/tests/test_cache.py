@@ -38,7 +38,9 @@ def test_defaults():
     assert c.eviction == "merge"
     assert c.shards >= 1 and c.shards & (c.shards - 1) == 0
     assert s["shards"] == c.shards
-    assert s["total_bytes"] == s["heap_bytes"] + s["hash_table_bytes"] + s["segment_header_bytes"]
+    assert s["total_bytes"] == (
+        s["heap_bytes"] + s["hash_table_bytes"] + s["segment_header_bytes"] + s["admission_bytes"]
+    )
     assert "Cache(items=0" in repr(c)
 
 

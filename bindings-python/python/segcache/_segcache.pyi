@@ -79,8 +79,11 @@ class CacheStats(TypedDict):
     """The item storage bound (``heap_size``)."""
     hash_table_bytes: int
     segment_header_bytes: int
+    admission_bytes: int
+    """Merge eviction's admission state (ghosts of keys evicted unread)."""
     total_bytes: int
-    """``heap_bytes + hash_table_bytes + segment_header_bytes``."""
+    """All the memory the cache allocated: ``heap_bytes +
+    hash_table_bytes + segment_header_bytes + admission_bytes``."""
     shards: int
 
 class ShardRestoreOutcome(TypedDict):
