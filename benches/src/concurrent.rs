@@ -136,7 +136,7 @@ pub fn run(keys: u64, ops: usize, threads: &[usize], batches: &[usize]) -> Vec<S
                 if is_set {
                     c.set(key(k), VALUE, 0, None).unwrap();
                 } else {
-                    std::hint::black_box(c.peek_with(key(k), |item| item.map(|i| i.value().len())));
+                    std::hint::black_box(c.read_with(key(k), |item| item.map(|i| i.value().len())));
                 }
             }
         }))

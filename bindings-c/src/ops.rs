@@ -485,7 +485,7 @@ pub unsafe extern "C" fn segcache_get(
         if buf.is_null() && buf_len > 0 {
             return Err(SEGCACHE_INVALID_ARGUMENT);
         }
-        cache.peek_with(key, |item| {
+        cache.read_with(key, |item| {
             let item = item.ok_or(SEGCACHE_NOT_FOUND)?;
             let value = item.value();
             // SAFETY: each out pointer is NULL or writable (caller's promise).
@@ -547,7 +547,7 @@ pub unsafe extern "C" fn segcache_get_with(
         // SAFETY: the caller's promises are those of `cache` and `key`.
         let (cache, key) = unsafe { (cache(c)?, status::key(key, key_len)?) };
         let callback = callback.ok_or(SEGCACHE_INVALID_ARGUMENT)?;
-        cache.peek_with(key, |item| {
+        cache.read_with(key, |item| {
             let item = item.ok_or(SEGCACHE_NOT_FOUND)?;
             let value = item.value();
             // SAFETY: `value` stays valid and unchanged until the callback

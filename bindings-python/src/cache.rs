@@ -165,7 +165,7 @@ impl PyCache {
     /// The value stored under an encoded key, or `None`.
     #[inline]
     pub fn lookup<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let fetched = self.cache()?.peek_with(key, |item| {
+        let fetched = self.cache()?.read_with(key, |item| {
             item.map(|it| value::fetch(py, it.value(), it.flags()))
         });
         fetched.map(|f| f.finish(&self.serializer)).transpose()
@@ -296,7 +296,7 @@ impl PyCache {
     fn is_text_or_bytes(&self, key: &[u8]) -> PyResult<bool> {
         match self
             .cache()?
-            .peek_with(key, |item| item.map(|it| it.flags()))
+            .read_with(key, |item| item.map(|it| it.flags()))
         {
             None => Ok(false),
             Some(FLAG_BYTES | FLAG_STR) => Ok(true),
@@ -527,7 +527,7 @@ impl PyCache {
         let Some(k) = read_key(key, &mut kb)? else {
             return Ok(None);
         };
-        let found = self.cache()?.peek_with(k, |item| {
+        let found = self.cache()?.read_with(k, |item| {
             item.map(|it| (value::fetch(py, it.value(), it.flags()), it.cas()))
         });
         match found {
@@ -1052,7 +1052,7 @@ impl PyCache {
         // Read the value with its CAS token, then delete only that version:
         // if another thread wrote the key in between, read again.
         loop {
-            let found = self.cache()?.peek_with(key, |item| {
+            let found = self.cache()?.read_with(key, |item| {
                 item.map(|it| (value::fetch(py, it.value(), it.flags()), it.cas()))
             });
             let Some((fetched, cas)) = found else {

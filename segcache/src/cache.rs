@@ -23,7 +23,7 @@ use std::time::Duration;
 
 /// An item read from the cache, borrowed from its memory: no copy.
 ///
-/// [`Segcache::get`] returns one; [`ShardedCache::peek_with`](crate::ShardedCache::peek_with)
+/// [`Segcache::get`] returns one; [`ShardedCache::read_with`](crate::ShardedCache::read_with)
 /// lends one to a closure while the shard is locked. [`OwnedItem`] is the
 /// copied form the other handles return.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -33,7 +33,7 @@
 //! | you want | use | reads return |
 //! | --- | --- | --- |
 //! | one thread, no locks | [`Segcache`] (`&mut self`) | [`Item`], borrowed: no copy |
-//! | many threads, no extra thread | [`ShardedCache`] from [`Builder::build_sharded`] (`&self`, one lock per shard) | [`OwnedItem`], or a borrowed [`Item`] inside [`ShardedCache::peek_with`] |
+//! | many threads, no extra thread | [`ShardedCache`] from [`Builder::build_sharded`] (`&self`, one lock per shard) | [`OwnedItem`], or a borrowed [`Item`] inside [`ShardedCache::read_with`] |
 //! | one thread owning the cache, others sending it requests, as Pelikan's workers do | [`storage`]: [`Builder::spawn_storage`] gives a blocking [`StorageHandle`] and pipelining [`storage::Client`]s | [`OwnedItem`] |
 //!
 //! All three speak one vocabulary: a [`Request`] (a [`Store`] with a

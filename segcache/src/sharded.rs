@@ -115,11 +115,19 @@ impl ShardedCache {
         self.shard(key).get(key).map(OwnedItem::from)
     }
 
-    /// Looks a key up and lends the borrowed item to `f` while the shard is
-    /// locked: no copy. Keep `f` short; it blocks the shard.
-    pub fn peek_with<R>(&self, key: impl AsRef<[u8]>, f: impl FnOnce(Option<Item<'_>>) -> R) -> R {
+    /// Looks a key up (as [`Segcache::get`]: a hit or a miss is counted)
+    /// and lends the borrowed item to `f` while the shard is locked: no
+    /// copy. Keep `f` short; it blocks the shard.
+    pub fn read_with<R>(&self, key: impl AsRef<[u8]>, f: impl FnOnce(Option<Item<'_>>) -> R) -> R {
         let key = key.as_ref();
         f(self.shard(key).get(key))
+    }
+
+    /// As [`read_with`](Self::read_with), counting nothing (as
+    /// [`Segcache::peek`]): no hit, miss or access for eviction.
+    pub fn peek_with<R>(&self, key: impl AsRef<[u8]>, f: impl FnOnce(Option<Item<'_>>) -> R) -> R {
+        let key = key.as_ref();
+        f(self.shard(key).peek(key))
     }
 
     /// Returns the key's item, storing `make()` under it with `ttl` first
@@ -422,6 +430,21 @@ mod tests {
     }
 
     #[test]
+    fn read_with_counts_and_peek_with_does_not() {
+        let c = Segcache::builder().build_sharded(2).unwrap();
+        c.set("k", "v", 0, None).unwrap();
+        assert_eq!(
+            c.peek_with("k", |i| i.map(|i| i.value().to_vec())),
+            Some(b"v".to_vec())
+        );
+        assert!(c.peek_with("absent", |i| i.is_none()));
+        assert_eq!((c.stats().hits, c.stats().misses), (0, 0));
+        assert!(c.read_with("k", |i| i.is_some()));
+        assert!(c.read_with("absent", |i| i.is_none()));
+        assert_eq!((c.stats().hits, c.stats().misses), (1, 1));
+    }
+
+    #[test]
     fn bad_shard_counts_are_config_errors() {
         for n in [0, 3, 2048] {
             assert!(matches!(
@@ -461,7 +484,7 @@ mod tests {
                             assert!(c.delete(&key));
                         }
                         c.incr(b"shared", 1).ok();
-                        c.peek_with(b"shared", |item| {
+                        c.read_with(b"shared", |item| {
                             if let Some(item) = item {
                                 assert!(item.value().iter().all(u8::is_ascii_digit));
                             }
