@@ -173,7 +173,9 @@ typedef struct segcache_stats_t {
   uint64_t heap_bytes;
   uint64_t hash_table_bytes;
   uint64_t segment_header_bytes;
-  // All the memory the cache allocated: the three above together.
+  // Eviction's admission state (ghost fingerprints of evicted keys).
+  uint64_t admission_bytes;
+  // All the memory the cache allocated: the four above together.
   uint64_t total_bytes;
   // Number of shards.
   uint64_t shards;

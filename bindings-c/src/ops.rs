@@ -721,7 +721,9 @@ pub struct segcache_stats_t {
     pub heap_bytes: u64,
     pub hash_table_bytes: u64,
     pub segment_header_bytes: u64,
-    /// All the memory the cache allocated: the three above together.
+    /// Eviction's admission state (ghost fingerprints of evicted keys).
+    pub admission_bytes: u64,
+    /// All the memory the cache allocated: the four above together.
     pub total_bytes: u64,
     /// Number of shards.
     pub shards: u64,
@@ -758,6 +760,7 @@ pub unsafe extern "C" fn segcache_stats(
             heap_bytes: s.heap_bytes,
             hash_table_bytes: s.hash_table_bytes,
             segment_header_bytes: s.segment_header_bytes,
+            admission_bytes: s.admission_bytes,
             total_bytes: s.total_bytes,
             shards: cache.shards() as u64,
         };

@@ -460,7 +460,8 @@ static void test_sizes_and_stats(void) {
     CHECK(st.shards == 2);
     CHECK(st.segments_used >= 1 && st.segments_used + st.segments_free == 256);
     CHECK(st.live_bytes > max);
-    CHECK(st.total_bytes == st.heap_bytes + st.hash_table_bytes + st.segment_header_bytes);
+    CHECK(st.total_bytes ==
+          st.heap_bytes + st.hash_table_bytes + st.segment_header_bytes + st.admission_bytes);
     CHECK(st.evictions == 0 && st.expirations == 0);
     CHECK_ST(segcache_stats(c, NULL), SEGCACHE_INVALID_ARGUMENT);
     CHECK_ST(segcache_stats(NULL, &st), SEGCACHE_INVALID_ARGUMENT);
