@@ -9,7 +9,7 @@
 //! itself; nothing here holds two locks at once.
 
 use crate::cache::{Expired, OwnedItem, RestoreOutcome, Stats};
-use crate::hashtable::SHARD_SHIFT;
+use crate::hashtable::{hash_key, SHARD_SHIFT};
 use crate::{Error, Item, Segcache};
 use parking_lot::Mutex;
 use std::time::Duration;
@@ -45,7 +45,6 @@ struct Shard(Mutex<Segcache>);
 pub struct ShardedCache {
     shards: Box<[Shard]>,
     mask: u64,
-    hasher: ahash::RandomState,
 }
 
 impl std::fmt::Debug for ShardedCache {
@@ -63,7 +62,6 @@ impl ShardedCache {
         ShardedCache {
             mask: caches.len() as u64 - 1,
             shards: caches.into_iter().map(|c| Shard(Mutex::new(c))).collect(),
-            hasher: crate::hashtable::key_hasher(),
         }
     }
 
@@ -74,19 +72,30 @@ impl ShardedCache {
 
     #[inline]
     fn shard(&self, key: &[u8]) -> parking_lot::MutexGuard<'_, Segcache> {
-        let i = ((self.hasher.hash_one(key) >> SHARD_SHIFT) & self.mask) as usize;
+        self.shard_for(hash_key(key))
+    }
+
+    /// The shard of a key hash, locked (quick_cache's `shard_for`: the
+    /// caller hashes once and hands the hash down to the shard's table).
+    #[inline]
+    fn shard_for(&self, hash: u64) -> parking_lot::MutexGuard<'_, Segcache> {
+        let i = ((hash >> SHARD_SHIFT) & self.mask) as usize;
         self.shards[i].0.lock()
     }
 
     /// Looks a key up and copies the item out.
     pub fn get(&self, key: &[u8]) -> Option<OwnedItem> {
-        self.shard(key).get(key).map(OwnedItem::from)
+        let hash = hash_key(key);
+        self.shard_for(hash)
+            .get_hashed(key, hash)
+            .map(OwnedItem::from)
     }
 
     /// Looks a key up and hands the borrowed item to `f` while the shard is
     /// locked: no copy. Keep `f` short; it blocks the shard.
     pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Option<Item<'_>>) -> R) -> R {
-        f(self.shard(key).get(key))
+        let hash = hash_key(key);
+        f(self.shard_for(hash).get_hashed(key, hash))
     }
 
     /// See [`Segcache::contains`].
@@ -102,7 +111,9 @@ impl ShardedCache {
         flags: u32,
         ttl: Option<Duration>,
     ) -> Result<(), Error> {
-        self.shard(key).set(key, value, flags, ttl)
+        let hash = hash_key(key);
+        self.shard_for(hash)
+            .set_hashed(key, hash, value, flags, ttl)
     }
 
     /// See [`Segcache::add`].
@@ -166,7 +177,8 @@ impl ShardedCache {
 
     /// See [`Segcache::delete`].
     pub fn delete(&self, key: &[u8]) -> bool {
-        self.shard(key).delete(key)
+        let hash = hash_key(key);
+        self.shard_for(hash).delete_hashed(key, hash)
     }
 
     /// See [`Segcache::ttl`].
@@ -264,8 +276,8 @@ mod tests {
         assert_eq!(s.heap_bytes, 8 << 20);
         assert_eq!(
             s.hash_table_bytes,
-            (1 << 16) * 64,
-            "2^14 buckets x 4 shards"
+            ((1 << 14) + 7) * 64 * 4,
+            "2^14 buckets (+7 spare) x 4 shards"
         );
         for i in 0..1000u32 {
             c.set(&i.to_le_bytes(), b"x", i, Some(Duration::from_secs(30)))
