@@ -102,7 +102,12 @@ static HASHER: ahash::RandomState = ahash::RandomState::with_seeds(
 /// Hashes a key (every layer uses this one hash, computed once per call).
 #[inline]
 pub(crate) fn hash_key(key: &[u8]) -> u64 {
-    HASHER.hash_one(key)
+    use std::hash::{BuildHasher, Hasher};
+    // The bytes alone (`hash_one` would hash a length prefix first: one
+    // more round for nothing, keys are compared in full anyway).
+    let mut hasher = HASHER.build_hasher();
+    hasher.write(key);
+    hasher.finish()
 }
 
 /// First hash bit a sharded cache uses to pick a shard (up to 10 bits,
@@ -317,13 +322,12 @@ impl Table {
         ((self.ctrl[home] & REACH_MASK) >> REACH_SHIFT) as usize
     }
 
-    /// Starts loading the lines a lookup of `home` will read.
+    /// Starts loading the line of `home`'s first slots (slots fill from
+    /// the first, so a hit is most often there).
     #[inline]
     fn prefetch(&self, home: usize) {
         debug_assert!(home < self.homes);
-        let first = self.slots.as_ptr().wrapping_add(home * SLOTS);
-        prefetch(first);
-        prefetch(first.wrapping_add(SLOTS - 1));
+        prefetch(self.slots.as_ptr().wrapping_add(home * SLOTS));
     }
 
     /// The first slot in `hash`'s window (its home up to the home's reach)
