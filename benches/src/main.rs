@@ -92,11 +92,12 @@ enum Cmd {
     /// segcache bytes per item at a full heap (32 B keys, 64 B values) for
     /// several heap sizes and hash powers.
     FullHeap {
-        /// `heap_MiB:hash_power` pairs.
+        /// `heap_MiB` (default table size) or `heap_MiB:hash_power` (the
+        /// table's starting size; it grows while the heap has room).
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "64:16,64:17,64:18,72:17,80:17,84:17,88:17,96:17,160:18,168:18,1024:21,1344:22"
+            default_value = "64,80,96,160,1024,64:16,64:17,88:17,168:18,1344:22"
         )]
         configs: Vec<String>,
         /// Write this many heaps' worth of items.
@@ -372,18 +373,24 @@ fn run_full_heap(configs: &[String], overfill: f64, segment_size: usize) -> Resu
         fullheap::VALUE,
         segment_size >> 10
     );
-    println!("| heap MiB | hash_power | table MiB | items held | table load | B/item all-in | overhead B/item | = item header | + table | + seg headers | + unused heap |");
+    println!("| heap MiB | hash_power (start) | table MiB (end) | items held | table load | B/item all-in | overhead B/item | = item header | + table | + seg headers | + unused heap |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     let mut best: Option<(f64, String)> = None;
     for c in configs {
-        let (heap, hp) = c
-            .split_once(':')
-            .and_then(|(h, p)| Some((h.parse::<usize>().ok()?, p.parse::<u8>().ok()?)))
-            .ok_or(format!("bad config {c:?}; expected HEAP_MIB:HASH_POWER"))?;
+        let (heap, hp) = match c.split_once(':') {
+            None => (c.parse::<usize>().ok(), None),
+            Some((h, p)) => (h.parse::<usize>().ok(), p.parse::<u8>().ok()),
+        };
+        let heap = heap
+            .filter(|_| c.split_once(':').is_none_or(|_| hp.is_some()))
+            .ok_or(format!(
+                "bad config {c:?}; expected HEAP_MIB (default table) or HEAP_MIB:HASH_POWER"
+            ))?;
         let r =
             fullheap::measure(heap << 20, segment_size, hp, overfill).map_err(|e| e.to_string())?;
+        let hint = hp.map_or("default".to_string(), |p| p.to_string());
         println!(
-            "| {heap} | {hp} | {:.0} | {} | {:.0}% | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} |",
+            "| {heap} | {hint} | {:.1} | {} | {:.0}% | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.1} |",
             r.stats.hash_table_bytes as f64 / MIB,
             r.stats.items,
             100.0 * r.table_load(),
@@ -395,7 +402,7 @@ fn run_full_heap(configs: &[String], overfill: f64, segment_size: usize) -> Resu
             r.slack_share()
         );
         if best.as_ref().is_none_or(|b| r.overhead() < b.0) {
-            best = Some((r.overhead(), format!("{heap} MiB heap, hash_power {hp}")));
+            best = Some((r.overhead(), format!("{heap} MiB heap, hash_power {hint}")));
         }
     }
     if let Some((o, name)) = best {

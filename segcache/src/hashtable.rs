@@ -376,6 +376,35 @@ impl Table {
         })
     }
 
+    /// Frees a slot in `home`'s full window by moving one of its items
+    /// whose own home lies later to a free slot past the window (one
+    /// hopscotch step); returns the freed (bucket, slot, displacement).
+    fn make_room(&mut self, home: usize) -> Option<(usize, usize, usize)> {
+        for d in (1..=MAX_DISPLACEMENT).rev() {
+            let b = home + d;
+            for s in 0..SLOTS {
+                let info = self.slots[b * SLOTS + s];
+                let their_home = b - displacement(info);
+                if their_home <= home {
+                    continue;
+                }
+                // Their window reaches past ours: buckets home+8..=their_home+7.
+                let far = (home + MAX_DISPLACEMENT + 1..=their_home + MAX_DISPLACEMENT)
+                    .find(|&to| match_byte(self.ctrl[to], 0) != 0);
+                if let Some(to) = far {
+                    let to_slot = match_byte(self.ctrl[to], 0).trailing_zeros() as usize;
+                    let tag = (self.ctrl[b] >> (8 * s)) as u8;
+                    let moved = self.clear_slot(b, s);
+                    let disp = to - their_home;
+                    let moved = (moved & !(DISP_MASK << DISP_SHIFT)) | (disp as u64) << DISP_SHIFT;
+                    self.place(their_home, to, to_slot, tag, moved);
+                    return Some((b, s, d));
+                }
+            }
+        }
+        None
+    }
+
     /// The least-read slot of `home`'s (full) window.
     fn least_read(&self, home: usize) -> (usize, usize, usize) {
         let mut victim = (u8::MAX, home, 0, 0);
@@ -406,7 +435,7 @@ impl Table {
     /// window is full.
     fn insert_new(&mut self, hash: u64, info: u64) -> Option<()> {
         let home = self.home(hash);
-        let (b, s, d) = self.free_slot(home)?;
+        let (b, s, d) = self.free_slot(home).or_else(|| self.make_room(home))?;
         let info = (info & !(DISP_MASK << DISP_SHIFT)) | (d as u64) << DISP_SHIFT;
         self.place(home, b, s, tag_of(hash), info);
         Some(())
