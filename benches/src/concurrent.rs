@@ -16,7 +16,8 @@
 //! storage thread itself); on a 2-core machine, 2 clients + 1 storage
 //! thread oversubscribe the cores, and the table says so.
 
-use segcache::{Request, Segcache, ShardedCache, StorageConfig};
+use segcache::ops::GetOpts;
+use segcache::{Request, Segcache, ShardedCache, StorageConfig, Store, StoreMode};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -92,16 +93,16 @@ pub fn run(keys: u64, ops: usize, threads: &[usize], batches: &[usize]) -> Vec<S
         }
         let mut cache = builder(keys).build().unwrap();
         for i in 0..keys {
-            cache.set(&key(i), &VALUE, 0, None).unwrap();
+            cache.set(key(i), VALUE, 0, None).unwrap();
         }
         let seq = &seqs_for(1)[0];
         let start = Instant::now();
         let mut found = 0usize;
         for &(k, is_set) in seq {
             if is_set {
-                cache.set(&key(k), &VALUE, 0, None).unwrap();
+                cache.set(key(k), VALUE, 0, None).unwrap();
             } else {
-                found += cache.get(&key(k)).map_or(0, |item| item.value().len());
+                found += cache.get(key(k)).map_or(0, |item| item.value().len());
             }
         }
         assert!(found > 0);
@@ -111,15 +112,15 @@ pub fn run(keys: u64, ops: usize, threads: &[usize], batches: &[usize]) -> Vec<S
     row("segcache `Mutex<Segcache>`", &mut |n| {
         let cache = parking_lot::Mutex::new(builder(keys).build().unwrap());
         for i in 0..keys {
-            cache.lock().set(&key(i), &VALUE, 0, None).unwrap();
+            cache.lock().set(key(i), VALUE, 0, None).unwrap();
         }
         Some(timed(&cache, &seqs_for(n), |c, seq| {
             for &(k, is_set) in seq {
                 let mut c = c.lock();
                 if is_set {
-                    c.set(&key(k), &VALUE, 0, None).unwrap();
+                    c.set(key(k), VALUE, 0, None).unwrap();
                 } else {
-                    std::hint::black_box(c.get(&key(k)).map(|item| item.value().len()));
+                    std::hint::black_box(c.get(key(k)).map(|item| item.value().len()));
                 }
             }
         }))
@@ -128,14 +129,14 @@ pub fn run(keys: u64, ops: usize, threads: &[usize], batches: &[usize]) -> Vec<S
     row("segcache `ShardedCache` (16 shards)", &mut |n| {
         let cache: ShardedCache = builder(keys).build_sharded(16).unwrap();
         for i in 0..keys {
-            cache.set(&key(i), &VALUE, 0, None).unwrap();
+            cache.set(key(i), VALUE, 0, None).unwrap();
         }
         Some(timed(&cache, &seqs_for(n), |c, seq| {
             for &(k, is_set) in seq {
                 if is_set {
-                    c.set(&key(k), &VALUE, 0, None).unwrap();
+                    c.set(key(k), VALUE, 0, None).unwrap();
                 } else {
-                    std::hint::black_box(c.get_with(&key(k), |item| item.map(|i| i.value().len())));
+                    std::hint::black_box(c.peek_with(key(k), |item| item.map(|i| i.value().len())));
                 }
             }
         }))
@@ -146,14 +147,14 @@ pub fn run(keys: u64, ops: usize, threads: &[usize], batches: &[usize]) -> Vec<S
             .spawn_storage(StorageConfig::default())
             .unwrap();
         for i in 0..keys {
-            handle.set(&key(i), &VALUE, 0, None).unwrap();
+            handle.set(key(i), VALUE, 0, None).unwrap();
         }
         let mops = timed(&handle, &seqs_for(n), |h, seq| {
             for &(k, is_set) in seq {
                 if is_set {
-                    h.set(&key(k), &VALUE, 0, None).unwrap();
+                    h.set(key(k), VALUE, 0, None).unwrap();
                 } else {
-                    std::hint::black_box(h.get(&key(k)).unwrap());
+                    std::hint::black_box(h.get(key(k)).unwrap());
                 }
             }
         });
@@ -176,12 +177,11 @@ pub fn run(keys: u64, ops: usize, threads: &[usize], batches: &[usize]) -> Vec<S
                     let mut client = handle.client();
                     for i in 0..keys {
                         client
-                            .submit(Request::Set {
-                                key: key(i).to_vec(),
-                                value: VALUE.to_vec(),
-                                flags: 0,
-                                ttl: None,
-                            })
+                            .submit(Request::Store(Store::new(
+                                StoreMode::Set,
+                                key(i).to_vec(),
+                                VALUE.to_vec(),
+                            )))
                             .unwrap();
                     }
                     while client.recv().unwrap().is_some() {}
@@ -192,14 +192,12 @@ pub fn run(keys: u64, ops: usize, threads: &[usize], batches: &[usize]) -> Vec<S
                         for &(k, is_set) in chunk {
                             let key = key(k).to_vec();
                             let request = if is_set {
-                                Request::Set {
-                                    key,
-                                    value: VALUE.to_vec(),
-                                    flags: 0,
-                                    ttl: None,
-                                }
+                                Request::Store(Store::new(StoreMode::Set, key, VALUE.to_vec()))
                             } else {
-                                Request::Get { key }
+                                Request::Get {
+                                    key,
+                                    opts: GetOpts::default(),
+                                }
                             };
                             client.submit(request).unwrap();
                         }

@@ -354,9 +354,12 @@ mod tests {
     #[test]
     fn a_small_heap_evicts_by_merging() {
         let stats = load_cluster(52).unwrap();
+        // At the cluster's real rate: segments of one TTL bucket are close
+        // in time, so their deadlines allow merging (`ttl::spread`).
         let cfg = DemoConfig {
-            requests: 60_000,
-            heap_size: Some(4 << 20),
+            requests: 400_000,
+            heap_size: Some(2 << 20),
+            time_scale: Some(1.0),
             ..Default::default()
         };
         let r = run(stats, &cfg).unwrap();

@@ -99,7 +99,7 @@ pub fn measure(
     let writes = (overfill * heap as f64 / (KEY + VALUE + 5) as f64) as u64;
     for i in 0..writes {
         key(i, &mut k);
-        cache.set(&k, &value, 0, None)?;
+        cache.set(k, value, 0, None)?;
     }
     Ok(FullHeap {
         heap_bytes: cache.stats().heap_bytes,

@@ -382,7 +382,7 @@ pub unsafe extern "C" fn segcache_get(
         if buf.is_null() && buf_len > 0 {
             return Err(SEGCACHE_INVALID_ARGUMENT);
         }
-        cache.get_with(key, |item| {
+        cache.peek_with(key, |item| {
             let item = item.ok_or(SEGCACHE_NOT_FOUND)?;
             let value = item.value();
             // SAFETY: each out pointer is NULL or writable (caller's promise).
@@ -444,7 +444,7 @@ pub unsafe extern "C" fn segcache_get_with(
         // SAFETY: the caller's promises are those of `cache` and `key`.
         let (cache, key) = unsafe { (cache(c)?, status::key(key, key_len)?) };
         let callback = callback.ok_or(SEGCACHE_INVALID_ARGUMENT)?;
-        cache.get_with(key, |item| {
+        cache.peek_with(key, |item| {
             let item = item.ok_or(SEGCACHE_NOT_FOUND)?;
             let value = item.value();
             // SAFETY: `value` stays valid and unchanged until the callback
@@ -481,7 +481,7 @@ pub unsafe extern "C" fn segcache_ttl(
         // SAFETY: the caller's promises are those of `cache` and `key`.
         let (cache, key) = unsafe { (cache(c)?, status::key(key, key_len)?) };
         let left = cache.ttl(key).ok_or(SEGCACHE_NOT_FOUND)?;
-        let secs = left.map_or(SEGCACHE_TTL_NEVER, |d| {
+        let secs = left.duration().map_or(SEGCACHE_TTL_NEVER, |d| {
             i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
         });
         // SAFETY: `ttl` is NULL or writable by the caller's promise.

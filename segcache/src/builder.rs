@@ -111,7 +111,7 @@ impl FromStr for Eviction {
 #[derive(Clone, Debug)]
 pub struct Builder {
     heap_size: usize,
-    segment_size: usize,
+    segment_size: Option<usize>,
     hash_power: Option<u8>,
     eviction: Eviction,
     clock: Option<ManualClock>,
@@ -123,7 +123,7 @@ impl Default for Builder {
     fn default() -> Self {
         Builder {
             heap_size: 64 << 20,
-            segment_size: 1 << 20,
+            segment_size: None,
             hash_power: None,
             eviction: Eviction::Merge,
             clock: None,
@@ -142,11 +142,13 @@ impl Builder {
         self
     }
 
-    /// Bytes per segment (default 1 MiB; a multiple of 8 between 1 KiB and
-    /// 2 MiB, the reach of the table's 21-bit offsets). The largest item must
-    /// fit in one segment.
+    /// Bytes per segment: a multiple of 8 between 1 KiB and 2 MiB (the
+    /// reach of the table's 21-bit offsets). The largest item must fit in
+    /// one segment. By default 1 MiB, or for heaps under 64 MiB the power
+    /// of two that cuts the heap into 64 segments (at least 4 KiB), so a
+    /// small cache still has segments for several TTLs and for merging.
     pub fn segment_size(mut self, bytes: usize) -> Self {
-        self.segment_size = bytes;
+        self.segment_size = Some(bytes);
         self
     }
 
@@ -211,7 +213,9 @@ impl Builder {
 
     /// Checks every setting and allocates the cache.
     pub fn build(self) -> Result<Segcache, Error> {
-        let seg = self.segment_size;
+        let seg = self
+            .segment_size
+            .unwrap_or_else(|| default_segment_size(self.heap_size));
         if !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&seg) || seg % 8 != 0 {
             return Err(Self::invalid(
                 "segment_size",
@@ -338,8 +342,14 @@ impl Builder {
             Self::check_hash_power(power)?;
         }
         let bits = shards.trailing_zeros() as u8;
+        // Segments sized for the whole heap: a shard's items are as large
+        // as an unsharded cache's.
         let per_shard = Builder {
             heap_size: self.heap_size / shards,
+            segment_size: Some(
+                self.segment_size
+                    .unwrap_or_else(|| default_segment_size(self.heap_size)),
+            ),
             datapool: None,
             hash_power: self
                 .hash_power
@@ -369,6 +379,14 @@ impl Builder {
             })?;
         Ok(crate::ShardedCache::from_shards(caches))
     }
+}
+
+/// 1 MiB, or for a heap under 64 MiB the largest power of two that cuts it
+/// into at least 64 segments, but not under 4 KiB.
+fn default_segment_size(heap: usize) -> usize {
+    let share = (heap / 64).max(1);
+    let pow2 = 1usize << (usize::BITS - 1 - share.leading_zeros());
+    pow2.clamp(4 << 10, 1 << 20)
 }
 
 /// The starting bucket count (any count, not only a power of two) that
@@ -408,7 +426,12 @@ mod tests {
             "segment_size"
         );
         assert_eq!(
-            field(b().heap_size(2 << 20).build().unwrap_err()),
+            field(
+                b().heap_size(2 << 20)
+                    .segment_size(1 << 20)
+                    .build()
+                    .unwrap_err()
+            ),
             "heap_size"
         );
         assert_eq!(field(b().heap_size(0).build().unwrap_err()), "heap_size");
@@ -445,6 +468,24 @@ mod tests {
             "random-fifo".parse::<Eviction>().unwrap(),
             Eviction::RandomFifo
         );
+    }
+
+    #[test]
+    fn default_segment_size_fits_small_heaps() {
+        assert_eq!(default_segment_size(64 << 20), 1 << 20);
+        assert_eq!(default_segment_size(1 << 30), 1 << 20);
+        assert_eq!(default_segment_size(8 << 20), 128 << 10);
+        assert_eq!(default_segment_size(1 << 20), 16 << 10);
+        assert_eq!(default_segment_size(100_000), 4 << 10);
+        // A 1 MiB cache in 8 shards still builds, each shard with 8 segments.
+        let c = Segcache::builder()
+            .heap_size(1 << 20)
+            .build_sharded(8)
+            .unwrap();
+        assert_eq!(c.stats().heap_bytes, 1 << 20);
+        assert_eq!(c.stats().segments_free, 64);
+        let c = Segcache::builder().heap_size(1 << 20).build().unwrap();
+        assert_eq!(c.stats().segments_free, 64);
     }
 
     #[test]

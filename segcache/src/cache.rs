@@ -12,21 +12,26 @@
 use crate::builder::Eviction;
 use crate::clock::Clock;
 use crate::hashtable::{self, hash_key, HashTable, Inserted, Location, TableFull};
-use crate::item::{self, MAX_KEY_LEN, MAX_VALUE_FIELD};
+use crate::item::{self, Meta, MAX_KEY_LEN, MAX_VALUE_FIELD};
+use crate::ops::{ArithOpts, DeleteOpts, Found, GetOpts, Request, Response, Store, StoreMode, Ttl};
 use crate::persist;
 use crate::segments::{SegState, Segments, NONE};
-use crate::ttl::{self, TtlBuckets, MAX_TTL, NEVER};
+use crate::ttl::{self, TtlBuckets, NEVER};
 use crate::{Builder, Error};
 use std::time::Duration;
 
-/// An item found by [`Segcache::get`], borrowed from the cache's memory.
+/// An item read from the cache, borrowed from its memory: no copy.
+///
+/// [`Segcache::get`] returns one; [`ShardedCache::peek_with`](crate::ShardedCache::peek_with)
+/// lends one to a closure while the shard is locked. [`OwnedItem`] is the
+/// copied form the other handles return.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Item<'a> {
     key: &'a [u8],
     value: &'a [u8],
     flags: u32,
     cas: u64,
-    ttl: Option<u32>,
+    ttl: Ttl,
 }
 
 impl<'a> Item<'a> {
@@ -45,37 +50,76 @@ impl<'a> Item<'a> {
         self.flags
     }
 
-    /// This version's compare-and-swap token: unique per item version, and
-    /// changed by any write to the key (and, rarely, when eviction compacts
-    /// the item's segment).
+    /// This version's compare-and-swap token: unique per item version,
+    /// changed by every write to the key but kept by a touch (and, rarely,
+    /// changed when eviction compacts the item's segment).
     pub fn cas(&self) -> u64 {
         self.cas
     }
 
-    /// Time left before the item expires; `None` if it never does.
-    pub fn ttl(&self) -> Option<Duration> {
-        self.ttl.map(|s| Duration::from_secs(s as u64))
+    /// Time left: [`Ttl::Never`] or [`Ttl::After`] (whole seconds).
+    pub fn ttl(&self) -> Ttl {
+        self.ttl
+    }
+
+    /// Copies the item out of the cache.
+    pub fn to_owned(&self) -> OwnedItem {
+        OwnedItem::from(*self)
     }
 }
 
 /// An item copied out of the cache, for callers that cannot hold a borrow
-/// (the sharded and storage-thread handles).
+/// (the storage thread's replies, [`ShardedCache::get`](crate::ShardedCache::get)).
+/// Same accessors as [`Item`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OwnedItem {
-    pub value: Vec<u8>,
-    pub flags: u32,
-    pub cas: u64,
-    /// Time left; `None` if the item never expires.
-    pub ttl: Option<Duration>,
+    key: Vec<u8>,
+    value: Vec<u8>,
+    flags: u32,
+    cas: u64,
+    ttl: Ttl,
+}
+
+impl OwnedItem {
+    /// The item's key.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The item's value.
+    pub fn value(&self) -> &[u8] {
+        &self.value
+    }
+
+    /// Takes the value out without copying it again.
+    pub fn into_value(self) -> Vec<u8> {
+        self.value
+    }
+
+    /// Memcache client flags.
+    pub fn flags(&self) -> u32 {
+        self.flags
+    }
+
+    /// The compare-and-swap token (see [`Item::cas`]).
+    pub fn cas(&self) -> u64 {
+        self.cas
+    }
+
+    /// Time left when the item was read.
+    pub fn ttl(&self) -> Ttl {
+        self.ttl
+    }
 }
 
 impl From<Item<'_>> for OwnedItem {
     fn from(item: Item<'_>) -> Self {
         OwnedItem {
+            key: item.key.to_vec(),
             value: item.value.to_vec(),
             flags: item.flags,
             cas: item.cas,
-            ttl: item.ttl(),
+            ttl: item.ttl,
         }
     }
 }
@@ -83,7 +127,9 @@ impl From<Item<'_>> for OwnedItem {
 /// What one call to [`Segcache::expire`] freed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Expired {
+    /// Segments freed.
     pub segments: usize,
+    /// Items those segments still held.
     pub items: usize,
 }
 
@@ -103,21 +149,29 @@ pub struct Stats {
     pub items: u64,
     /// Bytes those items occupy in segments (headers and padding included).
     pub live_bytes: u64,
+    /// Segments holding items (or taking writes).
     pub segments_used: u64,
+    /// Segments on the free list.
     pub segments_free: u64,
+    /// Reads that found a live item.
     pub hits: u64,
+    /// Reads that found nothing.
     pub misses: u64,
     /// Items evicted to make room.
     pub evictions: u64,
+    /// Segments emptied to make room (by eviction or a merge).
     pub evicted_segments: u64,
     /// Items removed because their TTL passed (proactively or on access).
     pub expirations: u64,
+    /// Whole segments freed because their deadline passed.
     pub expired_segments: u64,
     /// Merge-eviction passes.
     pub merges: u64,
     /// Bytes of segment storage (the bounded heap).
     pub heap_bytes: u64,
+    /// Bytes of the hash table.
     pub hash_table_bytes: u64,
+    /// Bytes of segment headers and TTL bucket lists.
     pub segment_header_bytes: u64,
     /// Everything above together: all the memory the cache allocated.
     pub total_bytes: u64,
@@ -151,8 +205,10 @@ pub(crate) struct Counters {
     pub hits: u64,
     pub misses: u64,
     pub evictions: u64,
+    /// Segments emptied to make room (by eviction or a merge).
     pub evicted_segments: u64,
     pub expirations: u64,
+    /// Whole segments freed because their deadline passed.
     pub expired_segments: u64,
     pub merges: u64,
 }
@@ -182,11 +238,17 @@ pub enum RestoreOutcome {
     NotRequested,
     /// The datapool and its metadata were whole and matched: every item
     /// came back (minus those that expired while the cache was down).
-    Restored { items: u64 },
+    Restored {
+        /// Items served from the datapool.
+        items: u64,
+    },
     /// A restore was asked for but the cache started empty; `reason` says
     /// why (no metadata after a crash, changed settings, a checksum
     /// mismatch...). Nothing from the datapool is served.
-    Fresh { reason: String },
+    Fresh {
+        /// Why the datapool's contents were not used.
+        reason: String,
+    },
 }
 
 impl std::fmt::Debug for Segcache {
@@ -195,23 +257,6 @@ impl std::fmt::Debug for Segcache {
             .field("eviction", &self.eviction)
             .field("stats", &self.stats())
             .finish_non_exhaustive()
-    }
-}
-
-/// Converts a TTL to whole seconds: `None` or zero means no expiry, a
-/// nonzero TTL under a second counts as one second.
-fn ttl_secs(ttl: Option<Duration>) -> Result<u32, Error> {
-    match ttl {
-        None => Ok(0),
-        Some(d) if d.is_zero() => Ok(0),
-        Some(d) => {
-            let secs = d.as_secs().max(1);
-            if secs > MAX_TTL as u64 {
-                Err(Error::TtlOutOfRange { secs })
-            } else {
-                Ok(secs as u32)
-            }
-        }
     }
 }
 
@@ -225,22 +270,55 @@ fn check_key(key: &[u8]) -> Result<(), Error> {
     }
 }
 
-fn parse_u64(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() || digits.len() > 20 || !digits.iter().all(u8::is_ascii_digit) {
+/// Reads a stored number as memcached's incr/decr do (`strtoull` and its
+/// checks): white space and one sign may lead, then digits; the byte after
+/// them must be white space or the end (what follows is not read). A `-`
+/// is taken only when the wrapped result is not negative as an `i64`, so
+/// `-0` is 0 and `-1` is refused. Values over `u64::MAX` are refused.
+pub(crate) fn parse_counter(bytes: &[u8]) -> Option<u64> {
+    let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c');
+    let start = bytes.iter().position(|b| !is_space(b))?;
+    let (negative, rest) = match &bytes[start..] {
+        [b'-', tail @ ..] => (true, tail),
+        [b'+', tail @ ..] => (false, tail),
+        rest => (false, rest),
+    };
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || rest.get(digits).is_some_and(|b| !is_space(b)) {
         return None;
     }
-    digits.iter().try_fold(0u64, |n, d| {
+    let n = rest[..digits].iter().try_fold(0u64, |n, d| {
         n.checked_mul(10)?.checked_add((d - b'0') as u64)
-    })
+    })?;
+    if negative {
+        let wrapped = n.wrapping_neg();
+        return ((wrapped as i64) >= 0).then_some(wrapped);
+    }
+    Some(n)
 }
 
-/// How a store treats an existing item.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    Set,
-    Add,
-    Replace,
-    Cas(u64),
+/// Writes `n` in decimal into the end of `buf`; returns the digits.
+fn format_u64(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    &buf[at..]
+}
+
+/// TTL seconds as the write path takes them: `Some(0)` never, `None`
+/// already expired.
+fn live_secs(ttl: Ttl) -> Result<Option<u32>, Error> {
+    Ok(match ttl.to_secs()? {
+        None => Some(0),
+        Some(0) => None,
+        Some(s) => Some(s),
+    })
 }
 
 impl Segcache {
@@ -365,7 +443,14 @@ impl Segcache {
     /// Finds a live item: present in the table and not expired. An expired
     /// item found here is unlinked on the spot.
     #[inline]
-    fn lookup_live(
+    fn lookup_live(&mut self, key: &[u8], now: u32) -> Option<(u64, usize, usize, Location)> {
+        self.lookup_live_hashed(key, hash_key(key), now)
+    }
+
+    /// [`lookup_live`](Self::lookup_live) with the key's hash computed
+    /// already; drains a step of a growing table first.
+    #[inline]
+    fn lookup_live_hashed(
         &mut self,
         key: &[u8],
         hash: u64,
@@ -389,6 +474,20 @@ impl Segcache {
         Some((hash, bucket, slot, loc))
     }
 
+    /// The CAS token of the item at `loc`: the one it keeps, or one made of
+    /// its segment's generation and its location (`generation 23 |
+    /// segment 20 | offset 21` bits), unique per item version.
+    #[inline]
+    fn cas_at(&self, loc: Location) -> u64 {
+        if let Some(kept) = self.segs.item(loc).kept_cas() {
+            return kept;
+        }
+        let header = &self.segs.headers[loc.seg as usize];
+        ((header.generation as u64 & 0x7f_ffff) << 41)
+            | ((loc.seg as u64) << 21)
+            | loc.offset as u64
+    }
+
     fn item_view(&self, loc: Location, now: u32) -> Item<'_> {
         let raw = self.segs.item(loc);
         let header = &self.segs.headers[loc.seg as usize];
@@ -396,10 +495,14 @@ impl Segcache {
             key: raw.key(),
             value: raw.value(),
             flags: raw.client_flags(),
-            cas: ((header.generation as u64 & 0x7f_ffff) << 41)
-                | ((loc.seg as u64) << 21)
-                | loc.offset as u64,
-            ttl: (header.expire_at != 0).then(|| header.expire_at.saturating_sub(now)),
+            cas: self.cas_at(loc),
+            ttl: if header.expire_at == 0 {
+                Ttl::Never
+            } else {
+                Ttl::After(Duration::from_secs(
+                    header.expire_at.saturating_sub(now) as u64
+                ))
+            },
         }
     }
 
@@ -413,17 +516,38 @@ impl Segcache {
         }
     }
 
+    /// Sets meta-protocol marks on the item at `loc`, in place; writes
+    /// only if one is missing, so repeated reads do not dirty the line.
+    #[inline]
+    fn mark(&mut self, loc: Location, bits: u8) {
+        let at = loc.offset as usize + item::META_AT;
+        let data = self.segs.data_mut(loc.seg);
+        if data[at] & bits != bits {
+            data[at] |= bits;
+        }
+    }
+
+    /// Unlinks the live item at `loc` (the key's current item).
+    fn unlink_item(&mut self, key: &[u8], loc: Location) {
+        let hash = self.table.hash(key);
+        if self.table.remove_at(hash, loc).is_some() {
+            self.account_unlinked(loc);
+        }
+    }
+
     /// Looks a key up. Counts a hit or a miss and, on a hit, an access for
     /// eviction's frequency counter. Never returns an expired item.
     ///
     /// ```
+    /// use segcache::Ttl;
     /// let mut cache = segcache::Segcache::builder().build().unwrap();
-    /// cache.set(b"greeting", b"hello", 42, None).unwrap();
-    /// let item = cache.get(b"greeting").unwrap();
-    /// assert_eq!((item.value(), item.flags(), item.ttl()), (&b"hello"[..], 42, None));
-    /// assert!(cache.get(b"nobody").is_none());
+    /// cache.set("greeting", "hello", 42, None).unwrap();
+    /// let item = cache.get("greeting").unwrap();
+    /// assert_eq!((item.value(), item.flags(), item.ttl()), (&b"hello"[..], 42, Ttl::Never));
+    /// assert!(cache.get("nobody").is_none());
     /// ```
-    pub fn get(&mut self, key: &[u8]) -> Option<Item<'_>> {
+    pub fn get(&mut self, key: impl AsRef<[u8]>) -> Option<Item<'_>> {
+        let key = key.as_ref();
         self.get_hashed(key, hash_key(key))
     }
 
@@ -432,10 +556,11 @@ impl Segcache {
     #[inline]
     pub(crate) fn get_hashed(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
         let now = self.now();
-        match self.lookup_live(key, hash, now) {
+        match self.lookup_live_hashed(key, hash, now) {
             Some((_, bucket, slot, loc)) => {
                 self.counters.hits += 1;
                 self.table.record_access(bucket, slot, now);
+                self.mark(loc, item::FETCHED);
                 Some(self.item_view(loc, now))
             }
             None => {
@@ -446,63 +571,114 @@ impl Segcache {
     }
 
     /// Looks a key up without counting a hit, a miss or an access.
-    pub fn peek(&mut self, key: &[u8]) -> Option<Item<'_>> {
+    pub fn peek(&mut self, key: impl AsRef<[u8]>) -> Option<Item<'_>> {
         let now = self.now();
-        let (_, _, _, loc) = self.lookup_live(key, hash_key(key), now)?;
+        let (_, _, _, loc) = self.lookup_live(key.as_ref(), now)?;
         Some(self.item_view(loc, now))
     }
 
     /// True if the key is present and not expired (counts nothing).
-    pub fn contains(&mut self, key: &[u8]) -> bool {
+    pub fn contains(&mut self, key: impl AsRef<[u8]>) -> bool {
         let now = self.now();
-        self.lookup_live(key, hash_key(key), now).is_some()
+        self.lookup_live(key.as_ref(), now).is_some()
+    }
+
+    /// Returns the key's item, first storing `make()` under it with `ttl`
+    /// if it is absent: the value is computed only on a miss. (From many
+    /// threads, [`ShardedCache::get_or_insert_with`](crate::ShardedCache::get_or_insert_with)
+    /// runs `make` once per key even when callers race.)
+    ///
+    /// ```
+    /// let mut cache = segcache::Segcache::builder().build()?;
+    /// let mut calls = 0;
+    /// for _ in 0..3 {
+    ///     let item = cache.get_or_insert_with("answer", None, || { calls += 1; "42" })?;
+    ///     assert_eq!(item.value(), b"42");
+    /// }
+    /// assert_eq!(calls, 1);
+    /// # Ok::<(), segcache::Error>(())
+    /// ```
+    pub fn get_or_insert_with<V: AsRef<[u8]>>(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        ttl: impl Into<Ttl>,
+        make: impl FnOnce() -> V,
+    ) -> Result<Item<'_>, Error> {
+        let key = key.as_ref();
+        check_key(key)?;
+        let secs = live_secs(ttl.into())?.ok_or(Error::NotStored)?;
+        let now = self.now();
+        let loc = match self.lookup_live(key, now) {
+            Some((_, bucket, slot, loc)) => {
+                self.counters.hits += 1;
+                self.table.record_access(bucket, slot, now);
+                self.mark(loc, item::FETCHED);
+                loc
+            }
+            None => {
+                self.counters.misses += 1;
+                let value = make();
+                self.write(key, [value.as_ref(), &[]], &Meta::default(), secs, now)?
+            }
+        };
+        Ok(self.item_view(loc, now))
     }
 
     /// Stores a value under a key, replacing any existing item.
-    /// `flags` are memcache client flags, returned by [`Item::flags`].
-    /// `ttl` of `None` or zero means the item never expires.
+    /// `flags` are memcache client flags, returned by [`Item::flags`];
+    /// `ttl` is a [`Ttl`], a `Duration` or an `Option<Duration>` (`None`
+    /// and zero mean never).
     pub fn set(
         &mut self,
-        key: &[u8],
-        value: &[u8],
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
         flags: u32,
-        ttl: Option<Duration>,
+        ttl: impl Into<Ttl>,
     ) -> Result<(), Error> {
-        self.store(Mode::Set, key, hash_key(key), value, flags, ttl)
-    }
-
-    /// [`set`](Self::set) with the key's hash already computed.
-    pub(crate) fn set_hashed(
-        &mut self,
-        key: &[u8],
-        hash: u64,
-        value: &[u8],
-        flags: u32,
-        ttl: Option<Duration>,
-    ) -> Result<(), Error> {
-        self.store(Mode::Set, key, hash, value, flags, ttl)
+        self.store_mode(
+            StoreMode::Set,
+            key.as_ref(),
+            value.as_ref(),
+            flags,
+            ttl.into(),
+            None,
+        )
     }
 
     /// Stores only if the key is absent, else [`Error::NotStored`].
     pub fn add(
         &mut self,
-        key: &[u8],
-        value: &[u8],
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
         flags: u32,
-        ttl: Option<Duration>,
+        ttl: impl Into<Ttl>,
     ) -> Result<(), Error> {
-        self.store(Mode::Add, key, hash_key(key), value, flags, ttl)
+        self.store_mode(
+            StoreMode::Add,
+            key.as_ref(),
+            value.as_ref(),
+            flags,
+            ttl.into(),
+            None,
+        )
     }
 
     /// Stores only if the key is present, else [`Error::NotStored`].
     pub fn replace(
         &mut self,
-        key: &[u8],
-        value: &[u8],
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
         flags: u32,
-        ttl: Option<Duration>,
+        ttl: impl Into<Ttl>,
     ) -> Result<(), Error> {
-        self.store(Mode::Replace, key, hash_key(key), value, flags, ttl)
+        self.store_mode(
+            StoreMode::Replace,
+            key.as_ref(),
+            value.as_ref(),
+            flags,
+            ttl.into(),
+            None,
+        )
     }
 
     /// Stores only if the key's current version is `cas` (from
@@ -511,165 +687,466 @@ impl Segcache {
     ///
     /// ```
     /// let mut cache = segcache::Segcache::builder().build().unwrap();
-    /// cache.set(b"k", b"1", 0, None).unwrap();
-    /// let token = cache.get(b"k").unwrap().cas();
-    /// cache.cas(b"k", b"2", 0, None, token).unwrap();
+    /// cache.set("k", "1", 0, None).unwrap();
+    /// let token = cache.get("k").unwrap().cas();
+    /// cache.cas("k", "2", 0, None, token).unwrap();
     /// // The token is stale now.
-    /// assert_eq!(cache.cas(b"k", b"3", 0, None, token), Err(segcache::Error::Exists));
+    /// assert_eq!(cache.cas("k", "3", 0, None, token), Err(segcache::Error::Exists));
     /// ```
     pub fn cas(
         &mut self,
-        key: &[u8],
-        value: &[u8],
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
         flags: u32,
-        ttl: Option<Duration>,
+        ttl: impl Into<Ttl>,
         cas: u64,
     ) -> Result<(), Error> {
-        self.store(Mode::Cas(cas), key, hash_key(key), value, flags, ttl)
-    }
-
-    fn store(
-        &mut self,
-        mode: Mode,
-        key: &[u8],
-        hash: u64,
-        value: &[u8],
-        flags: u32,
-        ttl: Option<Duration>,
-    ) -> Result<(), Error> {
-        check_key(key)?;
-        let ttl = ttl_secs(ttl)?;
-        let now = self.now();
-        if mode != Mode::Set {
-            let found = self.lookup_live(key, hash, now).map(|(.., loc)| loc);
-            match (mode, found) {
-                (Mode::Add, Some(_)) | (Mode::Replace, None) => return Err(Error::NotStored),
-                (Mode::Cas(_), None) => return Err(Error::NotFound),
-                (Mode::Cas(token), Some(loc)) if self.item_view(loc, now).cas != token => {
-                    return Err(Error::Exists)
-                }
-                _ => {}
-            }
-        }
-        self.write(key, hash, [value, &[]], flags, ttl, now)
+        let (key, value) = (key.as_ref(), value.as_ref());
+        self.store_mode(StoreMode::Set, key, value, flags, ttl.into(), Some(cas))
     }
 
     /// Appends `data` to an existing value (flags and TTL stay), else
     /// [`Error::NotStored`].
-    pub fn append(&mut self, key: &[u8], data: &[u8]) -> Result<(), Error> {
-        self.concat(key, data, false)
+    pub fn append(&mut self, key: impl AsRef<[u8]>, data: impl AsRef<[u8]>) -> Result<(), Error> {
+        let (key, data) = (key.as_ref(), data.as_ref());
+        self.store_mode(StoreMode::Append, key, data, 0, Ttl::Never, None)
     }
 
     /// Prepends `data` to an existing value (flags and TTL stay), else
     /// [`Error::NotStored`].
-    pub fn prepend(&mut self, key: &[u8], data: &[u8]) -> Result<(), Error> {
-        self.concat(key, data, true)
+    pub fn prepend(&mut self, key: impl AsRef<[u8]>, data: impl AsRef<[u8]>) -> Result<(), Error> {
+        let (key, data) = (key.as_ref(), data.as_ref());
+        self.store_mode(StoreMode::Prepend, key, data, 0, Ttl::Never, None)
     }
 
-    fn concat(&mut self, key: &[u8], data: &[u8], front: bool) -> Result<(), Error> {
+    fn store_mode(
+        &mut self,
+        mode: StoreMode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Ttl,
+        cas: Option<u64>,
+    ) -> Result<(), Error> {
+        let store = Store {
+            flags,
+            ttl,
+            cas,
+            ..Store::new(mode, key, value)
+        };
+        self.store(&store).map(drop)
+    }
+
+    /// Runs one store of any mode as one step and returns the new item's
+    /// CAS token (0 if its TTL was [`Ttl::Expired`]). The condition (mode,
+    /// compare-and-swap) is checked first; if it fails, or the store is
+    /// refused, nothing changed.
+    pub fn store<B: AsRef<[u8]>>(&mut self, store: &Store<B>) -> Result<u64, Error> {
+        let (key, value) = (store.key.as_ref(), store.value.as_ref());
         check_key(key)?;
+        let concat = matches!(store.mode, StoreMode::Append | StoreMode::Prepend);
+        // Some(0): never; None: already expired. Append and prepend keep
+        // the item's own TTL.
+        let secs = if concat {
+            Some(0)
+        } else {
+            let secs = live_secs(store.ttl)?;
+            let meta = Meta {
+                flags: store.flags,
+                ..Meta::default()
+            };
+            self.check_size(key.len(), value.len(), &meta)?;
+            secs
+        };
         let now = self.now();
-        let hash = hash_key(key);
-        let (.., loc) = self.lookup_live(key, hash, now).ok_or(Error::NotStored)?;
-        let (flags, ttl) = (
-            self.segs.item(loc).client_flags(),
-            self.remaining_ttl(loc, now),
-        );
-        // Copy the old value out: making room may evict its segment.
-        let mut old = std::mem::take(&mut self.scratch);
-        old.clear();
-        old.extend_from_slice(self.segs.item(loc).value());
-        let parts: [&[u8]; 2] = if front { [data, &old] } else { [&old, data] };
-        let result = self.write(key, hash, parts, flags, ttl, now);
-        self.scratch = old;
-        result
+        let plain = store.mode == StoreMode::Set && store.cas.is_none() && secs.is_some();
+        let found = if plain {
+            None
+        } else {
+            self.lookup_live(key, now).map(|(.., loc)| loc)
+        };
+        match (store.mode, found) {
+            (StoreMode::Add, Some(_)) => return Err(Error::NotStored),
+            (StoreMode::Replace | StoreMode::Append | StoreMode::Prepend, None) => {
+                return Err(Error::NotStored)
+            }
+            _ => {}
+        }
+        let mut marks = 0;
+        let mut keep_ttl = None;
+        // memcached: an add with a token is a plain add.
+        if let (Some(token), false) = (store.cas, store.mode == StoreMode::Add) {
+            let Some(loc) = found else {
+                return Err(Error::NotFound);
+            };
+            if self.cas_at(loc) != token {
+                if !store.invalidate {
+                    return Err(Error::Exists);
+                }
+                // A stale write: stored, marked stale, the old TTL and win
+                // token kept (memcached's `ms I`).
+                marks = item::STALE | (self.segs.item(loc).marks() & item::WIN_SENT);
+                keep_ttl = Some(self.remaining_ttl(loc, now));
+            }
+        }
+        if concat {
+            let loc = found.expect("append and prepend checked the item is there");
+            let raw = self.segs.item(loc);
+            let meta = Meta {
+                flags: raw.client_flags(),
+                cas: None,
+                marks,
+            };
+            let ttl = self.remaining_ttl(loc, now);
+            // Copy the old value out: making room may evict its segment.
+            let mut old = std::mem::take(&mut self.scratch);
+            old.clear();
+            old.extend_from_slice(raw.value());
+            let parts: [&[u8]; 2] = if store.mode == StoreMode::Prepend {
+                [value, &old]
+            } else {
+                [&old, value]
+            };
+            let written = self.write(key, parts, &meta, ttl, now);
+            self.scratch = old;
+            return written.map(|loc| self.cas_at(loc));
+        }
+        let Some(ttl) = keep_ttl.or(secs) else {
+            // Already expired: the store succeeds and leaves nothing readable.
+            if let Some(loc) = found {
+                self.unlink_item(key, loc);
+            }
+            return Ok(0);
+        };
+        let meta = Meta {
+            flags: store.flags,
+            cas: None,
+            marks,
+        };
+        let loc = self.write(key, [value, &[]], &meta, ttl, now)?;
+        Ok(self.cas_at(loc))
     }
 
     /// Adds `delta` to a decimal `u64` value, wrapping at 2^64; returns the
     /// new value. [`Error::NotFound`] if absent, [`Error::NotNumeric`] if the
-    /// value is not a decimal number.
+    /// value is not a decimal number (read as memcached reads it: leading
+    /// spaces, a `+` and trailing spaces are allowed).
     ///
     /// ```
     /// let mut cache = segcache::Segcache::builder().build().unwrap();
-    /// cache.set(b"hits", b"41", 0, None).unwrap();
-    /// assert_eq!(cache.incr(b"hits", 1), Ok(42));
-    /// assert_eq!(cache.decr(b"hits", 100), Ok(0), "decr floors at zero");
+    /// cache.set("hits", "41", 0, None).unwrap();
+    /// assert_eq!(cache.incr("hits", 1), Ok(42));
+    /// assert_eq!(cache.decr("hits", 100), Ok(0), "decr floors at zero");
     /// ```
-    pub fn incr(&mut self, key: &[u8], delta: u64) -> Result<u64, Error> {
-        self.arith(key, |v| v.wrapping_add(delta))
+    pub fn incr(&mut self, key: impl AsRef<[u8]>, delta: u64) -> Result<u64, Error> {
+        self.arith(key, &ArithOpts::new(true, delta))
+            .map(|(v, _)| v)
     }
 
     /// Subtracts `delta` from a decimal `u64` value, stopping at 0.
-    pub fn decr(&mut self, key: &[u8], delta: u64) -> Result<u64, Error> {
-        self.arith(key, |v| v.saturating_sub(delta))
+    pub fn decr(&mut self, key: impl AsRef<[u8]>, delta: u64) -> Result<u64, Error> {
+        self.arith(key, &ArithOpts::new(false, delta))
+            .map(|(v, _)| v)
     }
 
-    fn arith(&mut self, key: &[u8], op: impl FnOnce(u64) -> u64) -> Result<u64, Error> {
+    /// Runs an arithmetic update with all its options (memcache `ma`) as
+    /// one step; returns the new value and the item's new CAS token.
+    pub fn arith(&mut self, key: impl AsRef<[u8]>, opts: &ArithOpts) -> Result<(u64, u64), Error> {
+        let key = key.as_ref();
         check_key(key)?;
+        let new_ttl = opts.ttl.map(live_secs).transpose()?;
+        let vivify = match opts.vivify {
+            Some((initial, ttl)) => Some((initial, live_secs(ttl)?)),
+            None => None,
+        };
         let now = self.now();
-        let hash = hash_key(key);
-        let (.., loc) = self.lookup_live(key, hash, now).ok_or(Error::NotFound)?;
+        let Some((.., loc)) = self.lookup_live(key, now) else {
+            let Some((initial, secs)) = vivify else {
+                return Err(Error::NotFound);
+            };
+            let mut digits = [0u8; 20];
+            let text = format_u64(initial, &mut digits);
+            return match secs {
+                Some(ttl) => {
+                    let loc = self.write(key, [text, &[]], &Meta::default(), ttl, now)?;
+                    Ok((initial, self.cas_at(loc)))
+                }
+                None => Ok((initial, 0)),
+            };
+        };
+        if opts.cas.is_some_and(|token| token != self.cas_at(loc)) {
+            return Err(Error::Exists);
+        }
         let raw = self.segs.item(loc);
-        let value = parse_u64(raw.value()).ok_or(Error::NotNumeric)?;
-        let flags = raw.client_flags();
-        let ttl = self.remaining_ttl(loc, now);
-        let new = op(value);
+        let value = parse_counter(raw.value()).ok_or(Error::NotNumeric)?;
+        let meta = Meta {
+            flags: raw.client_flags(),
+            ..Meta::default()
+        };
+        let new = if opts.incr {
+            value.wrapping_add(opts.delta)
+        } else {
+            value.saturating_sub(opts.delta)
+        };
+        let ttl = match new_ttl {
+            None => self.remaining_ttl(loc, now),
+            Some(Some(ttl)) => ttl,
+            Some(None) => {
+                self.unlink_item(key, loc);
+                return Ok((new, 0));
+            }
+        };
         let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut n = new;
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (n % 10) as u8;
-            n /= 10;
-            if n == 0 {
-                break;
+        let text = format_u64(new, &mut digits);
+        let loc = self.write(key, [text, &[]], &meta, ttl, now)?;
+        Ok((new, self.cas_at(loc)))
+    }
+
+    /// Gives an existing item a new TTL (`None` or zero: never expires;
+    /// [`Ttl::Expired`]: remove it). Its CAS token stays the same.
+    /// [`Error::NotFound`] if absent.
+    pub fn touch(&mut self, key: impl AsRef<[u8]>, ttl: impl Into<Ttl>) -> Result<(), Error> {
+        let key = key.as_ref();
+        check_key(key)?;
+        let secs = live_secs(ttl.into())?;
+        let now = self.now();
+        let (.., loc) = self.lookup_live(key, now).ok_or(Error::NotFound)?;
+        self.retouch(key, loc, secs, now).map(drop)
+    }
+
+    /// Gives the item at `loc` a new TTL (`Some(0)`: never, `None`: remove
+    /// it), keeping its value, flags, marks and CAS token; returns where it
+    /// is now. An item already in a segment that expires within the TTL's
+    /// precision of the new deadline stays where it is.
+    fn retouch(
+        &mut self,
+        key: &[u8],
+        loc: Location,
+        secs: Option<u32>,
+        now: u32,
+    ) -> Result<Option<Location>, Error> {
+        let Some(ttl) = secs else {
+            self.unlink_item(key, loc);
+            return Ok(None);
+        };
+        let bucket = ttl::bucket_for(ttl);
+        let header = &mut self.segs.headers[loc.seg as usize];
+        if header.ttl_bucket as usize == bucket {
+            if ttl == 0 {
+                return Ok(Some(loc));
+            }
+            let deadline = now.saturating_add(ttl);
+            if header.expire_at != 0
+                && deadline >= header.expire_at
+                && ttl::fits_spread(bucket, header.expire_at, header.expire_last, deadline)
+            {
+                header.expire_last = header.expire_last.max(deadline);
+                return Ok(Some(loc));
             }
         }
-        self.write(key, hash, [&digits[at..], &[]], flags, ttl, now)?;
-        Ok(new)
-    }
-
-    /// Gives an existing item a new TTL (`None` or zero: never expires).
-    /// [`Error::NotFound`] if absent.
-    pub fn touch(&mut self, key: &[u8], ttl: Option<Duration>) -> Result<(), Error> {
-        check_key(key)?;
-        let ttl = ttl_secs(ttl)?;
-        let now = self.now();
-        let hash = hash_key(key);
-        let (.., loc) = self.lookup_live(key, hash, now).ok_or(Error::NotFound)?;
-        let flags = self.segs.item(loc).client_flags();
+        let mut meta = self.segs.item(loc).meta();
+        meta.cas = Some(self.cas_at(loc));
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();
         value.extend_from_slice(self.segs.item(loc).value());
-        let result = self.write(key, hash, [&value, &[]], flags, ttl, now);
+        let written = self.write(key, [&value, &[]], &meta, ttl, now);
         self.scratch = value;
-        result
+        written.map(Some)
+    }
+
+    /// Reads an item with memcache's read options (`gat`, `mg` with `T`,
+    /// `N`, `R`, `u`) as one step: a touch keeps the CAS token, a vivified
+    /// miss creates an empty item and hands this caller the win token.
+    pub fn read(&mut self, key: impl AsRef<[u8]>, opts: &GetOpts) -> Result<Option<Found>, Error> {
+        let key = key.as_ref();
+        let touch = opts.touch.map(live_secs).transpose()?;
+        let vivify = opts.vivify.map(live_secs).transpose()?;
+        let now = self.now();
+        let Some((_, bucket, slot, mut loc)) = self.lookup_live(key, now) else {
+            if opts.bump {
+                self.counters.misses += 1;
+            }
+            let Some(secs) = vivify else {
+                return Ok(None);
+            };
+            check_key(key)?;
+            let item = match secs {
+                Some(ttl) => {
+                    let meta = Meta {
+                        marks: item::WIN_SENT,
+                        ..Meta::default()
+                    };
+                    let loc = self.write(key, [&[], &[]], &meta, ttl, now)?;
+                    self.item_view(loc, now).to_owned()
+                }
+                None => OwnedItem {
+                    key: key.to_vec(),
+                    value: Vec::new(),
+                    flags: 0,
+                    cas: 0,
+                    ttl: Ttl::Expired,
+                },
+            };
+            return Ok(Some(Found {
+                item,
+                win: true,
+                stale: false,
+                won_before: false,
+                hit_before: false,
+                vivified: true,
+            }));
+        };
+        if opts.bump {
+            self.counters.hits += 1;
+            self.table.record_access(bucket, slot, now);
+        }
+        let marks = self.segs.item(loc).marks();
+        let (hit_before, stale, won_before) = (
+            marks & item::FETCHED != 0,
+            marks & item::STALE != 0,
+            marks & item::WIN_SENT != 0,
+        );
+        let remaining = self.remaining_ttl(loc, now);
+        let recache = opts
+            .recache
+            .is_some_and(|below| remaining != 0 && remaining < below);
+        let win = !won_before && (stale || recache);
+        let mut gone = false;
+        if let Some(secs) = touch {
+            match secs {
+                None => gone = true,
+                Some(_) => loc = self.retouch(key, loc, secs, now)?.unwrap_or(loc),
+            }
+        }
+        let mut add = if win { item::WIN_SENT } else { 0 };
+        if opts.bump {
+            add |= item::FETCHED;
+        }
+        self.mark(loc, add);
+        let mut item = self.item_view(loc, now).to_owned();
+        if gone {
+            item.ttl = Ttl::Expired;
+            self.unlink_item(key, loc);
+        }
+        Ok(Some(Found {
+            item,
+            win,
+            stale,
+            won_before,
+            hit_before,
+            vivified: false,
+        }))
     }
 
     /// Removes a key; true if it was present (and not expired).
-    pub fn delete(&mut self, key: &[u8]) -> bool {
-        self.delete_hashed(key, hash_key(key))
+    pub fn delete(&mut self, key: impl AsRef<[u8]>) -> bool {
+        self.delete_with(key, &DeleteOpts::default()).is_ok()
     }
 
-    /// [`delete`](Self::delete) with the key's hash already computed.
-    pub(crate) fn delete_hashed(&mut self, key: &[u8], hash: u64) -> bool {
+    /// Removes a key with memcache's delete options (`md` with `C`, `I`,
+    /// `T`) as one step: [`Error::NotFound`] if absent, [`Error::Exists`]
+    /// if the token does not match. With `invalidate` the item stays,
+    /// marked stale, under a new CAS token.
+    pub fn delete_with(&mut self, key: impl AsRef<[u8]>, opts: &DeleteOpts) -> Result<(), Error> {
+        let key = key.as_ref();
+        let new_ttl = opts.ttl.map(live_secs).transpose()?;
         let now = self.now();
-        match self.lookup_live(key, hash, now) {
-            Some((hash, _, _, loc)) => {
-                self.table.remove_at(hash, loc);
-                self.account_unlinked(loc);
-                true
+        let (.., loc) = self.lookup_live(key, now).ok_or(Error::NotFound)?;
+        if opts.cas.is_some_and(|token| token != self.cas_at(loc)) {
+            return Err(Error::Exists);
+        }
+        if !opts.invalidate {
+            self.unlink_item(key, loc);
+            return Ok(());
+        }
+        let ttl = match new_ttl {
+            None => self.remaining_ttl(loc, now),
+            Some(Some(ttl)) => ttl,
+            Some(None) => {
+                self.unlink_item(key, loc);
+                return Ok(());
             }
-            None => false,
+        };
+        let raw = self.segs.item(loc);
+        let meta = Meta {
+            flags: raw.client_flags(),
+            cas: None,
+            marks: (raw.marks() | item::STALE) & !item::WIN_SENT,
+        };
+        let mut value = std::mem::take(&mut self.scratch);
+        value.clear();
+        value.extend_from_slice(raw.value());
+        let written = self.write(key, [&value, &[]], &meta, ttl, now);
+        self.scratch = value;
+        written.map(drop)
+    }
+
+    /// Time left for a key: `None` if absent, else [`Ttl::Never`] or
+    /// [`Ttl::After`].
+    pub fn ttl(&mut self, key: impl AsRef<[u8]>) -> Option<Ttl> {
+        let now = self.now();
+        let (.., loc) = self.lookup_live(key.as_ref(), now)?;
+        Some(self.item_view(loc, now).ttl())
+    }
+
+    /// Runs one [`Request`] as one step and answers it: the seam every
+    /// other way in (storage thread, [`ShardedCache`](crate::ShardedCache),
+    /// server, bindings) goes through.
+    pub fn execute<B: AsRef<[u8]>>(&mut self, request: &Request<B>) -> Response {
+        match request {
+            Request::Get { key, opts } => Response::Get(self.read(key, opts)),
+            Request::Store(store) => Response::Stored(self.store(store)),
+            Request::Delete { key, opts } => Response::Deleted(self.delete_with(key, opts)),
+            Request::Arith { key, opts } => Response::Number(self.arith(key, opts)),
+            Request::Touch { key, ttl } => Response::Touched(self.touch(key, *ttl)),
+            Request::Flush { delay } => {
+                if delay.is_zero() {
+                    self.flush();
+                } else {
+                    self.flush_after(*delay);
+                }
+                Response::Done
+            }
+            Request::Expire => Response::Expired(self.expire()),
+            Request::Clear => {
+                self.clear();
+                Response::Done
+            }
+            Request::Stats => Response::Stats(Box::new(self.stats())),
+            Request::Len => Response::Len(self.len()),
         }
     }
 
-    /// Time left for a key: `None` if absent, `Some(None)` if it never
-    /// expires.
-    pub fn ttl(&mut self, key: &[u8]) -> Option<Option<Duration>> {
-        let now = self.now();
-        let (.., loc) = self.lookup_live(key, hash_key(key), now)?;
-        Some(self.item_view(loc, now).ttl())
+    /// Every live item, segment by segment (no particular order; counts
+    /// nothing). Items expired but not yet reclaimed are skipped.
+    ///
+    /// ```
+    /// let mut cache = segcache::Segcache::builder().build()?;
+    /// cache.set("a", "1", 0, None)?;
+    /// cache.set("b", "2", 0, None)?;
+    /// cache.set("a", "3", 0, None)?;
+    /// let mut seen: Vec<_> = cache.iter().map(|i| (i.key().to_vec(), i.value().to_vec())).collect();
+    /// seen.sort();
+    /// assert_eq!(seen, [(b"a".to_vec(), b"3".to_vec()), (b"b".to_vec(), b"2".to_vec())]);
+    /// # Ok::<(), segcache::Error>(())
+    /// ```
+    pub fn iter(&self) -> impl Iterator<Item = Item<'_>> + '_ {
+        let now = self.clock.now();
+        let flushed = self.flush_at.is_some_and(|at| now >= at);
+        let segments = if flushed { 0 } else { self.segs.count() as u32 };
+        (0..segments)
+            .filter(move |&id| {
+                let h = &self.segs.headers[id as usize];
+                h.state != SegState::Free && h.live_items > 0 && !h.is_expired(now)
+            })
+            .flat_map(move |id| {
+                self.segs.item_offsets(id).filter_map(move |(offset, raw)| {
+                    let loc = Location { seg: id, offset };
+                    let hash = self.table.hash(raw.key());
+                    self.table.locate(hash, loc)?;
+                    Some(self.item_view(loc, now))
+                })
+            })
     }
 
     /// Removes every item now, and cancels a pending delayed flush.
@@ -766,42 +1243,48 @@ impl Segcache {
         room.min(MAX_VALUE_FIELD)
     }
 
-    /// Writes a new item and points the table at it. On error nothing
-    /// changed: the old item (if any) is still readable.
-    #[allow(clippy::too_many_arguments)]
-    fn write(
-        &mut self,
-        key: &[u8],
-        hash: u64,
-        value: [&[u8]; 2],
-        flags: u32,
-        ttl: u32,
-        now: u32,
-    ) -> Result<(), Error> {
-        let value_len = value[0].len() + value[1].len();
-        let size = item::item_size(key.len(), value_len, flags);
+    /// The item's size, or [`Error::ValueTooLarge`] if it cannot fit in a
+    /// segment.
+    fn check_size(&self, key_len: usize, value_len: usize, meta: &Meta) -> Result<usize, Error> {
+        let size = item::item_size(key_len, value_len, meta);
         if size > self.segs.segment_size() || value_len > MAX_VALUE_FIELD {
-            let max = self.max_value_len(key.len() + item::optional_len(flags));
+            let max = self.max_value_len(key_len + meta.optional_len());
             return Err(Error::ValueTooLarge {
                 len: value_len,
                 max,
             });
         }
+        Ok(size)
+    }
+
+    /// Writes a new item (TTL in seconds, 0: never) and points the table at
+    /// it; returns where it went. On error nothing changed: the old item
+    /// (if any) is still readable.
+    fn write(
+        &mut self,
+        key: &[u8],
+        value: [&[u8]; 2],
+        meta: &Meta,
+        ttl: u32,
+        now: u32,
+    ) -> Result<Location, Error> {
+        let size = self.check_size(key.len(), value[0].len() + value[1].len(), meta)?;
+        let hash = self.table.hash(key);
         let loc = self.reserve(size, ttl, now)?;
         let start = loc.offset as usize;
         item::write(
             &mut self.segs.data_mut(loc.seg)[start..start + size],
             key,
             value,
-            flags,
+            meta,
         );
         let segs = &self.segs;
         let may_evict = self.eviction != Eviction::None;
         let (items, live) = (self.counters.items, self.counters.live_bytes);
         let slots = self.table.slots();
-        // Grow the table rather than drop items while the heap has room:
-        // a free segment, and more items (at the current average size)
-        // than the table holds well.
+        // Grow the table rather than drop items while the heap has room: a
+        // free segment, and more items (at the current average size) than
+        // the table holds well.
         let grow = || {
             let projected =
                 segs.heap_bytes() as u128 * (items as u128 + 1) / (live as u128 + size as u128);
@@ -828,10 +1311,11 @@ impl Segcache {
                     if header.expire_at == 0 || deadline < header.expire_at {
                         header.expire_at = deadline;
                     }
+                    header.expire_last = header.expire_last.max(deadline);
                 }
                 self.counters.items += 1;
                 self.counters.live_bytes += size as u64;
-                Ok(())
+                Ok(loc)
             }
             Err(TableFull) => {
                 // Give the reserved space back: it was the segment's last write.
@@ -851,7 +1335,8 @@ impl Segcache {
 
     /// Reserves `size` bytes at the tail of the TTL bucket for `ttl`,
     /// starting a new segment (and evicting, if need be) when the tail is
-    /// full or too old.
+    /// full or its items' deadlines would spread too far
+    /// ([`ttl::fits_spread`]).
     fn reserve(&mut self, size: usize, ttl: u32, now: u32) -> Result<Location, Error> {
         let bucket = ttl::bucket_for(ttl);
         let tail = self.ttl.buckets[bucket].tail;
@@ -859,8 +1344,10 @@ impl Segcache {
             let segment_size = self.segs.segment_size();
             let header = &mut self.segs.headers[tail as usize];
             let fits = header.write_offset as usize + size <= segment_size;
-            let young = now.saturating_sub(header.create_at) < ttl::seal_age(bucket);
-            if header.state == SegState::Active && fits && young && !header.is_expired(now) {
+            let deadline = if ttl == 0 { 0 } else { now.saturating_add(ttl) };
+            let close = ttl == 0
+                || ttl::fits_spread(bucket, header.expire_at, header.expire_last, deadline);
+            if header.state == SegState::Active && fits && close && !header.is_expired(now) {
                 let offset = header.write_offset;
                 header.write_offset += size as u32;
                 return Ok(Location { seg: tail, offset });
@@ -970,6 +1457,15 @@ impl Segcache {
         for id in 0..self.segs.count() as u32 {
             let h = &self.segs.headers[id as usize];
             assert!(h.write_offset as usize <= self.segs.segment_size());
+            if h.state != SegState::Free && h.expire_at != 0 {
+                let spread = ttl::spread(h.ttl_bucket as usize);
+                assert!(
+                    h.expire_last - h.expire_at <= spread,
+                    "segment {id}: deadlines {}..{} spread past {spread}",
+                    h.expire_at,
+                    h.expire_last
+                );
+            }
             if h.state == SegState::Free {
                 assert_eq!((h.live_items, h.live_bytes), (0, 0));
                 continue;
@@ -1086,7 +1582,7 @@ mod tests {
         c.prepend(b"k", b"start-").unwrap();
         let item = c.get(b"k").unwrap();
         assert_eq!((item.value(), item.flags()), (&b"start-mid-end"[..], 9));
-        assert!(item.ttl().unwrap() <= Duration::from_secs(100));
+        assert!(item.ttl().duration().unwrap() <= Duration::from_secs(100));
         assert_eq!(c.incr(b"k", 1), Err(Error::NotNumeric));
         assert_eq!(c.incr(b"n", 1), Err(Error::NotFound));
         c.set(b"n", b"18446744073709551615", 0, None).unwrap();
@@ -1101,7 +1597,7 @@ mod tests {
         clock.advance(Duration::from_secs(500));
         assert_eq!(c.get(b"t").unwrap().value(), b"v");
         c.touch(b"t", None).unwrap();
-        assert_eq!(c.ttl(b"t"), Some(None));
+        assert_eq!(c.ttl(b"t"), Some(Ttl::Never));
         assert_eq!(c.touch(b"gone", secs(1)), Err(Error::NotFound));
         c.check_invariants();
     }
@@ -1112,7 +1608,7 @@ mod tests {
         c.set(b"short", b"v", 0, secs(10)).unwrap();
         c.set(b"forever", b"v", 0, None).unwrap();
         c.set(b"zero", b"v", 0, Some(Duration::ZERO)).unwrap();
-        let left = c.ttl(b"short").unwrap().unwrap();
+        let left = c.ttl(b"short").unwrap().duration().unwrap();
         assert!(left <= Duration::from_secs(10) && left >= Duration::from_secs(9));
         clock.advance(Duration::from_secs(9));
         assert!(c.get(b"short").is_some());
@@ -1121,7 +1617,7 @@ mod tests {
         clock.advance(Duration::from_secs(ttl::MAX_TTL as u64 * 3));
         assert_eq!(c.expire().items, 0);
         assert_eq!(c.get(b"forever").unwrap().value(), b"v");
-        assert_eq!(c.get(b"zero").unwrap().ttl(), None);
+        assert_eq!(c.get(b"zero").unwrap().ttl(), Ttl::Never);
         c.check_invariants();
     }
 
@@ -1129,7 +1625,7 @@ mod tests {
     fn expire_frees_whole_segments() {
         let (mut c, clock) = small(Eviction::Merge);
         for i in 0..200u32 {
-            c.set(format!("k{i}").as_bytes(), &[7u8; 40], 0, secs(60))
+            c.set(format!("k{i}").as_bytes(), [7u8; 40], 0, secs(60))
                 .unwrap();
         }
         let used = c.stats().segments_used;
@@ -1165,7 +1661,7 @@ mod tests {
         assert_eq!(c.set(b"", b"v", 0, None), Err(Error::EmptyKey));
         let long = [b'x'; 251];
         assert_eq!(
-            c.set(&long, b"v", 0, None),
+            c.set(long, b"v", 0, None),
             Err(Error::KeyTooLong { len: 251 })
         );
         assert!(c.set(&long[..250], b"v", 0, None).is_ok());
@@ -1191,8 +1687,8 @@ mod tests {
         assert_eq!(c.get(b"k").unwrap().value(), b"old");
         // The largest value the error reports as allowed really fits.
         let max = c.max_value_len(1);
-        c.set(b"m", &vec![1u8; max], 0, None).unwrap();
-        let err = c.set(b"m", &vec![1u8; max + 1], 0, None).unwrap_err();
+        c.set(b"m", vec![1u8; max], 0, None).unwrap();
+        let err = c.set(b"m", vec![1u8; max + 1], 0, None).unwrap_err();
         assert_eq!(err, Error::ValueTooLarge { len: max + 1, max });
         c.check_invariants();
     }
@@ -1292,7 +1788,7 @@ mod tests {
         let (mut c, _) = small(Eviction::None);
         let mut i = 0u32;
         let err = loop {
-            if let Err(e) = c.set(format!("k{i}").as_bytes(), &[1u8; 100], 0, None) {
+            if let Err(e) = c.set(format!("k{i}").as_bytes(), [1u8; 100], 0, None) {
                 break e;
             }
             i += 1;
@@ -1304,13 +1800,26 @@ mod tests {
     }
 
     #[test]
-    fn parse_u64_is_strict() {
-        assert_eq!(parse_u64(b"0"), Some(0));
-        assert_eq!(parse_u64(b"18446744073709551615"), Some(u64::MAX));
-        assert_eq!(parse_u64(b"18446744073709551616"), None);
-        assert_eq!(parse_u64(b""), None);
-        assert_eq!(parse_u64(b"12a"), None);
-        assert_eq!(parse_u64(b"-1"), None);
-        assert_eq!(parse_u64(b" 1"), None);
+    fn counters_parse_as_memcached_reads_them() {
+        assert_eq!(parse_counter(b"0"), Some(0));
+        assert_eq!(parse_counter(b"18446744073709551615"), Some(u64::MAX));
+        assert_eq!(parse_counter(b"18446744073709551616"), None);
+        assert_eq!(parse_counter(b"000000000000000000042"), Some(42));
+        assert_eq!(parse_counter(b"  5"), Some(5));
+        assert_eq!(parse_counter(b"+5"), Some(5));
+        assert_eq!(parse_counter(b"5 "), Some(5));
+        assert_eq!(
+            parse_counter(b"5 x"),
+            Some(5),
+            "only the next byte is checked"
+        );
+        assert_eq!(parse_counter(b"-0"), Some(0));
+        assert_eq!(parse_counter(b"-1"), None);
+        assert_eq!(parse_counter(b"-18446744073709551615"), Some(1));
+        assert_eq!(parse_counter(b""), None);
+        assert_eq!(parse_counter(b" "), None);
+        assert_eq!(parse_counter(b"12a"), None);
+        assert_eq!(parse_counter(b"++5"), None);
+        assert_eq!(parse_counter(b"x5"), None);
     }
 }

@@ -13,11 +13,22 @@ pub enum Error {
     /// Keys must be at least one byte long.
     EmptyKey,
     /// Keys are at most [`MAX_KEY_LEN`](crate::MAX_KEY_LEN) bytes.
-    KeyTooLong { len: usize },
+    KeyTooLong {
+        /// The key's length.
+        len: usize,
+    },
     /// The item (header, key and value) does not fit in one segment.
-    ValueTooLarge { len: usize, max: usize },
+    ValueTooLarge {
+        /// The value's length.
+        len: usize,
+        /// The longest value that fits with this key.
+        max: usize,
+    },
     /// TTLs are at most [`MAX_TTL`](crate::MAX_TTL) seconds.
-    TtlOutOfRange { secs: u64 },
+    TtlOutOfRange {
+        /// The TTL asked for, in seconds.
+        secs: u64,
+    },
     /// The key's neighbourhood in the hash table is full and the eviction
     /// policy is [`Eviction::None`](crate::Eviction::None) (other policies
     /// evict the least-read item there instead); raise `hash_power`.
@@ -34,7 +45,12 @@ pub enum Error {
     /// `incr`/`decr` on a value that is not a decimal `u64`.
     NotNumeric,
     /// A builder setting is out of range; `field` names it.
-    InvalidConfig { field: &'static str, reason: String },
+    InvalidConfig {
+        /// The setting, as the builder method is named.
+        field: &'static str,
+        /// What is wrong with its value.
+        reason: String,
+    },
     /// Reading or writing the datapool or its metadata failed.
     Persistence(String),
     /// The storage thread has stopped (shut down, or it failed); the

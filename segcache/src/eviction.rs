@@ -15,7 +15,7 @@
 use crate::builder::Eviction;
 use crate::hashtable::{self, Location};
 use crate::segments::{SegState, NONE};
-use crate::ttl::BUCKETS;
+use crate::ttl::{self, BUCKETS};
 use crate::{Error, Segcache};
 
 /// Most segments one merge pass reads.
@@ -156,10 +156,15 @@ impl Segcache {
                 let mut n = 0;
                 let mut live = 0;
                 let mut at = start;
+                let mut range = (0, 0);
                 while n < MERGE_MAX
                     && at != NONE
                     && self.segs.headers[at as usize].state == SegState::Sealed
                 {
+                    let Some(wider) = self.widen(bucket, range, at) else {
+                        break;
+                    };
+                    range = wider;
                     run[n] = at;
                     live += self.segs.headers[at as usize].live_bytes as usize;
                     n += 1;
@@ -201,11 +206,16 @@ impl Segcache {
             let mut len = 0;
             let mut total = 0;
             let mut at = start;
+            let mut range = (0, 0);
             while at != NONE
                 && len < MERGE_MAX
                 && (len < 2 || total < MERGE_RATIO * seg_size)
                 && self.segs.headers[at as usize].state == SegState::Sealed
             {
+                let Some(wider) = self.widen(bucket, range, at) else {
+                    break;
+                };
+                range = wider;
                 chain[len] = at;
                 total += self.segs.headers[at as usize].live_bytes as usize;
                 len += 1;
@@ -217,6 +227,22 @@ impl Segcache {
             }
         }
         false
+    }
+
+    /// The deadline range (earliest, latest; 0 = none yet) of a run of
+    /// segments after adding `id`, or `None` if merging it would let an
+    /// item expire earlier than the bucket's precision allows
+    /// (`ttl::spread`): a merged segment expires with its earliest item.
+    fn widen(&self, bucket: usize, (first, last): (u32, u32), id: u32) -> Option<(u32, u32)> {
+        let h = &self.segs.headers[id as usize];
+        if h.expire_at == 0 {
+            return Some((first, last));
+        }
+        if first == 0 {
+            return Some((h.expire_at, h.expire_last));
+        }
+        let range = (first.min(h.expire_at), last.max(h.expire_last));
+        (range.1 - range.0 <= ttl::spread(bucket)).then_some(range)
     }
 
     /// Keeps the most-read `outputs` segments' worth of the chain's live
@@ -233,7 +259,7 @@ impl Segcache {
         live.clear();
         let mut histogram = [0usize; 128];
         let mut live_bytes = 0usize;
-        let mut expire_at = 0u32;
+        let (mut expire_at, mut expire_last) = (0u32, 0u32);
         for (index, &src) in chain.iter().enumerate() {
             for (offset, item) in self.segs.item_offsets(src) {
                 let hash = self.table.hash(item.key());
@@ -251,10 +277,11 @@ impl Segcache {
                     });
                 }
             }
-            let deadline = self.segs.headers[src as usize].expire_at;
-            if deadline != 0 && (expire_at == 0 || deadline < expire_at) {
-                expire_at = deadline;
+            let header = &self.segs.headers[src as usize];
+            if header.expire_at != 0 && (expire_at == 0 || header.expire_at < expire_at) {
+                expire_at = header.expire_at;
             }
+            expire_last = expire_last.max(header.expire_last);
         }
         // The lowest access count at which the survivors fit; items one
         // count below it fill whatever room is left, in order.
@@ -329,6 +356,7 @@ impl Segcache {
                 header.live_bytes = bytes as u32;
                 header.live_items = items;
                 header.expire_at = expire_at;
+                header.expire_last = expire_last;
                 self.counters.items += items as u64;
                 self.counters.live_bytes += bytes as u64;
             } else {
@@ -374,7 +402,7 @@ mod tests {
             ];
             for i in 0..20_000u32 {
                 let key = format!("key-{i}");
-                c.set(key.as_bytes(), &[i as u8; 90], 0, ttls[i as usize % 3])
+                c.set(key.as_bytes(), [i as u8; 90], 0, ttls[i as usize % 3])
                     .unwrap_or_else(|e| panic!("{policy:?}: {e}"));
                 assert_eq!(c.get(key.as_bytes()).unwrap().value(), &[i as u8; 90][..]);
             }
@@ -403,7 +431,7 @@ mod tests {
             rng ^= rng >> 7;
             rng ^= rng << 17;
             let k = rng % 300;
-            c.set(format!("k{k:03}").as_bytes(), &[round as u8; 80], 0, None)
+            c.set(format!("k{k:03}").as_bytes(), [round as u8; 80], 0, None)
                 .unwrap();
         }
         for k in 0..300u64 {
@@ -438,7 +466,7 @@ mod tests {
                     "hot k{h} lost at {i}"
                 );
             }
-            c.set(format!("k{i}").as_bytes(), &[1u8; 80], 0, None)
+            c.set(format!("k{i}").as_bytes(), [1u8; 80], 0, None)
                 .unwrap();
         }
         let cold_present = (0..1000u32)

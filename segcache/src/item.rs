@@ -1,18 +1,20 @@
 //! Item layout: how one key/value pair is laid out inside a segment.
 //!
 //! ```text
-//! +--------+-----------+--------+-------------+-----+-------+
-//! | klen u8| vlen u24le| flags  | client flags| key | value |
-//! +--------+-----------+--------+-------------+-----+-------+
-//!   5-byte header                 0 or 4 bytes
+//! +--------+-----------+-------+--------------+----------+-----+-------+
+//! | klen u8| vlen u24le| meta  | client flags | kept CAS | key | value |
+//! +--------+-----------+-------+--------------+----------+-----+-------+
+//!   5-byte header                0 or 4 bytes   0 or 8
 //! ```
 //!
-//! The header's flags byte holds the length of the optional data (bits 0-5);
-//! the optional data is the memcache client flags, stored only when nonzero.
-//! Items are packed back to back with no padding (the hash table addresses
-//! them by byte offset), so the header is the whole per-item cost in the
-//! segment. This module owns that layout and nothing else: it never decides
-//! where an item goes, nor whether it is live.
+//! The header's meta byte says which optional fields follow (bit 0: client
+//! flags, stored only when nonzero; bit 1: a CAS token the item keeps when
+//! it is rewritten by a touch) and holds three marks the meta protocol
+//! reads and sets in place: fetched (`h`), stale (`X`) and win token sent
+//! (`Z`). Items are packed back to back with no padding (the hash table
+//! addresses them by byte offset), so the header is the whole per-item
+//! cost in the segment. This module owns that layout and nothing else: it
+//! never decides where an item goes, nor whether it is live.
 
 /// Longest key accepted (memcache's limit; the header could hold 255).
 pub const MAX_KEY_LEN: usize = 250;
@@ -20,39 +22,66 @@ pub const MAX_KEY_LEN: usize = 250;
 pub(crate) const HEADER_LEN: usize = 5;
 /// Largest value length the 24-bit header field can describe.
 pub(crate) const MAX_VALUE_FIELD: usize = (1 << 24) - 1;
-const OPTIONAL_LEN_MASK: u8 = 0x3f;
+/// Offset of the meta byte in the header.
+pub(crate) const META_AT: usize = 4;
+const HAS_FLAGS: u8 = 0x01;
+const HAS_CAS: u8 = 0x02;
+/// The item has been read (meta `h`).
+pub(crate) const FETCHED: u8 = 0x04;
+/// The item was invalidated (meta `X`).
+pub(crate) const STALE: u8 = 0x08;
+/// A reader was handed the win token for this item (meta `W`, then `Z`).
+pub(crate) const WIN_SENT: u8 = 0x10;
+/// The marks a rewrite may carry over.
+pub(crate) const MARKS: u8 = FETCHED | STALE | WIN_SENT;
 
-/// Bytes of optional data an item with these client flags carries.
-#[inline]
-pub(crate) fn optional_len(client_flags: u32) -> usize {
-    if client_flags == 0 {
-        0
-    } else {
-        4
+/// What an item carries besides its key and value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Meta {
+    /// Memcache client flags.
+    pub flags: u32,
+    /// A CAS token to keep instead of the one derived from the location.
+    pub cas: Option<u64>,
+    /// [`FETCHED`], [`STALE`], [`WIN_SENT`].
+    pub marks: u8,
+}
+
+impl Meta {
+    /// Bytes of optional fields this item carries.
+    #[inline]
+    pub(crate) fn optional_len(&self) -> usize {
+        (if self.flags != 0 { 4 } else { 0 }) + (if self.cas.is_some() { 8 } else { 0 })
     }
 }
 
-/// Size in the segment (header, optional data, key, value).
+/// Size in the segment (header, optional fields, key, value).
 #[inline]
-pub(crate) fn item_size(key_len: usize, value_len: usize, client_flags: u32) -> usize {
-    HEADER_LEN + optional_len(client_flags) + key_len + value_len
+pub(crate) fn item_size(key_len: usize, value_len: usize, meta: &Meta) -> usize {
+    HEADER_LEN + meta.optional_len() + key_len + value_len
 }
 
 /// Writes an item whose value is the concatenation of `value_parts` into the
 /// front of `dst`, which must be exactly `item_size(..)` bytes long.
-pub(crate) fn write(dst: &mut [u8], key: &[u8], value_parts: [&[u8]; 2], client_flags: u32) {
+pub(crate) fn write(dst: &mut [u8], key: &[u8], value_parts: [&[u8]; 2], meta: &Meta) {
     let value_len = value_parts[0].len() + value_parts[1].len();
     debug_assert!(key.len() <= MAX_KEY_LEN && value_len <= MAX_VALUE_FIELD);
-    debug_assert_eq!(dst.len(), item_size(key.len(), value_len, client_flags));
-    let olen = optional_len(client_flags);
+    debug_assert_eq!(dst.len(), item_size(key.len(), value_len, meta));
+    debug_assert_eq!(meta.marks & !MARKS, 0);
     dst[0] = key.len() as u8;
     dst[1..4].copy_from_slice(&(value_len as u32).to_le_bytes()[..3]);
-    dst[4] = olen as u8;
+    let mut bits = meta.marks;
     let mut at = HEADER_LEN;
-    if olen != 0 {
-        dst[at..at + 4].copy_from_slice(&client_flags.to_le_bytes());
+    if meta.flags != 0 {
+        bits |= HAS_FLAGS;
+        dst[at..at + 4].copy_from_slice(&meta.flags.to_le_bytes());
         at += 4;
     }
+    if let Some(cas) = meta.cas {
+        bits |= HAS_CAS;
+        dst[at..at + 8].copy_from_slice(&cas.to_le_bytes());
+        at += 8;
+    }
+    dst[META_AT] = bits;
     dst[at..at + key.len()].copy_from_slice(key);
     at += key.len();
     for part in value_parts {
@@ -87,8 +116,14 @@ impl<'a> RawItem<'a> {
     }
 
     #[inline]
+    fn bits(&self) -> u8 {
+        self.bytes[META_AT]
+    }
+
+    #[inline]
     fn optional_len(&self) -> usize {
-        (self.bytes[4] & OPTIONAL_LEN_MASK) as usize
+        let b = self.bits();
+        (if b & HAS_FLAGS != 0 { 4 } else { 0 }) + (if b & HAS_CAS != 0 { 8 } else { 0 })
     }
 
     #[inline]
@@ -105,11 +140,39 @@ impl<'a> RawItem<'a> {
 
     #[inline]
     pub(crate) fn client_flags(&self) -> u32 {
-        if self.optional_len() >= 4 {
+        if self.bits() & HAS_FLAGS != 0 {
             let b = &self.bytes[HEADER_LEN..HEADER_LEN + 4];
             u32::from_le_bytes([b[0], b[1], b[2], b[3]])
         } else {
             0
+        }
+    }
+
+    /// The CAS token the item keeps across rewrites, if it has one.
+    #[inline]
+    pub(crate) fn kept_cas(&self) -> Option<u64> {
+        if self.bits() & HAS_CAS == 0 {
+            return None;
+        }
+        let at = HEADER_LEN + if self.bits() & HAS_FLAGS != 0 { 4 } else { 0 };
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.bytes[at..at + 8]);
+        Some(u64::from_le_bytes(b))
+    }
+
+    /// The meta-protocol marks ([`FETCHED`], [`STALE`], [`WIN_SENT`]).
+    #[inline]
+    pub(crate) fn marks(&self) -> u8 {
+        self.bits() & MARKS
+    }
+
+    /// Everything but key and value.
+    #[inline]
+    pub(crate) fn meta(&self) -> Meta {
+        Meta {
+            flags: self.client_flags(),
+            cas: self.kept_cas(),
+            marks: self.marks(),
         }
     }
 
@@ -127,34 +190,50 @@ mod tests {
     #[test]
     fn round_trips_key_value_and_flags() {
         for flags in [0u32, 1, 0xdead_beef] {
-            let key = b"a key";
-            let size = item_size(key.len(), 11, flags);
-            let mut buf = vec![0xffu8; size + 16];
-            write(&mut buf[..size], key, [b"hello", b" world"], flags);
-            let item = RawItem::at(&buf);
-            assert_eq!(item.key(), key);
-            assert_eq!(item.value(), b"hello world");
-            assert_eq!(item.client_flags(), flags);
-            assert_eq!(item.size(), size);
+            for cas in [None, Some(0), Some(u64::MAX - 7)] {
+                for marks in [0, FETCHED, STALE | WIN_SENT] {
+                    let meta = Meta { flags, cas, marks };
+                    let key = b"a key";
+                    let size = item_size(key.len(), 11, &meta);
+                    let mut buf = vec![0xffu8; size + 16];
+                    write(&mut buf[..size], key, [b"hello", b" world"], &meta);
+                    let item = RawItem::at(&buf);
+                    assert_eq!(item.key(), key);
+                    assert_eq!(item.value(), b"hello world");
+                    assert_eq!(item.meta(), meta);
+                    assert_eq!(item.size(), size);
+                }
+            }
         }
     }
 
     #[test]
     fn header_is_five_bytes_and_flags_cost_only_when_set() {
         // 32-byte key + 64-byte value: 101 bytes, no padding.
-        assert_eq!(item_size(32, 64, 0), 101);
-        // Client flags cost 4 bytes only when nonzero.
-        assert_eq!(item_size(32, 64, 7), 105);
-        assert_eq!(item_size(1, 0, 0), 6);
+        let plain = Meta::default();
+        assert_eq!(item_size(32, 64, &plain), 101);
+        // Client flags cost 4 bytes only when nonzero, a kept CAS 8.
+        let flags = Meta { flags: 7, ..plain };
+        assert_eq!(item_size(32, 64, &flags), 105);
+        let kept = Meta {
+            cas: Some(1),
+            ..flags
+        };
+        assert_eq!(item_size(32, 64, &kept), 113);
+        assert_eq!(item_size(1, 0, &plain), 6);
     }
 
     #[test]
     fn largest_lengths_fit_their_fields() {
         let key = vec![b'k'; MAX_KEY_LEN];
         let value = vec![b'v'; 70_000];
-        let size = item_size(key.len(), value.len(), 1);
+        let meta = Meta {
+            flags: 1,
+            ..Meta::default()
+        };
+        let size = item_size(key.len(), value.len(), &meta);
         let mut buf = vec![0u8; size];
-        write(&mut buf, &key, [&value, &[]], 1);
+        write(&mut buf, &key, [&value, &[]], &meta);
         let item = RawItem::at(&buf);
         assert_eq!(item.key(), &key[..]);
         assert_eq!(item.value().len(), 70_000);

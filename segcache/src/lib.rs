@@ -5,50 +5,122 @@
 //! **segments**; segments are grouped by TTL so **expired items are freed a
 //! whole segment at a time**, with no scanning; and when the heap is full,
 //! **merge eviction** compacts a few segments of one TTL group into one,
-//! keeping the items that were read. Per-item metadata is a 5-byte header
-//! plus an 8-byte hash-table slot; items are packed without padding.
+//! keeping the items that were read.
 //!
 //! ```
 //! use std::time::Duration;
-//! use segcache::Segcache;
+//! use segcache::{Segcache, Ttl};
 //!
 //! let mut cache = Segcache::builder().heap_size(64 << 20).build()?;
-//! cache.set(b"user:42", b"{\"name\":\"Ada\"}", 0, Some(Duration::from_secs(300)))?;
-//! if let Some(item) = cache.get(b"user:42") {
-//!     assert_eq!(item.value(), b"{\"name\":\"Ada\"}");
-//!     assert!(item.ttl().unwrap() <= Duration::from_secs(300));
+//! cache.set("user:42", r#"{"name":"Ada"}"#, 0, Duration::from_secs(300))?;
+//! if let Some(item) = cache.get("user:42") {
+//!     assert_eq!(item.value(), br#"{"name":"Ada"}"#);
+//!     assert!(matches!(item.ttl(), Ttl::After(left) if left <= Duration::from_secs(300)));
 //! }
-//! assert!(cache.delete(b"user:42"));
+//! let item = cache.get_or_insert_with("user:7", None, || "computed on a miss")?;
+//! assert_eq!(item.value(), b"computed on a miss");
+//! assert!(cache.delete("user:42"));
 //! # Ok::<(), segcache::Error>(())
 //! ```
 //!
+//! Keys and values are anything that is `AsRef<[u8]>` (`&str`, `String`,
+//! `&[u8]`, `Vec<u8>`, byte arrays); the cache stores bytes and hands back
+//! bytes. TTLs are a [`Ttl`] or anything that converts to one (`Duration`,
+//! `Option<Duration>`; `None` and zero mean "never").
+//!
+//! # Three ways to share a cache
+//!
+//! | you want | use | reads return |
+//! | --- | --- | --- |
+//! | one thread, no locks | [`Segcache`] (`&mut self`) | [`Item`], borrowed: no copy |
+//! | many threads, no extra thread | [`ShardedCache`] from [`Builder::build_sharded`] (`&self`, one lock per shard) | [`OwnedItem`], or a borrowed [`Item`] inside [`ShardedCache::peek_with`] |
+//! | one thread owning the cache, others sending it requests, as Pelikan's workers do | [`storage`]: [`Builder::spawn_storage`] gives a blocking [`StorageHandle`] and pipelining [`storage::Client`]s | [`OwnedItem`] |
+//!
+//! All three speak one vocabulary: a [`Request`] (a [`Store`] with a
+//! [`StoreMode`], a read with [`ops::GetOpts`], ...) runs as one atomic
+//! step through [`Segcache::execute`], [`ShardedCache::execute`] or the
+//! storage thread, and the typed methods (`set`, `add`, `cas`, `incr`,
+//! `touch`...) are shorthands for it. Memcache semantics throughout.
+//!
+//! ```
+//! use segcache::{Segcache, StorageConfig};
+//! use std::sync::Arc;
+//!
+//! // Many threads, one lock per shard.
+//! let shared = Arc::new(Segcache::builder().heap_size(32 << 20).build_sharded(4)?);
+//! let worker = { let c = Arc::clone(&shared); std::thread::spawn(move || c.set("k", "v", 0, None)) };
+//! worker.join().unwrap()?;
+//! assert_eq!(shared.get("k").unwrap().value(), b"v");
+//!
+//! // A storage thread that owns the cache.
+//! let (handle, thread) = Segcache::builder().spawn_storage(StorageConfig::default())?;
+//! handle.set("k", "v", 0, None)?;
+//! assert_eq!(handle.get("k")?.unwrap().value(), b"v");
+//! handle.shutdown();
+//! thread.join().unwrap();
+//! # Ok::<(), segcache::Error>(())
+//! ```
+//!
+//! # Memory
+//! `heap_size` bounds the item bytes exactly. Each item costs, in its
+//! segment, a 5-byte header + key + value (+ 4 bytes if its client flags
+//! are nonzero, + 8 if a touch had to move it and keep its CAS token), and
+//! one 8-byte hash-table slot; the table is `2^hash_power` buckets of 64
+//! bytes (7 slots each). At a full heap that is about
+//! `5 + key + value + 64 / (7 × load)` bytes per item, with the table
+//! ~85-95 % loaded: 14-16 bytes of overhead for small items. Segment
+//! headers add 44 bytes per segment. [`Segcache::stats`] reports every
+//! byte allocated.
+//!
 //! # Guarantees
-//! - Item data never exceeds `heap_size`; the hash table and segment
-//!   headers are sized once at build and reported by [`Segcache::stats`].
-//! - An item expires at its deadline or a little before (its segment's
-//!   earliest deadline), never after, and [`Segcache::get`] never returns
-//!   an expired item. No TTL means it never expires.
-//! - A failed operation changes nothing: a rejected write leaves the old
-//!   value readable.
-//! - CAS tokens are per item version: two keys never conflict.
+//! - Item data never exceeds `heap_size`.
+//! - An item is never served after its deadline, and never expires more
+//!   than `max(1 s, TTL / 16)` before it (see [`Ttl`]). No TTL means it
+//!   never expires (it can still be evicted).
+//! - A failed operation changes nothing: a rejected write or a failed
+//!   condition (`add` on a present key, a stale CAS) leaves the old value
+//!   readable.
+//! - CAS tokens are per item version: two keys never conflict, and a touch
+//!   keeps the token.
+//!
+//! # Compared with quick_cache and moka
+//! - **Segcache** has TTLs as a first-class, per-item feature that costs
+//!   nothing to expire (whole segments), memcache semantics (flags, CAS,
+//!   add/replace/append, incr/decr, stale-while-revalidate win tokens),
+//!   a heap bounded in bytes with ~14-16 B of overhead per item, a storage-
+//!   thread mode and a warm restart from a file-backed heap. It stores
+//!   bytes, not Rust values.
+//! - **quick_cache** stores any `K: Hash + Eq`, `V: Clone` with a weigher,
+//!   uses CLOCK-Pro-style admission, and has no per-item TTL; per-item
+//!   overhead is several times ours for small items.
+//! - **moka** stores any Rust types, has TinyLFU admission, per-item TTL
+//!   and TTI with expiry listeners, an async cache and eviction
+//!   notifications, at the highest per-item overhead of the three.
 //!
 //! # Layout
 //! One module per concept: `item` (the 5-byte header layout), `hashtable`,
-//! `segments` (heap and segment headers), `ttl` (TTL buckets), `eviction`,
-//! `cache` (the operations), `builder` (configuration), `clock`.
+//! `segments` (heap and segment headers), `ttl` (TTL buckets and their
+//! precision rule), `eviction`, `cache` (the operations), [`ops`] (the
+//! operation vocabulary), `sharded`, [`storage`] (the storage thread),
+//! `flight` (single-flight for `get_or_insert_with`), `builder`, `clock`,
+//! `persist` (warm restart).
+
+#![warn(missing_docs)]
 
 mod builder;
 mod cache;
 mod clock;
 mod error;
 mod eviction;
+mod flight;
 mod hashtable;
 mod item;
 mod memory;
+pub mod ops;
 mod persist;
 mod segments;
 mod sharded;
-mod storage;
+pub mod storage;
 mod ttl;
 
 #[cfg(test)]
@@ -66,8 +138,7 @@ pub use cache::{Expired, Item, OwnedItem, RestoreOutcome, Segcache, Stats};
 pub use clock::ManualClock;
 pub use error::Error;
 pub use item::MAX_KEY_LEN;
+pub use ops::{Request, Response, Store, StoreMode, Ttl};
 pub use sharded::ShardedCache;
-pub use storage::{
-    Client, Request, Response, StorageConfig, StorageHandle, StorageThread, TrySubmitError,
-};
+pub use storage::{StorageConfig, StorageHandle};
 pub use ttl::MAX_TTL;

@@ -118,11 +118,30 @@ struct Harness {
     lossy: bool,
 }
 
+/// memcached's reading of a counter (`safe_strtoull` on the value):
+/// optional white space and sign, digits, then white space or the end; a
+/// `-` is accepted only if the wrapped result is not negative as `i64`.
 fn parse_u64(v: &[u8]) -> Option<u64> {
-    if v.is_empty() || v.len() > 20 || !v.iter().all(u8::is_ascii_digit) {
+    let space = |c: char| " \t\n\r\x0b\x0c".contains(c);
+    let text = String::from_utf8_lossy(v);
+    let text = text.trim_start_matches(space);
+    let (negative, body) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let end = body
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(body.len());
+    if !body[end..].chars().next().is_none_or(space) {
         return None;
     }
-    std::str::from_utf8(v).ok()?.parse().ok()
+    let n: u64 = body[..end].parse().ok()?;
+    if negative {
+        let wrapped = n.wrapping_neg();
+        return ((wrapped as i64) >= 0).then_some(wrapped);
+    }
+    Some(n)
 }
 
 impl Harness {
@@ -150,12 +169,10 @@ impl Harness {
         self.clock.now()
     }
 
-    /// How early an item of this TTL may expire (the TTL bucket's step plus
-    /// its tail's seal age).
+    /// How early an item of this TTL may expire, in whole clock seconds:
+    /// strictly less than `max(1, ttl / 16)` (the documented bound).
     fn early_bound(ttl: u32) -> u32 {
-        let bucket = ttl::bucket_for(ttl);
-        let step = 8u32 << (4 * (bucket / 256));
-        step + ttl::seal_age(bucket)
+        (ttl / 16).max(1) - 1
     }
 
     fn forget(&mut self, key: &[u8]) {
@@ -194,7 +211,7 @@ impl Harness {
             (Some((v, f, cas, ttl)), Some(e)) => {
                 assert_eq!(v, e.value, "value of {key:?}");
                 assert_eq!(f, e.flags, "flags of {key:?}");
-                match (ttl, e.deadline) {
+                match (ttl.duration(), e.deadline) {
                     (None, None) => {}
                     (Some(left), Some(d)) => {
                         assert!(left.as_secs() as u32 <= d - now, "ttl may only be early");
@@ -384,7 +401,10 @@ impl Harness {
                     None => assert_eq!(self.cache.touch(&key, t.duration()), Err(Error::NotFound)),
                     Some((v, f, cas)) => {
                         self.cache.touch(&key, t.duration()).unwrap();
-                        self.record_write(&key, v, f, t.secs(), Some(cas));
+                        self.record_write(&key, v, f, t.secs(), None);
+                        if let Some(item) = self.cache.peek(&key) {
+                            assert_eq!(item.cas(), cas, "a touch keeps the CAS token");
+                        }
                     }
                 }
             }

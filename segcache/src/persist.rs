@@ -158,7 +158,7 @@ pub(crate) fn save(datapool: &Path, parts: SaveParts<'_>) -> io::Result<()> {
     parts.segs.heap().flush()?;
     let headers = &parts.segs.headers;
     let mut w = Writer(Vec::with_capacity(
-        64 + headers.len() * 40 + parts.table.bytes(),
+        64 + headers.len() * 44 + parts.table.bytes(),
     ));
     w.0.extend_from_slice(&MAGIC);
     w.u32(VERSION);
@@ -173,6 +173,7 @@ pub(crate) fn save(datapool: &Path, parts: SaveParts<'_>) -> io::Result<()> {
         for v in [
             h.create_at,
             h.expire_at,
+            h.expire_last,
             h.write_offset,
             h.live_bytes,
             h.live_items,
@@ -251,7 +252,7 @@ pub(crate) fn load(path: &Path, settings: Settings) -> Result<Snapshot, String> 
     let in_range = |id: u32| id == NONE || id < count;
     let mut headers = Vec::with_capacity(count as usize);
     for id in 0..count {
-        let mut f = [0u32; 8];
+        let mut f = [0u32; 9];
         for v in f.iter_mut() {
             *v = r.u32()?;
         }
@@ -265,12 +266,13 @@ pub(crate) fn load(path: &Path, settings: Settings) -> Result<Snapshot, String> 
         let h = SegmentHeader {
             create_at: f[0],
             expire_at: f[1],
-            write_offset: f[2],
-            live_bytes: f[3],
-            live_items: f[4],
-            prev: f[5],
-            next: f[6],
-            generation: f[7],
+            expire_last: f[2],
+            write_offset: f[3],
+            live_bytes: f[4],
+            live_items: f[5],
+            prev: f[6],
+            next: f[7],
+            generation: f[8],
             ttl_bucket,
             state,
         };

@@ -32,6 +32,9 @@ pub(crate) struct SegmentHeader {
     pub create_at: u32,
     /// Earliest deadline of any item written into it; 0 means never.
     pub expire_at: u32,
+    /// Latest deadline of any item written into it (0: never); with
+    /// `expire_at` it bounds how early an item here can go (`ttl::spread`).
+    pub expire_last: u32,
     /// Bytes written so far; the next item goes here.
     pub write_offset: u32,
     /// Bytes of items the hash table still points at.
@@ -54,6 +57,7 @@ impl SegmentHeader {
         SegmentHeader {
             create_at: 0,
             expire_at: 0,
+            expire_last: 0,
             write_offset: 0,
             live_bytes: 0,
             live_items: 0,
@@ -267,13 +271,17 @@ mod tests {
         let mut at = 0usize;
         for i in 0..10u32 {
             let key = format!("k{i}");
-            let size = item::item_size(key.len(), i as usize, i);
+            let meta = item::Meta {
+                flags: i,
+                ..item::Meta::default()
+            };
+            let size = item::item_size(key.len(), i as usize, &meta);
             let value = vec![b'x'; i as usize];
             item::write(
                 &mut segs.data_mut(id)[at..at + size],
                 key.as_bytes(),
                 [&value, &[]],
-                i,
+                &meta,
             );
             at += size;
         }

@@ -9,7 +9,9 @@
 //! itself; nothing here holds two locks at once.
 
 use crate::cache::{Expired, OwnedItem, RestoreOutcome, Stats};
+use crate::flight::Flights;
 use crate::hashtable::{hash_key, SHARD_SHIFT};
+use crate::ops::{Request, Response, Store, Ttl};
 use crate::{Error, Item, Segcache};
 use parking_lot::Mutex;
 use std::time::Duration;
@@ -39,12 +41,13 @@ struct Shard(Mutex<Segcache>);
 ///     w.join().unwrap();
 /// }
 /// assert_eq!(cache.len(), 4000);
-/// assert_eq!(cache.get(b"3:999").unwrap().value, b"v");
+/// assert_eq!(cache.get("3:999").unwrap().value(), b"v");
 /// # Ok::<(), segcache::Error>(())
 /// ```
 pub struct ShardedCache {
     shards: Box<[Shard]>,
     mask: u64,
+    flights: Flights,
 }
 
 impl std::fmt::Debug for ShardedCache {
@@ -62,6 +65,7 @@ impl ShardedCache {
         ShardedCache {
             mask: caches.len() as u64 - 1,
             shards: caches.into_iter().map(|c| Shard(Mutex::new(c))).collect(),
+            flights: Flights::default(),
         }
     }
 
@@ -83,107 +87,219 @@ impl ShardedCache {
         self.shards[i].0.lock()
     }
 
+    /// Runs one [`Request`] atomically on the key's shard (see
+    /// [`Segcache::execute`]). Whole-cache requests (`Flush`, `Expire`,
+    /// `Clear`, `Stats`, `Len`) visit every shard in turn.
+    pub fn execute<B: AsRef<[u8]>>(&self, request: &Request<B>) -> Response {
+        let key = match request {
+            Request::Get { key, .. }
+            | Request::Delete { key, .. }
+            | Request::Arith { key, .. }
+            | Request::Touch { key, .. } => key.as_ref(),
+            Request::Store(store) => store.key.as_ref(),
+            Request::Flush { delay } => {
+                self.each(|c| {
+                    c.execute(&Request::<&[u8]>::Flush { delay: *delay });
+                });
+                return Response::Done;
+            }
+            Request::Expire => return Response::Expired(self.expire()),
+            Request::Clear => {
+                self.clear();
+                return Response::Done;
+            }
+            Request::Stats => return Response::Stats(Box::new(self.stats())),
+            Request::Len => return Response::Len(self.len()),
+        };
+        self.shard(key).execute(request)
+    }
+
     /// Looks a key up and copies the item out.
-    pub fn get(&self, key: &[u8]) -> Option<OwnedItem> {
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Option<OwnedItem> {
+        let key = key.as_ref();
         let hash = hash_key(key);
         self.shard_for(hash)
             .get_hashed(key, hash)
             .map(OwnedItem::from)
     }
 
-    /// Looks a key up and hands the borrowed item to `f` while the shard is
+    /// Looks a key up and lends the borrowed item to `f` while the shard is
     /// locked: no copy. Keep `f` short; it blocks the shard.
-    pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Option<Item<'_>>) -> R) -> R {
+    pub fn peek_with<R>(&self, key: impl AsRef<[u8]>, f: impl FnOnce(Option<Item<'_>>) -> R) -> R {
+        let key = key.as_ref();
         let hash = hash_key(key);
         f(self.shard_for(hash).get_hashed(key, hash))
     }
 
+    /// Returns the key's item, storing `make()` under it with `ttl` first
+    /// if it is absent. `make` runs at most once per key at a time: threads
+    /// that miss the same key while it runs wait for its result instead of
+    /// computing it again (other keys, even of the same shard, are not
+    /// held up: `make` runs outside the shard's lock). If `make` panics,
+    /// the next caller computes the value.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// let cache = segcache::Segcache::builder().build_sharded(4)?;
+    /// let calls = AtomicUsize::new(0);
+    /// std::thread::scope(|s| {
+    ///     for _ in 0..8 {
+    ///         s.spawn(|| {
+    ///             let item = cache
+    ///                 .get_or_insert_with("k", None, || {
+    ///                     calls.fetch_add(1, Ordering::SeqCst);
+    ///                     std::thread::sleep(std::time::Duration::from_millis(20));
+    ///                     "computed"
+    ///                 })
+    ///                 .unwrap();
+    ///             assert_eq!(item.value(), b"computed");
+    ///         });
+    ///     }
+    /// });
+    /// assert_eq!(calls.load(Ordering::SeqCst), 1);
+    /// # Ok::<(), segcache::Error>(())
+    /// ```
+    pub fn get_or_insert_with<V: AsRef<[u8]>>(
+        &self,
+        key: impl AsRef<[u8]>,
+        ttl: impl Into<Ttl>,
+        make: impl FnOnce() -> V,
+    ) -> Result<OwnedItem, Error> {
+        let (key, ttl) = (key.as_ref(), ttl.into());
+        let mut make = Some(make);
+        loop {
+            if let Some(item) = self.get(key) {
+                return Ok(item);
+            }
+            let flight = self.flights.join(key);
+            if !flight.leader {
+                flight.wait();
+                continue;
+            }
+            // A leader that finished just before this one joined.
+            if let Some(item) = self.get(key) {
+                return Ok(item);
+            }
+            // This thread computes; the guard releases waiters even on panic.
+            let make = make.take().expect("a thread leads at most once");
+            let value = make();
+            let item = self
+                .shard(key)
+                .get_or_insert_with(key, ttl, || value)
+                .map(OwnedItem::from);
+            drop(flight);
+            return item;
+        }
+    }
+
     /// See [`Segcache::contains`].
-    pub fn contains(&self, key: &[u8]) -> bool {
+    pub fn contains(&self, key: impl AsRef<[u8]>) -> bool {
+        let key = key.as_ref();
         self.shard(key).contains(key)
     }
 
     /// See [`Segcache::set`].
     pub fn set(
         &self,
-        key: &[u8],
-        value: &[u8],
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
         flags: u32,
-        ttl: Option<Duration>,
+        ttl: impl Into<Ttl>,
     ) -> Result<(), Error> {
-        let hash = hash_key(key);
-        self.shard_for(hash)
-            .set_hashed(key, hash, value, flags, ttl)
+        let key = key.as_ref();
+        self.shard(key).set(key, value, flags, ttl)
     }
 
     /// See [`Segcache::add`].
     pub fn add(
         &self,
-        key: &[u8],
-        value: &[u8],
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
         flags: u32,
-        ttl: Option<Duration>,
+        ttl: impl Into<Ttl>,
     ) -> Result<(), Error> {
+        let key = key.as_ref();
         self.shard(key).add(key, value, flags, ttl)
     }
 
     /// See [`Segcache::replace`].
     pub fn replace(
         &self,
-        key: &[u8],
-        value: &[u8],
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
         flags: u32,
-        ttl: Option<Duration>,
+        ttl: impl Into<Ttl>,
     ) -> Result<(), Error> {
+        let key = key.as_ref();
         self.shard(key).replace(key, value, flags, ttl)
     }
 
     /// See [`Segcache::cas`].
     pub fn cas(
         &self,
-        key: &[u8],
-        value: &[u8],
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
         flags: u32,
-        ttl: Option<Duration>,
+        ttl: impl Into<Ttl>,
         cas: u64,
     ) -> Result<(), Error> {
+        let key = key.as_ref();
         self.shard(key).cas(key, value, flags, ttl, cas)
     }
 
+    /// See [`Segcache::store`].
+    pub fn store<B: AsRef<[u8]>>(&self, store: &Store<B>) -> Result<u64, Error> {
+        self.shard(store.key.as_ref()).store(store)
+    }
+
     /// See [`Segcache::append`].
-    pub fn append(&self, key: &[u8], data: &[u8]) -> Result<(), Error> {
+    pub fn append(&self, key: impl AsRef<[u8]>, data: impl AsRef<[u8]>) -> Result<(), Error> {
+        let key = key.as_ref();
         self.shard(key).append(key, data)
     }
 
     /// See [`Segcache::prepend`].
-    pub fn prepend(&self, key: &[u8], data: &[u8]) -> Result<(), Error> {
+    pub fn prepend(&self, key: impl AsRef<[u8]>, data: impl AsRef<[u8]>) -> Result<(), Error> {
+        let key = key.as_ref();
         self.shard(key).prepend(key, data)
     }
 
     /// See [`Segcache::incr`].
-    pub fn incr(&self, key: &[u8], delta: u64) -> Result<u64, Error> {
+    pub fn incr(&self, key: impl AsRef<[u8]>, delta: u64) -> Result<u64, Error> {
+        let key = key.as_ref();
         self.shard(key).incr(key, delta)
     }
 
     /// See [`Segcache::decr`].
-    pub fn decr(&self, key: &[u8], delta: u64) -> Result<u64, Error> {
+    pub fn decr(&self, key: impl AsRef<[u8]>, delta: u64) -> Result<u64, Error> {
+        let key = key.as_ref();
         self.shard(key).decr(key, delta)
     }
 
     /// See [`Segcache::touch`].
-    pub fn touch(&self, key: &[u8], ttl: Option<Duration>) -> Result<(), Error> {
+    pub fn touch(&self, key: impl AsRef<[u8]>, ttl: impl Into<Ttl>) -> Result<(), Error> {
+        let key = key.as_ref();
         self.shard(key).touch(key, ttl)
     }
 
     /// See [`Segcache::delete`].
-    pub fn delete(&self, key: &[u8]) -> bool {
-        let hash = hash_key(key);
-        self.shard_for(hash).delete_hashed(key, hash)
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> bool {
+        let key = key.as_ref();
+        self.shard(key).delete(key)
     }
 
     /// See [`Segcache::ttl`].
-    pub fn ttl(&self, key: &[u8]) -> Option<Option<Duration>> {
+    pub fn ttl(&self, key: impl AsRef<[u8]>) -> Option<Ttl> {
+        let key = key.as_ref();
         self.shard(key).ttl(key)
+    }
+
+    /// Visits every live item, one shard (and one lock) at a time; items
+    /// written meanwhile to shards not yet visited may be seen. `f` runs
+    /// under the shard's lock: keep it short and do not call back into the
+    /// cache from it (collect keys and act after).
+    pub fn for_each(&self, mut f: impl FnMut(Item<'_>)) {
+        self.each(|c| c.iter().for_each(&mut f));
     }
 
     /// Flushes every shard now.
@@ -280,11 +396,11 @@ mod tests {
             "2^14 buckets (+7 spare) x 4 shards"
         );
         for i in 0..1000u32 {
-            c.set(&i.to_le_bytes(), b"x", i, Some(Duration::from_secs(30)))
+            c.set(i.to_le_bytes(), b"x", i, Some(Duration::from_secs(30)))
                 .unwrap();
         }
         assert_eq!(c.len(), 1000);
-        assert_eq!(c.get(&7u32.to_le_bytes()).unwrap().flags, 7);
+        assert_eq!(c.get(7u32.to_le_bytes()).unwrap().flags(), 7);
         clock.advance(Duration::from_secs(30));
         assert_eq!(c.expire().items, 1000);
         assert!(c.is_empty());
@@ -300,7 +416,7 @@ mod tests {
             .build_sharded(4)
             .unwrap();
         for i in 0..400_000u64 {
-            c.set(format!("k{i:09}").as_bytes(), &[1u8; 100], 0, None)
+            c.set(format!("k{i:09}").as_bytes(), [1u8; 100], 0, None)
                 .unwrap();
         }
         let s = c.stats();
@@ -327,6 +443,7 @@ mod tests {
         }
         let err = Segcache::builder()
             .heap_size(4 << 20)
+            .segment_size(1 << 20)
             .build_sharded(4)
             .unwrap_err();
         assert!(err.to_string().contains("per shard"), "{err}");
@@ -347,13 +464,13 @@ mod tests {
                     for i in 0..20_000u32 {
                         let key = [&[t][..], &(i % 500).to_le_bytes()].concat();
                         let value = i.to_le_bytes();
-                        c.set(&key, &value, 0, None).unwrap();
-                        assert_eq!(c.get(&key).unwrap().value, value);
+                        c.set(&key, value, 0, None).unwrap();
+                        assert_eq!(c.get(&key).unwrap().value(), value);
                         if i % 7 == 0 {
                             assert!(c.delete(&key));
                         }
                         c.incr(b"shared", 1).ok();
-                        c.get_with(b"shared", |item| {
+                        c.peek_with(b"shared", |item| {
                             if let Some(item) = item {
                                 assert!(item.value().iter().all(u8::is_ascii_digit));
                             }
@@ -366,7 +483,7 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        let n: u64 = std::str::from_utf8(&c.get(b"shared").unwrap().value)
+        let n: u64 = std::str::from_utf8(c.get(b"shared").unwrap().value())
             .unwrap()
             .parse()
             .unwrap();

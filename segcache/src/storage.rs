@@ -19,6 +19,7 @@
 //! flight) reach the storage thread.
 
 use crate::cache::{Expired, OwnedItem, RestoreOutcome, Stats};
+use crate::ops::{ArithOpts, DeleteOpts, GetOpts, Request, Response, Store, StoreMode, Ttl};
 use crate::{Builder, Error, Segcache};
 use crossbeam_queue::ArrayQueue;
 use parking_lot::Mutex;
@@ -27,153 +28,6 @@ use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
-
-/// A request to the storage thread: one per operation of [`Segcache`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Request {
-    Get {
-        key: Vec<u8>,
-    },
-    Set {
-        key: Vec<u8>,
-        value: Vec<u8>,
-        flags: u32,
-        ttl: Option<Duration>,
-    },
-    Add {
-        key: Vec<u8>,
-        value: Vec<u8>,
-        flags: u32,
-        ttl: Option<Duration>,
-    },
-    Replace {
-        key: Vec<u8>,
-        value: Vec<u8>,
-        flags: u32,
-        ttl: Option<Duration>,
-    },
-    Cas {
-        key: Vec<u8>,
-        value: Vec<u8>,
-        flags: u32,
-        ttl: Option<Duration>,
-        cas: u64,
-    },
-    Append {
-        key: Vec<u8>,
-        data: Vec<u8>,
-    },
-    Prepend {
-        key: Vec<u8>,
-        data: Vec<u8>,
-    },
-    Incr {
-        key: Vec<u8>,
-        delta: u64,
-    },
-    Decr {
-        key: Vec<u8>,
-        delta: u64,
-    },
-    Touch {
-        key: Vec<u8>,
-        ttl: Option<Duration>,
-    },
-    Delete {
-        key: Vec<u8>,
-    },
-    Ttl {
-        key: Vec<u8>,
-    },
-    Flush,
-    FlushAfter {
-        delay: Duration,
-    },
-    Expire,
-    Clear,
-    Stats,
-    Len,
-}
-
-/// The storage thread's answer to a [`Request`], in the order requests
-/// were submitted on that client.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Response {
-    /// For `Get`.
-    Item(Option<OwnedItem>),
-    /// For every store, `Touch`.
-    Stored(Result<(), Error>),
-    /// For `Incr`/`Decr`.
-    Number(Result<u64, Error>),
-    /// For `Delete`.
-    Deleted(bool),
-    /// For `Ttl`.
-    Ttl(Option<Option<Duration>>),
-    /// For `Expire`.
-    Expired(Expired),
-    /// For `Stats`.
-    Stats(Box<Stats>),
-    /// For `Len`.
-    Len(usize),
-    /// For `Flush`, `FlushAfter`, `Clear`.
-    Done,
-}
-
-fn execute(cache: &mut Segcache, request: Request) -> Response {
-    use Request as R;
-    match request {
-        R::Get { key } => Response::Item(cache.get(&key).map(OwnedItem::from)),
-        R::Set {
-            key,
-            value,
-            flags,
-            ttl,
-        } => Response::Stored(cache.set(&key, &value, flags, ttl)),
-        R::Add {
-            key,
-            value,
-            flags,
-            ttl,
-        } => Response::Stored(cache.add(&key, &value, flags, ttl)),
-        R::Replace {
-            key,
-            value,
-            flags,
-            ttl,
-        } => Response::Stored(cache.replace(&key, &value, flags, ttl)),
-        R::Cas {
-            key,
-            value,
-            flags,
-            ttl,
-            cas,
-        } => Response::Stored(cache.cas(&key, &value, flags, ttl, cas)),
-        R::Append { key, data } => Response::Stored(cache.append(&key, &data)),
-        R::Prepend { key, data } => Response::Stored(cache.prepend(&key, &data)),
-        R::Incr { key, delta } => Response::Number(cache.incr(&key, delta)),
-        R::Decr { key, delta } => Response::Number(cache.decr(&key, delta)),
-        R::Touch { key, ttl } => Response::Stored(cache.touch(&key, ttl)),
-        R::Delete { key } => Response::Deleted(cache.delete(&key)),
-        R::Ttl { key } => Response::Ttl(cache.ttl(&key)),
-        R::Flush => {
-            cache.flush();
-            Response::Done
-        }
-        R::FlushAfter { delay } => {
-            cache.flush_after(delay);
-            Response::Done
-        }
-        R::Expire => Response::Expired(cache.expire()),
-        R::Clear => {
-            cache.clear();
-            Response::Done
-        }
-        R::Stats => Response::Stats(Box::new(cache.stats())),
-        R::Len => Response::Len(cache.len()),
-    }
-}
 
 /// Settings of the storage thread.
 #[derive(Clone, Debug)]
@@ -370,12 +224,13 @@ impl Builder {
     ///
     /// let (handle, thread) = Segcache::builder().spawn_storage(StorageConfig::default())?;
     /// handle.set(b"k", b"v", 0, None)?;
-    /// assert_eq!(handle.get(b"k")?.unwrap().value, b"v");
+    /// assert_eq!(handle.get(b"k")?.unwrap().value(), b"v");
     ///
     /// // Pipelined: submit many, then collect the replies in order.
     /// let mut client = handle.client();
     /// for i in 0..100u32 {
-    ///     client.submit(segcache::Request::Get { key: i.to_le_bytes().to_vec() })?;
+    ///     let key = i.to_le_bytes().to_vec();
+    ///     client.submit(segcache::Request::Get { key, opts: Default::default() })?;
     /// }
     /// let mut replies = 0;
     /// while let Some(_reply) = client.recv()? {
@@ -510,7 +365,7 @@ fn drain(cache: &mut Segcache, channels: &[Arc<Channel>]) -> usize {
             let Some(request) = channel.requests.pop() else {
                 break;
             };
-            let reply = execute(cache, request);
+            let reply = cache.execute(&request);
             // Room is guaranteed: replies waiting <= requests in flight
             // <= capacity.
             let pushed = channel.replies.push(reply);
@@ -698,164 +553,143 @@ impl StorageHandle {
     }
 
     /// See [`Segcache::get`]; the item is copied out.
-    pub fn get(&self, key: &[u8]) -> Result<Option<OwnedItem>, Error> {
-        Ok(expect_reply!(
-            self.call(Request::Get { key: key.to_vec() })?,
-            Item
-        ))
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<OwnedItem>, Error> {
+        self.read(key, GetOpts::default())
+    }
+
+    fn read(&self, key: impl AsRef<[u8]>, opts: GetOpts) -> Result<Option<OwnedItem>, Error> {
+        let key = key.as_ref().to_vec();
+        let found = expect_reply!(self.call(Request::Get { key, opts })?, Get)?;
+        Ok(found.map(|f| f.item))
+    }
+
+    fn store(
+        &self,
+        mode: StoreMode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Ttl,
+        cas: Option<u64>,
+    ) -> Result<(), Error> {
+        let store = Store {
+            flags,
+            ttl,
+            cas,
+            ..Store::new(mode, key.to_vec(), value.to_vec())
+        };
+        expect_reply!(self.call(Request::Store(store))?, Stored).map(drop)
     }
 
     /// See [`Segcache::set`].
     pub fn set(
         &self,
-        key: &[u8],
-        value: &[u8],
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
         flags: u32,
-        ttl: Option<Duration>,
+        ttl: impl Into<Ttl>,
     ) -> Result<(), Error> {
-        let (key, value) = (key.to_vec(), value.to_vec());
-        expect_reply!(
-            self.call(Request::Set {
-                key,
-                value,
-                flags,
-                ttl
-            })?,
-            Stored
-        )
+        let (key, value) = (key.as_ref(), value.as_ref());
+        self.store(StoreMode::Set, key, value, flags, ttl.into(), None)
     }
 
     /// See [`Segcache::add`].
     pub fn add(
         &self,
-        key: &[u8],
-        value: &[u8],
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
         flags: u32,
-        ttl: Option<Duration>,
+        ttl: impl Into<Ttl>,
     ) -> Result<(), Error> {
-        let (key, value) = (key.to_vec(), value.to_vec());
-        expect_reply!(
-            self.call(Request::Add {
-                key,
-                value,
-                flags,
-                ttl
-            })?,
-            Stored
-        )
+        let (key, value) = (key.as_ref(), value.as_ref());
+        self.store(StoreMode::Add, key, value, flags, ttl.into(), None)
     }
 
     /// See [`Segcache::replace`].
     pub fn replace(
         &self,
-        key: &[u8],
-        value: &[u8],
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
         flags: u32,
-        ttl: Option<Duration>,
+        ttl: impl Into<Ttl>,
     ) -> Result<(), Error> {
-        let (key, value) = (key.to_vec(), value.to_vec());
-        expect_reply!(
-            self.call(Request::Replace {
-                key,
-                value,
-                flags,
-                ttl
-            })?,
-            Stored
-        )
+        let (key, value) = (key.as_ref(), value.as_ref());
+        self.store(StoreMode::Replace, key, value, flags, ttl.into(), None)
     }
 
     /// See [`Segcache::cas`].
     pub fn cas(
         &self,
-        key: &[u8],
-        value: &[u8],
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
         flags: u32,
-        ttl: Option<Duration>,
+        ttl: impl Into<Ttl>,
         cas: u64,
     ) -> Result<(), Error> {
-        let (key, value) = (key.to_vec(), value.to_vec());
-        expect_reply!(
-            self.call(Request::Cas {
-                key,
-                value,
-                flags,
-                ttl,
-                cas
-            })?,
-            Stored
-        )
+        let (key, value) = (key.as_ref(), value.as_ref());
+        self.store(StoreMode::Set, key, value, flags, ttl.into(), Some(cas))
     }
 
     /// See [`Segcache::append`].
-    pub fn append(&self, key: &[u8], data: &[u8]) -> Result<(), Error> {
-        let (key, data) = (key.to_vec(), data.to_vec());
-        expect_reply!(self.call(Request::Append { key, data })?, Stored)
+    pub fn append(&self, key: impl AsRef<[u8]>, data: impl AsRef<[u8]>) -> Result<(), Error> {
+        let (key, data) = (key.as_ref(), data.as_ref());
+        self.store(StoreMode::Append, key, data, 0, Ttl::Never, None)
     }
 
     /// See [`Segcache::prepend`].
-    pub fn prepend(&self, key: &[u8], data: &[u8]) -> Result<(), Error> {
-        let (key, data) = (key.to_vec(), data.to_vec());
-        expect_reply!(self.call(Request::Prepend { key, data })?, Stored)
+    pub fn prepend(&self, key: impl AsRef<[u8]>, data: impl AsRef<[u8]>) -> Result<(), Error> {
+        let (key, data) = (key.as_ref(), data.as_ref());
+        self.store(StoreMode::Prepend, key, data, 0, Ttl::Never, None)
+    }
+
+    fn arith(&self, key: &[u8], opts: ArithOpts) -> Result<u64, Error> {
+        let key = key.to_vec();
+        expect_reply!(self.call(Request::Arith { key, opts })?, Number).map(|(v, _)| v)
     }
 
     /// See [`Segcache::incr`].
-    pub fn incr(&self, key: &[u8], delta: u64) -> Result<u64, Error> {
-        expect_reply!(
-            self.call(Request::Incr {
-                key: key.to_vec(),
-                delta
-            })?,
-            Number
-        )
+    pub fn incr(&self, key: impl AsRef<[u8]>, delta: u64) -> Result<u64, Error> {
+        self.arith(key.as_ref(), ArithOpts::new(true, delta))
     }
 
     /// See [`Segcache::decr`].
-    pub fn decr(&self, key: &[u8], delta: u64) -> Result<u64, Error> {
-        expect_reply!(
-            self.call(Request::Decr {
-                key: key.to_vec(),
-                delta
-            })?,
-            Number
-        )
+    pub fn decr(&self, key: impl AsRef<[u8]>, delta: u64) -> Result<u64, Error> {
+        self.arith(key.as_ref(), ArithOpts::new(false, delta))
     }
 
     /// See [`Segcache::touch`].
-    pub fn touch(&self, key: &[u8], ttl: Option<Duration>) -> Result<(), Error> {
-        expect_reply!(
-            self.call(Request::Touch {
-                key: key.to_vec(),
-                ttl
-            })?,
-            Stored
-        )
+    pub fn touch(&self, key: impl AsRef<[u8]>, ttl: impl Into<Ttl>) -> Result<(), Error> {
+        let (key, ttl) = (key.as_ref().to_vec(), ttl.into());
+        expect_reply!(self.call(Request::Touch { key, ttl })?, Touched)
     }
 
     /// See [`Segcache::delete`].
-    pub fn delete(&self, key: &[u8]) -> Result<bool, Error> {
-        Ok(expect_reply!(
-            self.call(Request::Delete { key: key.to_vec() })?,
-            Deleted
-        ))
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<bool, Error> {
+        let (key, opts) = (key.as_ref().to_vec(), DeleteOpts::default());
+        match expect_reply!(self.call(Request::Delete { key, opts })?, Deleted) {
+            Ok(()) => Ok(true),
+            Err(Error::NotFound) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// See [`Segcache::ttl`].
-    pub fn ttl(&self, key: &[u8]) -> Result<Option<Option<Duration>>, Error> {
-        Ok(expect_reply!(
-            self.call(Request::Ttl { key: key.to_vec() })?,
-            Ttl
-        ))
+    pub fn ttl(&self, key: impl AsRef<[u8]>) -> Result<Option<Ttl>, Error> {
+        let opts = GetOpts {
+            bump: false,
+            ..GetOpts::default()
+        };
+        Ok(self.read(key, opts)?.map(|item| item.ttl()))
     }
 
     /// See [`Segcache::flush`].
     pub fn flush(&self) -> Result<(), Error> {
-        self.call(Request::Flush).map(drop)
+        self.flush_after(Duration::ZERO)
     }
 
     /// See [`Segcache::flush_after`].
     pub fn flush_after(&self, delay: Duration) -> Result<(), Error> {
-        self.call(Request::FlushAfter { delay }).map(drop)
+        self.call(Request::Flush { delay }).map(drop)
     }
 
     /// See [`Segcache::expire`].

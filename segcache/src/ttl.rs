@@ -1,51 +1,86 @@
 //! TTL buckets: segments grouped by time-to-live, so whole segments expire
-//! together.
+//! together, and the rule that keeps that precise.
 //!
-//! 1024 buckets in four tiers of 256 (8 s, 128 s, 2048 s and 32768 s
-//! steps, reaching 8388607 s, about 97 days), plus one bucket for items
-//! that never expire; nothing ever expires that one. Each bucket is a
-//! doubly linked list of segments through the segment headers, oldest at
-//! the head; the tail takes writes. This module owns the lists and the
-//! TTL -> bucket mapping; it never reads or frees item data.
+//! 959 buckets plus one for items that never expire (nothing expires that
+//! one): one bucket per second for TTLs of 1 to 511 s, then 32 buckets per
+//! doubling up to [`MAX_TTL`] (about 97 days), so a bucket's width is at
+//! most 1/32 of its TTLs. Each bucket is a doubly linked list of segments
+//! through the segment headers, oldest at the head; the tail takes writes.
+//!
+//! **Precision.** A segment expires with its earliest item. To bound how
+//! early any item goes, a segment only ever holds items whose deadlines
+//! (in whole clock seconds) lie within [`spread`] of each other, both when
+//! the tail takes a write and when eviction merges segments; `spread` is
+//! `max(1 s, TTL/16) - 1 s` for the bucket's shortest TTL. With the clock's
+//! own 1 s granularity, no item is ever served after its deadline, and none
+//! expires more than `max(1 s, TTL / 16)` before it.
+//!
+//! This module owns the lists, the TTL -> bucket mapping and the spread
+//! rule; it never reads or frees item data.
 
 use crate::segments::{SegmentHeader, NONE};
 
 /// Longest TTL in seconds.
 pub const MAX_TTL: u32 = (1 << 23) - 1;
+/// TTLs below this get one bucket per second.
+const LINEAR: u32 = 512;
+/// Buckets per doubling above [`LINEAR`] (as a power of two).
+const PER_DOUBLING_BITS: u32 = 5;
+const LOG_START: usize = LINEAR as usize - 1;
 /// Index of the bucket for items without a TTL.
-pub(crate) const NEVER: usize = 1024;
+pub(crate) const NEVER: usize = LOG_START + ((23 - 9) << PER_DOUBLING_BITS) as usize;
 pub(crate) const BUCKETS: usize = NEVER + 1;
 
 /// The bucket for a TTL in seconds; 0 means no TTL.
 #[inline]
 pub(crate) fn bucket_for(ttl: u32) -> usize {
     debug_assert!(ttl <= MAX_TTL);
-    match ttl {
-        0 => NEVER,
-        1..=2047 => (ttl >> 3) as usize,
-        2048..=32767 => 256 + (ttl >> 7) as usize,
-        32768..=524287 => 512 + (ttl >> 11) as usize,
-        _ => 768 + (ttl >> 15) as usize,
+    if ttl == 0 {
+        NEVER
+    } else if ttl < LINEAR {
+        ttl as usize - 1
+    } else {
+        let k = 31 - ttl.leading_zeros(); // 9..=22
+        let j = (ttl >> (k - PER_DOUBLING_BITS)) & ((1 << PER_DOUBLING_BITS) - 1);
+        LOG_START + (((k - 9) << PER_DOUBLING_BITS) + j) as usize
     }
 }
 
-/// The width of a bucket's TTL range in seconds.
+/// The shortest TTL a bucket holds.
 #[inline]
-fn step(bucket: usize) -> u32 {
-    8 << (4 * (bucket / 256))
+fn lower(bucket: usize) -> u32 {
+    debug_assert!(bucket < NEVER);
+    if bucket < LOG_START {
+        bucket as u32 + 1
+    } else {
+        let i = (bucket - LOG_START) as u32;
+        let k = 9 + (i >> PER_DOUBLING_BITS);
+        let j = i & ((1 << PER_DOUBLING_BITS) - 1);
+        (1 << k) + (j << (k - PER_DOUBLING_BITS))
+    }
 }
 
-/// How long a bucket's tail may keep taking writes before a fresh segment
-/// starts. A segment expires with its earliest item, so this bounds how
-/// early a late-written item can expire: at most 1/16 of the TTL (between
-/// 1 s and one step).
+/// The widest gap, in clock seconds, between the deadlines of two items in
+/// one segment of this bucket: `max(1, lower / 16) - 1`. An item whose
+/// segment expires at the earliest deadline therefore goes less than
+/// `max(1 s, TTL / 16)` early, the clock's granularity included.
 #[inline]
-pub(crate) fn seal_age(bucket: usize) -> u32 {
-    if bucket == NEVER {
+pub(crate) fn spread(bucket: usize) -> u32 {
+    if bucket >= NEVER {
         return u32::MAX;
     }
-    let lower = (bucket % 256) as u32 * step(bucket);
-    (lower / 16).clamp(1, step(bucket))
+    (lower(bucket) / 16).max(1) - 1
+}
+
+/// True if a segment whose item deadlines run from `first` to `last`
+/// (clock seconds; 0 means no items yet) may take an item due at
+/// `deadline` in this bucket.
+#[inline]
+pub(crate) fn fits_spread(bucket: usize, first: u32, last: u32, deadline: u32) -> bool {
+    if first == 0 {
+        return true;
+    }
+    deadline.max(last) - deadline.min(first) <= spread(bucket)
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -137,37 +172,58 @@ mod tests {
     use crate::segments::Segments;
 
     #[test]
-    fn tiers_cover_the_range_without_gaps() {
+    fn buckets_cover_the_range_without_gaps() {
         assert_eq!(bucket_for(0), NEVER);
         assert_eq!(bucket_for(1), 0);
-        assert_eq!(bucket_for(8), 1);
-        assert_eq!(bucket_for(2047), 255);
-        assert_eq!(bucket_for(2048), 272);
-        assert_eq!(bucket_for(32767), 511);
-        assert_eq!(bucket_for(32768), 528);
-        assert_eq!(bucket_for(524287), 767);
-        assert_eq!(bucket_for(524288), 784);
-        assert_eq!(bucket_for(MAX_TTL), 1023);
-        // Monotone: a longer TTL never maps to an earlier bucket.
+        assert_eq!(bucket_for(2), 1);
+        assert_eq!(bucket_for(511), 510);
+        assert_eq!(bucket_for(512), LOG_START);
+        assert_eq!(bucket_for(MAX_TTL), NEVER - 1);
+        // Monotone, every bucket used, and each bucket's lower bound is its
+        // smallest TTL.
         let mut last = 0;
-        for ttl in (1..=MAX_TTL).step_by(97) {
+        let mut seen = vec![false; NEVER];
+        for ttl in 1..=MAX_TTL {
             let b = bucket_for(ttl);
-            assert!(b >= last && b < NEVER);
+            assert!(b >= last && b < NEVER, "ttl {ttl}");
+            if !seen[b] {
+                assert_eq!(lower(b), ttl, "bucket {b}");
+                seen[b] = true;
+            }
             last = b;
+        }
+        assert!(seen.iter().all(|&s| s));
+    }
+
+    #[test]
+    fn buckets_are_narrow_enough_for_the_spread() {
+        // A bucket's TTL width never exceeds its spread + 1 past 32 s, so
+        // items of one bucket written in the same second share a segment.
+        for b in 0..NEVER - 1 {
+            let width = lower(b + 1) - lower(b);
+            if lower(b) >= 32 {
+                assert!(width <= spread(b) + 1, "bucket {b}");
+            } else {
+                assert_eq!(width, 1);
+            }
         }
     }
 
     #[test]
-    fn seal_age_is_bounded_by_ttl_and_step() {
-        assert_eq!(seal_age(bucket_for(5)), 1);
-        assert_eq!(seal_age(bucket_for(100)), 6);
-        assert_eq!(seal_age(bucket_for(300)), 8);
-        assert_eq!(seal_age(bucket_for(3600)), 128);
-        assert_eq!(seal_age(bucket_for(86_400)), 2048);
-        assert_eq!(seal_age(NEVER), u32::MAX);
-        for ttl in [1u32, 9, 60, 599, 2048, 40_000, 600_000, MAX_TTL] {
-            assert!(seal_age(bucket_for(ttl)) <= ttl.max(16) / 16 + 8);
+    fn spread_follows_the_precision_bound() {
+        assert_eq!(spread(bucket_for(1)), 0);
+        assert_eq!(spread(bucket_for(31)), 0);
+        assert_eq!(spread(bucket_for(32)), 1);
+        assert_eq!(spread(bucket_for(3600)), 3584 / 16 - 1);
+        assert_eq!(spread(NEVER), u32::MAX);
+        for ttl in 1..=MAX_TTL {
+            assert!(spread(bucket_for(ttl)) < (ttl / 16).max(1), "ttl {ttl}");
         }
+        assert!(fits_spread(5, 0, 0, 100));
+        assert!(fits_spread(bucket_for(5), 100, 100, 100));
+        assert!(!fits_spread(bucket_for(5), 100, 100, 101));
+        assert!(fits_spread(bucket_for(320), 100, 110, 119));
+        assert!(!fits_spread(bucket_for(320), 100, 110, 120));
     }
 
     #[test]

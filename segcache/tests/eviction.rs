@@ -75,7 +75,7 @@ fn every_policy_holds_the_heap_bound_under_10x_overfill() {
             let key = format!("key-{keys}");
             match cache.set(
                 key.as_bytes(),
-                &value_for(keys, len),
+                value_for(keys, len),
                 0,
                 ttls[keys as usize % 3],
             ) {
@@ -139,12 +139,12 @@ fn zipf_hit_ratio(policy: Eviction, alpha: f64) -> f64 {
         if i >= 300_000 {
             requests += 1;
         }
-        if cache.get(&k).is_some() {
+        if cache.get(k).is_some() {
             if i >= 300_000 {
                 hits += 1;
             }
         } else {
-            cache.set(&k, &value_for(key, 100), 0, None).unwrap();
+            cache.set(k, value_for(key, 100), 0, None).unwrap();
         }
     }
     hits as f64 / requests as f64

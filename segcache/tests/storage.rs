@@ -2,7 +2,9 @@
 //! backpressure, shutdown with requests in flight, client panics, expiry
 //! and pinning. Every test is bounded by a timeout so none can hang.
 
-use segcache::{Error, ManualClock, Request, Response, Segcache, StorageConfig, TrySubmitError};
+use segcache::ops::{ArithOpts, GetOpts};
+use segcache::storage::TrySubmitError;
+use segcache::{Error, ManualClock, Request, Response, Segcache, StorageConfig, Store, StoreMode};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -45,16 +47,14 @@ fn threads_read_back_their_last_acknowledged_write() {
                         } else {
                             // Pipelined API.
                             client
-                                .submit(Request::Set {
-                                    key: key.clone(),
-                                    value: value.clone(),
+                                .submit(Request::Store(Store {
                                     flags: t,
-                                    ttl: None,
-                                })
+                                    ..Store::new(StoreMode::Set, key.clone(), value.clone())
+                                }))
                                 .unwrap();
                             if i % 10 == 0 {
                                 while let Some(reply) = client.recv().unwrap() {
-                                    assert_eq!(reply, Response::Stored(Ok(())));
+                                    assert!(matches!(reply, Response::Stored(Ok(_))));
                                 }
                             }
                         }
@@ -65,13 +65,13 @@ fn threads_read_back_their_last_acknowledged_write() {
                             .unwrap();
                     }
                     while let Some(reply) = client.recv().unwrap() {
-                        assert_eq!(reply, Response::Stored(Ok(())));
+                        assert!(matches!(reply, Response::Stored(Ok(_))));
                     }
                     for (key, value) in last {
                         let item = handle.get(&key).unwrap().expect("own key present");
-                        assert_eq!((item.value, item.flags), (value, t));
+                        assert_eq!((item.value(), item.flags()), (&value[..], t));
                     }
-                    let shared = handle.get(b"shared").unwrap().unwrap().value;
+                    let shared = handle.get(b"shared").unwrap().unwrap().into_value();
                     let text = String::from_utf8(shared).unwrap();
                     let (who, i) = text.split_once('-').unwrap();
                     assert!(who.parse::<u32>().unwrap() < 4 && i.parse::<u32>().unwrap() < 5_000);
@@ -95,13 +95,16 @@ fn full_queue_hands_the_request_back_and_submit_makes_room() {
         let mut client = handle.client();
         for i in 0..4u8 {
             client
-                .try_submit(Request::Incr {
+                .try_submit(Request::Arith {
                     key: vec![i],
-                    delta: 1,
+                    opts: ArithOpts::new(true, 1),
                 })
                 .unwrap();
         }
-        let fifth = Request::Get { key: b"x".to_vec() };
+        let fifth = Request::Get {
+            key: b"x".to_vec(),
+            opts: GetOpts::default(),
+        };
         assert_eq!(
             client.try_submit(fifth.clone()),
             Err(TrySubmitError::Full(fifth.clone()))
@@ -115,7 +118,7 @@ fn full_queue_hands_the_request_back_and_submit_makes_room() {
                 Some(Response::Number(Err(Error::NotFound)))
             );
         }
-        assert_eq!(client.recv().unwrap(), Some(Response::Item(None)));
+        assert_eq!(client.recv().unwrap(), Some(Response::Get(Ok(None))));
         assert_eq!(client.recv().unwrap(), None, "nothing in flight");
         drop(client);
         drop(handle);
@@ -134,12 +137,8 @@ fn shutdown_answers_every_accepted_request_and_refuses_the_rest() {
                     let mut client = handle.client();
                     let (mut accepted, mut answered) = (0u64, 0u64);
                     for i in 0..200_000u32 {
-                        let req = Request::Set {
-                            key: format!("{t}:{i}").into_bytes(),
-                            value: b"v".to_vec(),
-                            flags: 0,
-                            ttl: None,
-                        };
+                        let key = format!("{t}:{i}").into_bytes();
+                        let req = Request::Store(Store::new(StoreMode::Set, key, b"v".to_vec()));
                         match client.submit(req) {
                             Ok(()) => accepted += 1,
                             Err(Error::Closed) => break,
@@ -147,7 +146,7 @@ fn shutdown_answers_every_accepted_request_and_refuses_the_rest() {
                         }
                     }
                     while let Some(reply) = client.recv().unwrap() {
-                        assert_eq!(reply, Response::Stored(Ok(())));
+                        assert!(matches!(reply, Response::Stored(Ok(_))));
                         answered += 1;
                     }
                     assert_eq!(accepted, answered, "every accepted request was answered");
@@ -187,14 +186,19 @@ fn a_panicking_client_does_not_take_the_storage_thread_down() {
         let crashed = std::thread::spawn(move || {
             let mut client = h.client();
             for i in 0..8u8 {
-                client.submit(Request::Get { key: vec![i] }).unwrap();
+                client
+                    .submit(Request::Get {
+                        key: vec![i],
+                        opts: GetOpts::default(),
+                    })
+                    .unwrap();
             }
             panic!("client thread fails with requests in flight");
         })
         .join();
         assert!(crashed.is_err());
         for i in 0..100u32 {
-            handle.set(&i.to_le_bytes(), b"v", 0, None).unwrap();
+            handle.set(i.to_le_bytes(), b"v", 0, None).unwrap();
         }
         assert_eq!(handle.len().unwrap(), 100);
         drop(handle);
@@ -215,7 +219,7 @@ fn the_storage_thread_expires_on_its_own() {
             .unwrap();
         for i in 0..100u32 {
             handle
-                .set(&i.to_le_bytes(), b"v", 0, Some(Duration::from_secs(5)))
+                .set(i.to_le_bytes(), b"v", 0, Some(Duration::from_secs(5)))
                 .unwrap();
         }
         clock.advance(Duration::from_secs(5));
@@ -246,7 +250,7 @@ fn pinning_to_a_missing_core_still_serves() {
                 })
                 .unwrap();
             handle.set(b"k", b"v", 0, None).unwrap();
-            assert_eq!(handle.get(b"k").unwrap().unwrap().value, b"v");
+            assert_eq!(handle.get(b"k").unwrap().unwrap().value(), b"v");
             drop(handle);
             thread.join().unwrap();
         }

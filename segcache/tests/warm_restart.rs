@@ -81,7 +81,7 @@ fn every_item_comes_back_with_its_cas_and_ttl_counting_while_down() {
             (item.value(), item.flags(), item.cas()),
             (&value[..], *flags, *cas)
         );
-        if let Some(ttl) = item.ttl() {
+        if let Some(ttl) = item.ttl().duration() {
             assert!(
                 ttl <= Duration::from_secs(3600 - 20),
                 "TTL kept counting while down"
@@ -280,7 +280,7 @@ fn storage_thread_and_sharded_cache_restart_warm() {
         .unwrap();
     for i in 0..1000u32 {
         handle
-            .set(&i.to_le_bytes(), b"from the storage thread", 0, None)
+            .set(i.to_le_bytes(), b"from the storage thread", 0, None)
             .unwrap();
     }
     drop(handle);
@@ -294,7 +294,7 @@ fn storage_thread_and_sharded_cache_restart_warm() {
     );
     assert_eq!(handle.len().unwrap(), 1000);
     assert_eq!(
-        handle.get(&7u32.to_le_bytes()).unwrap().unwrap().value,
+        handle.get(7u32.to_le_bytes()).unwrap().unwrap().value(),
         b"from the storage thread"
     );
     drop(handle);
@@ -312,7 +312,7 @@ fn storage_thread_and_sharded_cache_restart_warm() {
     };
     let cache = sharded();
     for i in 0..1000u32 {
-        cache.set(&i.to_le_bytes(), b"sharded", 0, None).unwrap();
+        cache.set(i.to_le_bytes(), b"sharded", 0, None).unwrap();
     }
     cache.save().unwrap();
     assert!(dir.path().join("sharded.shard3.meta").exists());

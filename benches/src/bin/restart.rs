@@ -28,7 +28,7 @@ fn builder(heap: usize, pool: Option<&Path>) -> segcache::Builder {
 fn fill(cache: &mut Segcache) -> u64 {
     let value = [7u8; 64];
     for i in 0.. {
-        cache.set(&key(i), &value, 0, None).expect("set");
+        cache.set(key(i), value, 0, None).expect("set");
         if i % 4096 == 0 && cache.stats().segments_free == 0 {
             return i + 1;
         }
@@ -84,12 +84,12 @@ fn ops_per_sec(cache: &mut Segcache, n: u64, keys: u64) -> (f64, f64) {
     let t = Instant::now();
     let mut found = 0u64;
     for &i in &idx {
-        found += cache.get(&key(i)).is_some() as u64;
+        found += cache.get(key(i)).is_some() as u64;
     }
     let get = n as f64 / t.elapsed().as_secs_f64();
     let t = Instant::now();
     for &i in &idx {
-        cache.set(&key(i), &value, 0, None).expect("set");
+        cache.set(key(i), value, 0, None).expect("set");
     }
     let set = n as f64 / t.elapsed().as_secs_f64();
     assert!(found > 0);
