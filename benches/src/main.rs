@@ -88,6 +88,9 @@ enum Cmd {
         /// Pipelined batch sizes for the storage thread.
         #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
         batches: Vec<usize>,
+        /// Rounds (every contender once per round); cells report medians.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
     },
     /// segcache bytes per item at a full heap (32 B keys, 64 B values) for
     /// several heap sizes and hash powers.
@@ -198,9 +201,10 @@ fn main() {
             ops,
             threads,
             batches,
+            rounds,
         } => {
-            println!("```\ncargo run --release -p segcache-bench -- concurrent --keys {keys} --ops {ops}\n```\n");
-            for line in segcache_bench::concurrent::run(keys, ops, &threads, &batches) {
+            println!("```\ncargo run --release -p segcache-bench -- concurrent --keys {keys} --ops {ops} --rounds {rounds}\n```\n");
+            for line in segcache_bench::concurrent::run(keys, ops, &threads, &batches, rounds) {
                 println!("{line}");
             }
             Ok(())

@@ -81,6 +81,15 @@ pub struct OwnedItem {
 }
 
 impl OwnedItem {
+    /// Becomes a copy of `item`, in the buffers it already has.
+    fn refill(&mut self, item: Item<'_>) {
+        self.key.clear();
+        self.key.extend_from_slice(item.key);
+        self.value.clear();
+        self.value.extend_from_slice(item.value);
+        (self.flags, self.cas, self.ttl) = (item.flags, item.cas, item.ttl);
+    }
+
     /// The item's key.
     pub fn key(&self) -> &[u8] {
         &self.key
@@ -570,6 +579,13 @@ impl Segcache {
         }
     }
 
+    /// Starts loading the hash-table lines a lookup of `key` will read (the
+    /// storage thread runs this a few requests ahead).
+    #[inline]
+    pub(crate) fn prefetch(&self, key: &[u8]) {
+        self.table.prefetch(hash_key(key));
+    }
+
     /// Looks a key up without counting a hit, a miss or an access.
     pub fn peek(&mut self, key: impl AsRef<[u8]>) -> Option<Item<'_>> {
         let now = self.now();
@@ -958,7 +974,17 @@ impl Segcache {
     /// `N`, `R`, `u`) as one step: a touch keeps the CAS token, a vivified
     /// miss creates an empty item and hands this caller the win token.
     pub fn read(&mut self, key: impl AsRef<[u8]>, opts: &GetOpts) -> Result<Option<Found>, Error> {
-        let key = key.as_ref();
+        self.read_reusing(key.as_ref(), opts, None)
+    }
+
+    /// [`read`](Self::read), copying a hit into `reuse`'s buffers when
+    /// given (a [`Batch`](crate::Batch) hands back its last reply's).
+    pub(crate) fn read_reusing(
+        &mut self,
+        key: &[u8],
+        opts: &GetOpts,
+        reuse: Option<OwnedItem>,
+    ) -> Result<Option<Found>, Error> {
         let touch = opts.touch.map(live_secs).transpose()?;
         let vivify = opts.vivify.map(live_secs).transpose()?;
         let now = self.now();
@@ -1023,7 +1049,14 @@ impl Segcache {
             add |= item::FETCHED;
         }
         self.mark(loc, add);
-        let mut item = self.item_view(loc, now).to_owned();
+        let view = self.item_view(loc, now);
+        let mut item = match reuse {
+            Some(mut old) => {
+                old.refill(view);
+                old
+            }
+            None => view.to_owned(),
+        };
         if gone {
             item.ttl = Ttl::Expired;
             self.unlink_item(key, loc);

@@ -553,10 +553,13 @@ impl HashTable {
         self.table.clear();
     }
 
-    /// Starts loading the lines a lookup of `hash` will read.
+    /// Starts loading the lines a lookup of `hash` will read: its control
+    /// word and its home's first slots.
     #[inline]
     pub(crate) fn prefetch(&self, hash: u64) {
-        self.table.prefetch(self.table.home(hash));
+        let home = self.table.home(hash);
+        prefetch(self.table.ctrl.as_ptr().wrapping_add(home));
+        self.table.prefetch(home);
     }
 
     /// The table and bucket a position names.

@@ -65,8 +65,9 @@
 //! `heap_size` bounds the item bytes exactly. Each item costs, in its
 //! segment, a 5-byte header + key + value (+ 4 bytes if its client flags
 //! are nonzero, + 8 if a touch had to move it and keep its CAS token), and
-//! one 8-byte hash-table slot; the table is `2^hash_power` buckets of 64
-//! bytes (7 slots each). At a full heap that is about
+//! one 8-byte hash-table slot; the table is buckets of 64 bytes (7 slots
+//! each), sized from the heap and grown incrementally while the heap has
+//! room for more items than it holds. At a full heap that is about
 //! `5 + key + value + 64 / (7 × load)` bytes per item, with the table
 //! ~85-95 % loaded: 14-16 bytes of overhead for small items. Segment
 //! headers add 44 bytes per segment. [`Segcache::stats`] reports every
@@ -107,6 +108,7 @@
 
 #![warn(missing_docs)]
 
+mod batch;
 mod builder;
 mod cache;
 mod clock;
@@ -131,6 +133,7 @@ mod model_tests;
 #[doc = include_str!("../../README.md")]
 pub struct ReadmeDoctests;
 
+pub use batch::Batch;
 pub use builder::{
     Builder, Eviction, MAX_HASH_POWER, MIN_HASH_POWER, MIN_SEGMENTS, MIN_SEGMENT_SIZE,
 };
