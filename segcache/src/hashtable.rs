@@ -771,6 +771,23 @@ impl HashTable {
         t.clear_slot(b, slot)
     }
 
+    /// Sets the access counter of the item at (`bucket`, `slot`) (capped
+    /// at 127), writing only if it changes. (For merge eviction's
+    /// admission on the `hit` branch: a key back from the ghosts starts
+    /// warm.)
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn set_frequency(&mut self, bucket: usize, slot: usize, freq: u8) {
+        let (t, b) = self.resolve_mut(bucket);
+        let i = b * SLOTS + slot;
+        debug_assert_ne!(t.ctrl[b] >> (8 * slot) & 0xff, 0, "an empty slot");
+        let info = t.slots[i];
+        let freq = (freq as u64).min(FREQ_MAX);
+        let new = (info & !(FREQ_MAX << FREQ_SHIFT)) | (freq << FREQ_SHIFT);
+        if new != info {
+            t.slots[i] = new;
+        }
+    }
+
     /// Counts an access to the item at (`bucket`, `slot`): at most once per
     /// second per item, probabilistically past 16. Writes the slot only
     /// when it changes, so repeated hits leave the line clean.
@@ -1058,6 +1075,8 @@ mod tests {
             table.locate(hash, b).is_none(),
             "nothing points at b any more"
         );
+        table.set_frequency(bucket, slot, 200);
+        assert_eq!(frequency(table.info_at(hash, a).unwrap()), 127, "capped");
         assert_eq!(location(table.clear_at(bucket, slot)), a);
         assert!(table.info_at(hash, a).is_none());
     }
