@@ -234,6 +234,61 @@ impl Batch {
 mod tests {
     use super::*;
     use crate::ops::{DeleteOpts, StoreMode};
+    use crate::StorageConfig;
+
+    #[test]
+    fn a_run_follows_earlier_submissions_and_leaves_their_replies() {
+        let config = StorageConfig {
+            queue_capacity: 4,
+            ..StorageConfig::default()
+        };
+        let (handle, thread) = Segcache::builder().spawn_storage(config).unwrap();
+        let mut client = handle.client();
+        // A full queue of single requests, then a batch that reads them.
+        for i in 0..4u32 {
+            let store = Store::new(StoreMode::Set, format!("k{i}").into_bytes(), vec![b'v'; 3]);
+            client.submit(Request::Store(store)).unwrap();
+        }
+        let mut batch = Batch::new();
+        for i in 0..4u32 {
+            batch.get(format!("k{i}"));
+        }
+        batch.get("absent");
+        client.run(&mut batch).unwrap();
+        assert_eq!(batch.responses().len(), 5);
+        for r in &batch.responses()[..4] {
+            assert!(
+                matches!(r, Response::Get(Ok(Some(f))) if f.item.value() == b"vvv"),
+                "{r:?}"
+            );
+        }
+        assert_eq!(batch.responses()[4], Response::Get(Ok(None)));
+        // The earlier replies are still there, in order, for recv.
+        assert_eq!(client.in_flight(), 4);
+        for _ in 0..4 {
+            assert!(matches!(
+                client.recv().unwrap(),
+                Some(Response::Stored(Ok(_)))
+            ));
+        }
+        assert_eq!(client.recv().unwrap(), None);
+        // A closed thread refuses a batch and gives it back untouched.
+        handle.shutdown();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !handle.is_stopped() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the thread never stopped"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        batch.clear();
+        batch.get("k0");
+        assert_eq!(client.run(&mut batch), Err(crate::Error::Closed));
+        assert_eq!(batch.len(), 1);
+        drop((client, handle));
+        thread.join().unwrap();
+    }
 
     #[test]
     fn a_batch_answers_like_execute_and_reuses_its_buffers() {
