@@ -465,6 +465,15 @@ impl Segcache {
         hash: u64,
         now: u32,
     ) -> Option<(u64, usize, usize, Location)> {
+        let (bucket, slot, loc) = self.find_hashed(key, hash)?;
+        self.live_or_unlink(hash, loc, now)
+            .then_some((hash, bucket, slot, loc))
+    }
+
+    /// The key's entry (bucket, slot, location), expired or not; drains a
+    /// step of a growing table first.
+    #[inline]
+    fn find_hashed(&mut self, key: &[u8], hash: u64) -> Option<(usize, usize, Location)> {
         if key.is_empty() || key.len() > MAX_KEY_LEN {
             return None;
         }
@@ -473,14 +482,20 @@ impl Segcache {
         }
         let segs = &self.segs;
         let (bucket, slot, info) = self.table.lookup(hash, |at| segs.item(at).key() == key)?;
-        let loc = hashtable::location(info);
+        Some((bucket, slot, hashtable::location(info)))
+    }
+
+    /// True if the item at `loc` is live at `now`; an expired one is
+    /// unlinked on the spot.
+    #[inline]
+    fn live_or_unlink(&mut self, hash: u64, loc: Location, now: u32) -> bool {
         if self.segs.headers[loc.seg as usize].is_expired(now) {
             self.table.remove_at(hash, loc);
             self.account_unlinked(loc);
             self.counters.expirations += 1;
-            return None;
+            return false;
         }
-        Some((hash, bucket, slot, loc))
+        true
     }
 
     /// The CAS token of the item at `loc`: the one it keeps, or one made of
@@ -564,9 +579,16 @@ impl Segcache {
     /// sharded cache, which hashes once to pick the shard).
     #[inline]
     pub(crate) fn get_hashed(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
-        let now = self.now();
-        match self.lookup_live_hashed(key, hash, now) {
-            Some((_, bucket, slot, loc)) => {
+        // A miss needs no time: the clock is read once an entry is found,
+        // unless a delayed flush is pending (then it goes first, as always).
+        let pending = self.flush_at.is_some().then(|| self.now());
+        let live = self.find_hashed(key, hash).and_then(|(bucket, slot, loc)| {
+            let now = pending.unwrap_or_else(|| self.clock.now());
+            self.live_or_unlink(hash, loc, now)
+                .then_some((now, bucket, slot, loc))
+        });
+        match live {
+            Some((now, bucket, slot, loc)) => {
                 self.counters.hits += 1;
                 self.table.record_access(bucket, slot, now);
                 self.mark(loc, item::FETCHED);
