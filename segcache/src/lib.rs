@@ -103,6 +103,7 @@
 //! `segments` (heap and segment headers), `ttl` (TTL buckets and their
 //! precision rule), `eviction`, `cache` (the operations), [`ops`] (the
 //! operation vocabulary), `sharded`, [`storage`] (the storage thread),
+//! `batch` ([`Batch`]: the storage thread's request arena),
 //! `flight` (single-flight for `get_or_insert_with`), `builder`, `clock`,
 //! `persist` (warm restart).
 
