@@ -19,7 +19,7 @@ if ! command -v valgrind >/dev/null && [ "$(id -u)" = 0 ]; then
     apt-get update -qq && apt-get install -y -qq valgrind >/dev/null
 fi
 if command -v valgrind >/dev/null; then
-    libtest=$(cargo test --release -p segcache --lib --no-run 2>&1 \
+    libtest=$(cargo test --release -p seg-cache --lib --no-run 2>&1 \
         | sed -n 's/.*Executable unittests src\/lib.rs (\(.*\))/\1/p' | tail -n 1)
     # The heavy eviction tests are covered natively above; 4 model cases
     # still drive every unsafe path (table, heap, clock) against the model.

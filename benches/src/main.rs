@@ -31,7 +31,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Drive a default 64 MiB segcache with one Twitter-like cluster as a
-    /// look-aside cache and print what happened.
+    /// look-aside cache, replay the same requests on a peer given the same
+    /// memory, and print what happened.
     Demo {
         /// Cluster number from the Twitter stats table.
         #[arg(long, default_value_t = 52)]
@@ -47,6 +48,10 @@ enum Cmd {
         heap_mib: Option<usize>,
         #[arg(long, default_value_t = 42)]
         seed: u64,
+        /// Peer cache replaying the same requests with the same memory
+        /// (moka, quick_cache, lru), or "none".
+        #[arg(long, default_value = "quick_cache")]
+        peer: String,
     },
     /// Single-thread ops/s of segcache and peers (markdown table).
     Throughput {
@@ -179,15 +184,28 @@ fn main() {
             time_scale,
             heap_mib,
             seed,
-        } => run_demo(
-            cluster,
-            &demo::DemoConfig {
-                requests,
-                seed,
-                time_scale,
-                heap_size: heap_mib.map(|m| m << 20),
+            peer,
+        } => match peer.as_str() {
+            "none" => Ok(None),
+            name => match Kind::parse(name) {
+                Some(Kind::Segcache) | None => Err(format!(
+                    "--peer {name:?}: expected moka, quick_cache, lru or none"
+                )),
+                Some(kind) => Ok(Some(kind)),
             },
-        ),
+        }
+        .and_then(|peer| {
+            run_demo(
+                cluster,
+                &demo::DemoConfig {
+                    requests,
+                    seed,
+                    time_scale,
+                    heap_size: heap_mib.map(|m| m << 20),
+                    peer,
+                },
+            )
+        }),
         Cmd::Throughput {
             keys,
             ops,

@@ -2,12 +2,18 @@
  * segcache.h: C API of segcache, an in-memory cache for small objects
  * (the Segcache design: segment-structured, TTL-grouped, merge eviction).
  *
- * Link with `pkg-config --cflags --libs segcache` (shared library) or
- * `pkg-config --static --libs segcache` (static library).
+ * Link with `pkg-config --cflags --libs segcache` (shared library, with
+ * an rpath to it) or `pkg-config --cflags --libs segcache-static` (the
+ * static library, no .so needed at run time; a separate module because
+ * `pkg-config --static` cannot stop -lsegcache from picking the .so).
+ * CMake: find_package(segcache CONFIG REQUIRED), then link
+ * segcache::segcache or segcache::segcache_static.
  *
  * Conventions
  * - Every operation returns a segcache_status_t: SEGCACHE_OK (0) or a
- *   reason; segcache_strerror() describes any status.
+ *   reason; segcache_strerror() describes any status. When segcache_new()
+ *   or segcache_save() fails, segcache_last_error() says what exactly was
+ *   wrong, naming the configuration field.
  * - THREAD SAFETY: a segcache_t wraps a sharded cache with one lock per
  *   shard. One handle may be used by any number of threads at once without
  *   external locking. Only segcache_free() must not race with other calls
@@ -129,6 +135,12 @@ typedef struct segcache_config_t {
   bool restore;
 } segcache_config_t;
 
+// How a store treats the existing item, for `segcache_store`: one of the
+// `SEGCACHE_STORE_*` constants (memcache's set, add, replace, append,
+// prepend). A plain integer type so that any value a C caller passes is
+// defined behaviour; unknown values are `SEGCACHE_INVALID_ARGUMENT`.
+typedef uint32_t segcache_store_mode_t;
+
 // The callback of `segcache_get_with`: the value (`value_len` bytes at
 // `value`; not NUL-terminated, and possibly a non-NULL pointer with length
 // 0), its flags, its CAS token, and the caller's `user_data`.
@@ -167,6 +179,24 @@ typedef struct segcache_stats_t {
   uint64_t shards;
 } segcache_stats_t;
 
+// Store whatever is there (memcache `set`).
+#define SEGCACHE_STORE_SET 0
+
+// Store only if the key is absent, else `SEGCACHE_NOT_STORED` (`add`).
+#define SEGCACHE_STORE_ADD 1
+
+// Store only if the key is present, else `SEGCACHE_NOT_STORED`
+// (`replace`).
+#define SEGCACHE_STORE_REPLACE 2
+
+// Add the data after the present value, else `SEGCACHE_NOT_STORED`
+// (`append`); the item keeps its flags and TTL.
+#define SEGCACHE_STORE_APPEND 3
+
+// Put the data before the present value, else `SEGCACHE_NOT_STORED`
+// (`prepend`); the item keeps its flags and TTL.
+#define SEGCACHE_STORE_PREPEND 4
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -177,13 +207,15 @@ struct segcache_config_t segcache_config_default(void);
 
 // Creates a cache. Returns NULL when `cfg` is NULL
 // (`SEGCACHE_INVALID_ARGUMENT`) or a setting is out of range
-// (`SEGCACHE_INVALID_CONFIG`); the status is stored in `*err` when `err`
-// is not NULL (`SEGCACHE_OK` on success). Release the handle with
+// (`SEGCACHE_INVALID_CONFIG`; `segcache_last_error()` then names the
+// field and says why); the status is stored in `*err` when `err` is not
+// NULL (`SEGCACHE_OK` on success). Release the handle with
 // `segcache_free`.
 //
 // # Safety
-// `cfg` is NULL or points to a `segcache_config_t` whose `eviction` is
-// NULL or a NUL-terminated string; `err` is NULL or writable.
+// `cfg` is NULL or points to a `segcache_config_t` whose `eviction` and
+// `datapool` are NULL or NUL-terminated strings; `err` is NULL or
+// writable.
 struct segcache_t *segcache_new(const struct segcache_config_t *cfg, enum segcache_status_t *err);
 
 // Releases a cache and all its memory. NULL is ignored. The handle must
@@ -217,13 +249,50 @@ enum segcache_status_t segcache_restore_outcome(const struct segcache_t *c,
                                                 int32_t *outcome,
                                                 uint64_t *items);
 
+// Why the last failing `segcache_new` or `segcache_save` on the calling
+// thread failed: a NUL-terminated English message that names the setting
+// for `SEGCACHE_INVALID_CONFIG` (for example "invalid segment_size: ...")
+// and the file for `SEGCACHE_PERSISTENCE`. The empty string when neither
+// has failed on this thread. Successful calls leave the message alone.
+// The string belongs to the library and stays valid until the next
+// failing `segcache_new` or `segcache_save` on the same thread, or until
+// the thread exits; do not free it.
+const char *segcache_last_error(void);
+
+// Stores `value` under `key` as `mode` says (`SEGCACHE_STORE_SET`, `_ADD`,
+// `_REPLACE`, `_APPEND`, `_PREPEND`); an unknown mode is
+// `SEGCACHE_INVALID_ARGUMENT`. `flags` and `ttl` are as for
+// `segcache_set` (append and prepend ignore them: the item keeps its
+// own). With a non-NULL `cas`, the store happens only if the item's
+// current CAS token is `*cas`: `SEGCACHE_EXISTS` if it changed since,
+// `SEGCACHE_NOT_FOUND` if it is gone. On success the stored item's new
+// CAS token goes to `*new_cas` (optional). The whole store is one atomic
+// step; on any error the old item, if any, is unchanged.
+//
+// # Safety
+// `c` is NULL or a live handle; `key` is NULL or readable for `key_len`
+// bytes (when `key_len <= SEGCACHE_MAX_KEY_LEN`); `value` is NULL or
+// readable for `value_len` bytes; `cas` is NULL or readable; `new_cas`
+// is NULL or writable.
+enum segcache_status_t segcache_store(struct segcache_t *c,
+                                      segcache_store_mode_t mode,
+                                      const uint8_t *key,
+                                      size_t key_len,
+                                      const uint8_t *value,
+                                      size_t value_len,
+                                      uint32_t flags,
+                                      int64_t ttl,
+                                      const uint64_t *cas,
+                                      uint64_t *new_cas);
+
 // Stores `value` under `key`, replacing any existing item. `flags` are
 // opaque client flags returned by the get functions. `ttl` is in seconds:
 // 0 never expires; 1 to `SEGCACHE_MAX_TTL` expire that many seconds from
 // now (or a little earlier, never later); negative or larger values are
 // `SEGCACHE_TTL_OUT_OF_RANGE` (there is no memcache-style absolute time).
 // A value that does not fit is `SEGCACHE_VALUE_TOO_LARGE`. On any error
-// the old item, if any, is unchanged.
+// the old item, if any, is unchanged. (`segcache_store` with
+// `SEGCACHE_STORE_SET`.)
 //
 // # Safety
 // `c` is NULL or a live handle; `key` is NULL or readable for `key_len`

@@ -3,11 +3,13 @@
 //! `segcache_config_t` mirrors the core crate's `Builder` settings plus a
 //! shard count; zero means "choose for me" for `hash_power` and `shards`,
 //! and a NULL `eviction` means "merge". Every bad value is
-//! `SEGCACHE_INVALID_CONFIG` from `segcache_new`, never a crash.
+//! `SEGCACHE_INVALID_CONFIG` from `segcache_new`, never a crash, and
+//! `segcache_last_error()` then names the field.
 
+use crate::last_error;
 use crate::segcache_t;
-use crate::status::{catch, put, segcache_status_t, Status};
-use segcache_core::{Eviction, RestoreOutcome, Segcache, ShardedCache, MAX_HASH_POWER};
+use crate::status::{catch, put, segcache_status_t};
+use segcache_core::{Error, Eviction, RestoreOutcome, Segcache, ShardedCache, MAX_HASH_POWER};
 use std::ffi::{c_char, CStr};
 
 use segcache_status_t::*;
@@ -75,11 +77,31 @@ fn auto_shards(heap_size: usize, segment_size: usize) -> usize {
     n
 }
 
-/// Builds the cache a configuration describes.
+/// A configuration error naming the C field.
+fn invalid(field: &'static str, reason: impl Into<String>) -> Error {
+    Error::InvalidConfig {
+        field,
+        reason: reason.into(),
+    }
+}
+
+/// A NUL-terminated UTF-8 setting, or an error naming `field`.
+///
+/// # Safety
+/// `ptr` is non-NULL and NUL-terminated.
+unsafe fn utf8<'a>(field: &'static str, ptr: *const c_char) -> Result<&'a str, Error> {
+    // SAFETY: non-NULL and NUL-terminated by the caller's promise.
+    let text = unsafe { CStr::from_ptr(ptr) };
+    text.to_str().map_err(|_| invalid(field, "not UTF-8"))
+}
+
+/// Builds the cache a configuration describes. Every error is
+/// `Error::InvalidConfig` naming the C field, or the core's own error
+/// (which names the same fields: the struct mirrors the builder).
 ///
 /// # Safety
 /// `cfg.eviction` and `cfg.datapool` are NULL or NUL-terminated strings.
-unsafe fn build(cfg: &segcache_config_t) -> Status<ShardedCache> {
+unsafe fn build(cfg: &segcache_config_t) -> Result<ShardedCache, Error> {
     let mut builder = Segcache::builder()
         .heap_size(cfg.heap_size)
         .segment_size(cfg.segment_size);
@@ -90,39 +112,47 @@ unsafe fn build(cfg: &segcache_config_t) -> Status<ShardedCache> {
         let power = u8::try_from(cfg.hash_power)
             .ok()
             .filter(|p| (MIN_HASH_POWER..=MAX_HASH_POWER).contains(p))
-            .ok_or(SEGCACHE_INVALID_CONFIG)?;
+            .ok_or_else(|| {
+                invalid(
+                    "hash_power",
+                    format!(
+                        "{} is outside {MIN_HASH_POWER}..={MAX_HASH_POWER} (0 picks one)",
+                        cfg.hash_power
+                    ),
+                )
+            })?;
         builder = builder.hash_power(power);
     }
     if !cfg.eviction.is_null() {
         // SAFETY: non-NULL, and NUL-terminated by the caller's promise.
-        let name = unsafe { CStr::from_ptr(cfg.eviction) };
-        let name = name.to_str().map_err(|_| SEGCACHE_INVALID_CONFIG)?;
+        let name = unsafe { utf8("eviction", cfg.eviction) }?;
         builder = builder.eviction(name.parse::<Eviction>()?);
     }
     if !cfg.datapool.is_null() {
         // SAFETY: non-NULL, and NUL-terminated by the caller's promise.
-        let path = unsafe { CStr::from_ptr(cfg.datapool) };
-        let path = path.to_str().map_err(|_| SEGCACHE_INVALID_CONFIG)?;
+        let path = unsafe { utf8("datapool", cfg.datapool) }?;
         builder = builder.datapool(path).restore(cfg.restore);
     } else if cfg.restore {
-        return Err(SEGCACHE_INVALID_CONFIG);
+        return Err(invalid("restore", "needs a datapool to restore from"));
     }
     let shards = match cfg.shards {
         0 => auto_shards(cfg.heap_size, cfg.segment_size),
         n => n,
     };
-    Ok(builder.build_sharded(shards)?)
+    builder.build_sharded(shards)
 }
 
 /// Creates a cache. Returns NULL when `cfg` is NULL
 /// (`SEGCACHE_INVALID_ARGUMENT`) or a setting is out of range
-/// (`SEGCACHE_INVALID_CONFIG`); the status is stored in `*err` when `err`
-/// is not NULL (`SEGCACHE_OK` on success). Release the handle with
+/// (`SEGCACHE_INVALID_CONFIG`; `segcache_last_error()` then names the
+/// field and says why); the status is stored in `*err` when `err` is not
+/// NULL (`SEGCACHE_OK` on success). Release the handle with
 /// `segcache_free`.
 ///
 /// # Safety
-/// `cfg` is NULL or points to a `segcache_config_t` whose `eviction` is
-/// NULL or a NUL-terminated string; `err` is NULL or writable.
+/// `cfg` is NULL or points to a `segcache_config_t` whose `eviction` and
+/// `datapool` are NULL or NUL-terminated strings; `err` is NULL or
+/// writable.
 #[no_mangle]
 pub unsafe extern "C" fn segcache_new(
     cfg: *const segcache_config_t,
@@ -130,14 +160,27 @@ pub unsafe extern "C" fn segcache_new(
 ) -> *mut segcache_t {
     let result = catch(|| {
         // SAFETY: `cfg` is NULL (handled by `as_ref`) or a valid config.
-        let cfg = unsafe { cfg.as_ref() }.ok_or(SEGCACHE_INVALID_ARGUMENT)?;
-        // SAFETY: the caller promises `eviction` is NULL or a C string.
-        let inner = unsafe { build(cfg) }?;
-        Ok(Box::into_raw(Box::new(segcache_t { inner })))
+        let Some(cfg) = (unsafe { cfg.as_ref() }) else {
+            last_error::set("segcache_new: cfg is NULL");
+            return Err(SEGCACHE_INVALID_ARGUMENT);
+        };
+        // SAFETY: the caller promises the strings are NULL or C strings.
+        match unsafe { build(cfg) } {
+            Ok(inner) => Ok(Box::into_raw(Box::new(segcache_t { inner }))),
+            Err(e) => {
+                last_error::set(&e);
+                Err(e.into())
+            }
+        }
     });
     let (handle, status) = match result {
         Ok(handle) => (handle, SEGCACHE_OK),
-        Err(status) => (std::ptr::null_mut(), status),
+        Err(status) => {
+            if status == SEGCACHE_PANIC {
+                last_error::set("segcache_new: internal panic");
+            }
+            (std::ptr::null_mut(), status)
+        }
     };
     // SAFETY: `err` is NULL or writable by the caller's promise.
     unsafe { put(err, status) };
@@ -181,7 +224,10 @@ pub unsafe extern "C" fn segcache_save(c: *mut segcache_t) -> segcache_status_t 
         // SAFETY: a live handle came from `Box::into_raw` in `segcache_new`
         // and, by the caller's promise, is consumed once and used by no one.
         let handle = unsafe { Box::from_raw(c) };
-        Ok(handle.inner.save()?)
+        handle.inner.save().map_err(|e| {
+            last_error::set(&e);
+            segcache_status_t::from(e)
+        })
     });
     match result {
         Ok(()) => SEGCACHE_OK,
@@ -235,6 +281,7 @@ pub unsafe extern "C" fn segcache_restore_outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::segcache_last_error;
 
     fn new(cfg: &segcache_config_t) -> Result<*mut segcache_t, segcache_status_t> {
         let mut err = SEGCACHE_PANIC;
@@ -253,44 +300,77 @@ mod tests {
         let c = new(&segcache_config_default()).unwrap();
         // SAFETY: `c` is a live handle, freed once.
         unsafe { segcache_free(c) };
+        let d = segcache_config_default;
         let bad = [
-            segcache_config_t {
-                heap_size: 0,
-                ..segcache_config_default()
-            },
-            segcache_config_t {
-                segment_size: 1000,
-                ..segcache_config_default()
-            },
-            segcache_config_t {
-                hash_power: 2,
-                shards: 1,
-                ..segcache_config_default()
-            },
-            segcache_config_t {
-                hash_power: 31,
-                shards: 8,
-                ..segcache_config_default()
-            },
-            segcache_config_t {
-                hash_power: 256 + 16,
-                ..segcache_config_default()
-            },
-            segcache_config_t {
-                shards: 3,
-                ..segcache_config_default()
-            },
-            segcache_config_t {
-                eviction: c"lru".as_ptr(),
-                ..segcache_config_default()
-            },
-            segcache_config_t {
-                eviction: c"\xff".as_ptr(),
-                ..segcache_config_default()
-            },
+            (
+                "heap_size",
+                segcache_config_t {
+                    heap_size: 0,
+                    ..d()
+                },
+            ),
+            (
+                "segment_size",
+                segcache_config_t {
+                    segment_size: 1000,
+                    ..d()
+                },
+            ),
+            (
+                "hash_power",
+                segcache_config_t {
+                    hash_power: 2,
+                    shards: 1,
+                    ..d()
+                },
+            ),
+            (
+                "hash_power",
+                segcache_config_t {
+                    hash_power: 31,
+                    shards: 8,
+                    ..d()
+                },
+            ),
+            (
+                "hash_power",
+                segcache_config_t {
+                    hash_power: 256 + 16,
+                    ..d()
+                },
+            ),
+            ("shards", segcache_config_t { shards: 3, ..d() }),
+            (
+                "eviction",
+                segcache_config_t {
+                    eviction: c"lru".as_ptr(),
+                    ..d()
+                },
+            ),
+            (
+                "eviction",
+                segcache_config_t {
+                    eviction: c"\xff".as_ptr(),
+                    ..d()
+                },
+            ),
+            (
+                "restore",
+                segcache_config_t {
+                    restore: true,
+                    ..d()
+                },
+            ),
         ];
-        for cfg in &bad {
+        for (field, cfg) in &bad {
             assert_eq!(new(cfg), Err(SEGCACHE_INVALID_CONFIG), "{cfg:?}");
+            // SAFETY: a NUL-terminated string owned by this thread.
+            let msg = unsafe { CStr::from_ptr(segcache_last_error()) };
+            let msg = msg.to_str().unwrap();
+            assert!(
+                msg.starts_with(&format!("invalid {field}: ")),
+                "{field}: {msg}"
+            );
         }
         // SAFETY: NULL config and NULL err are both allowed.
         assert!(unsafe { segcache_new(std::ptr::null(), std::ptr::null_mut()) }.is_null());

@@ -13,7 +13,8 @@
 //!
 //! Layout: `status` (the status codes, error mapping, panic guard and
 //! argument checks), `config` (the configuration struct, constructor and
-//! destructor), `ops` (the cache operations). The header is regenerated with
+//! destructor), `last_error` (the per-thread message naming what was
+//! wrong), `ops` (the cache operations). The header is regenerated with
 //! `SEGCACHE_BLESS=1 cargo test -p segcache-c --test header`; that test
 //! fails when the checked-in copy is stale.
 
@@ -22,6 +23,7 @@
 #![allow(non_camel_case_types)]
 
 mod config;
+mod last_error;
 mod ops;
 mod status;
 
@@ -29,6 +31,7 @@ pub use config::{
     segcache_config_default, segcache_config_t, segcache_free, segcache_new,
     segcache_restore_outcome, segcache_save,
 };
+pub use last_error::segcache_last_error;
 pub use ops::*;
 pub use status::{segcache_status_t, segcache_strerror};
 

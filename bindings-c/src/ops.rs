@@ -2,38 +2,68 @@
 //!
 //! Each function checks its handle, key, value and out pointers through
 //! the helpers in `status`, runs one `ShardedCache` call inside the panic
-//! guard, and returns a `segcache_status_t`. Out pointers documented as
+//! guard, and returns a `segcache_status_t`. Every store (set, add,
+//! replace, cas, append, prepend, `segcache_store`) is one core `Store`
+//! whose mode comes from the C store mode through `store_mode`. Out pointers documented as
 //! optional may be NULL; required ones give `SEGCACHE_INVALID_ARGUMENT`.
 
-use crate::status::{self, bytes, cache, guard, put, put_required, segcache_status_t};
+use crate::status::{self, bytes, cache, guard, put, put_required, segcache_status_t, Status};
 use crate::{segcache_t, SEGCACHE_MAX_KEY_LEN, SEGCACHE_TTL_NEVER};
+use segcache_core::{Store, StoreMode, Ttl};
 use std::ffi::c_void;
+use std::ptr::null_mut;
 
 use segcache_status_t::*;
 
-/// Which memcache store command a store entry point runs.
-#[derive(Clone, Copy)]
-enum Store {
-    Set,
-    Add,
-    Replace,
-    Cas(u64),
+/// How a store treats the existing item, for `segcache_store`: one of the
+/// `SEGCACHE_STORE_*` constants (memcache's set, add, replace, append,
+/// prepend). A plain integer type so that any value a C caller passes is
+/// defined behaviour; unknown values are `SEGCACHE_INVALID_ARGUMENT`.
+pub type segcache_store_mode_t = u32;
+
+/// Store whatever is there (memcache `set`).
+pub const SEGCACHE_STORE_SET: segcache_store_mode_t = 0;
+/// Store only if the key is absent, else `SEGCACHE_NOT_STORED` (`add`).
+pub const SEGCACHE_STORE_ADD: segcache_store_mode_t = 1;
+/// Store only if the key is present, else `SEGCACHE_NOT_STORED`
+/// (`replace`).
+pub const SEGCACHE_STORE_REPLACE: segcache_store_mode_t = 2;
+/// Add the data after the present value, else `SEGCACHE_NOT_STORED`
+/// (`append`); the item keeps its flags and TTL.
+pub const SEGCACHE_STORE_APPEND: segcache_store_mode_t = 3;
+/// Put the data before the present value, else `SEGCACHE_NOT_STORED`
+/// (`prepend`); the item keeps its flags and TTL.
+pub const SEGCACHE_STORE_PREPEND: segcache_store_mode_t = 4;
+
+/// The one mapping from the C store modes to the core's [`StoreMode`].
+fn store_mode(mode: segcache_store_mode_t) -> Status<StoreMode> {
+    Ok(match mode {
+        SEGCACHE_STORE_SET => StoreMode::Set,
+        SEGCACHE_STORE_ADD => StoreMode::Add,
+        SEGCACHE_STORE_REPLACE => StoreMode::Replace,
+        SEGCACHE_STORE_APPEND => StoreMode::Append,
+        SEGCACHE_STORE_PREPEND => StoreMode::Prepend,
+        _ => return Err(SEGCACHE_INVALID_ARGUMENT),
+    })
 }
 
-/// The body shared by set, add, replace and cas.
+/// The body of every store entry point: one core [`Store`], run as one
+/// atomic step.
 ///
 /// # Safety
-/// As for `segcache_set`.
+/// As for `segcache_store`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn store(
-    mode: Store,
     c: *const segcache_t,
+    mode: segcache_store_mode_t,
     key_ptr: *const u8,
     key_len: usize,
     value: *const u8,
     value_len: usize,
     flags: u32,
     ttl_secs: i64,
+    cas: Option<u64>,
+    new_cas: *mut u64,
 ) -> segcache_status_t {
     guard(|| {
         // SAFETY: the caller's promises for the handle, key and value are
@@ -45,15 +75,55 @@ unsafe fn store(
                 bytes(value, value_len)?,
             )
         };
-        let ttl = status::ttl(ttl_secs)?;
-        match mode {
-            Store::Set => cache.set(key, value, flags, ttl),
-            Store::Add => cache.add(key, value, flags, ttl),
-            Store::Replace => cache.replace(key, value, flags, ttl),
-            Store::Cas(token) => cache.cas(key, value, flags, ttl, token),
-        }
-        .map_err(Into::into)
+        let store = Store {
+            cas,
+            flags,
+            ttl: Ttl::from(status::ttl(ttl_secs)?),
+            ..Store::new(store_mode(mode)?, key, value)
+        };
+        let token = cache.store(&store)?;
+        // SAFETY: `new_cas` is NULL or writable by the caller's promise.
+        unsafe { put(new_cas, token) };
+        Ok(())
     })
+}
+
+/// Stores `value` under `key` as `mode` says (`SEGCACHE_STORE_SET`, `_ADD`,
+/// `_REPLACE`, `_APPEND`, `_PREPEND`); an unknown mode is
+/// `SEGCACHE_INVALID_ARGUMENT`. `flags` and `ttl` are as for
+/// `segcache_set` (append and prepend ignore them: the item keeps its
+/// own). With a non-NULL `cas`, the store happens only if the item's
+/// current CAS token is `*cas`: `SEGCACHE_EXISTS` if it changed since,
+/// `SEGCACHE_NOT_FOUND` if it is gone. On success the stored item's new
+/// CAS token goes to `*new_cas` (optional). The whole store is one atomic
+/// step; on any error the old item, if any, is unchanged.
+///
+/// # Safety
+/// `c` is NULL or a live handle; `key` is NULL or readable for `key_len`
+/// bytes (when `key_len <= SEGCACHE_MAX_KEY_LEN`); `value` is NULL or
+/// readable for `value_len` bytes; `cas` is NULL or readable; `new_cas`
+/// is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_store(
+    c: *mut segcache_t,
+    mode: segcache_store_mode_t,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    flags: u32,
+    ttl: i64,
+    cas: *const u64,
+    new_cas: *mut u64,
+) -> segcache_status_t {
+    // SAFETY: `cas` is NULL (handled by `as_ref`) or readable.
+    let cas = unsafe { cas.as_ref() }.copied();
+    // SAFETY: same contract as `store`.
+    unsafe {
+        store(
+            c, mode, key, key_len, value, value_len, flags, ttl, cas, new_cas,
+        )
+    }
 }
 
 /// Stores `value` under `key`, replacing any existing item. `flags` are
@@ -62,7 +132,8 @@ unsafe fn store(
 /// now (or a little earlier, never later); negative or larger values are
 /// `SEGCACHE_TTL_OUT_OF_RANGE` (there is no memcache-style absolute time).
 /// A value that does not fit is `SEGCACHE_VALUE_TOO_LARGE`. On any error
-/// the old item, if any, is unchanged.
+/// the old item, if any, is unchanged. (`segcache_store` with
+/// `SEGCACHE_STORE_SET`.)
 ///
 /// # Safety
 /// `c` is NULL or a live handle; `key` is NULL or readable for `key_len`
@@ -78,8 +149,22 @@ pub unsafe extern "C" fn segcache_set(
     flags: u32,
     ttl: i64,
 ) -> segcache_status_t {
+    let mode = SEGCACHE_STORE_SET;
     // SAFETY: same contract as `store`.
-    unsafe { store(Store::Set, c, key, key_len, value, value_len, flags, ttl) }
+    unsafe {
+        store(
+            c,
+            mode,
+            key,
+            key_len,
+            value,
+            value_len,
+            flags,
+            ttl,
+            None,
+            null_mut(),
+        )
+    }
 }
 
 /// Like `segcache_set`, but only if the key is absent:
@@ -97,8 +182,22 @@ pub unsafe extern "C" fn segcache_add(
     flags: u32,
     ttl: i64,
 ) -> segcache_status_t {
+    let mode = SEGCACHE_STORE_ADD;
     // SAFETY: same contract as `store`.
-    unsafe { store(Store::Add, c, key, key_len, value, value_len, flags, ttl) }
+    unsafe {
+        store(
+            c,
+            mode,
+            key,
+            key_len,
+            value,
+            value_len,
+            flags,
+            ttl,
+            None,
+            null_mut(),
+        )
+    }
 }
 
 /// Like `segcache_set`, but only if the key is present:
@@ -116,17 +215,20 @@ pub unsafe extern "C" fn segcache_replace(
     flags: u32,
     ttl: i64,
 ) -> segcache_status_t {
+    let mode = SEGCACHE_STORE_REPLACE;
     // SAFETY: same contract as `store`.
     unsafe {
         store(
-            Store::Replace,
             c,
+            mode,
             key,
             key_len,
             value,
             value_len,
             flags,
             ttl,
+            None,
+            null_mut(),
         )
     }
 }
@@ -148,49 +250,22 @@ pub unsafe extern "C" fn segcache_cas(
     ttl: i64,
     cas: u64,
 ) -> segcache_status_t {
+    let (mode, cas) = (SEGCACHE_STORE_SET, Some(cas));
     // SAFETY: same contract as `store`.
     unsafe {
         store(
-            Store::Cas(cas),
             c,
+            mode,
             key,
             key_len,
             value,
             value_len,
             flags,
             ttl,
+            cas,
+            null_mut(),
         )
     }
-}
-
-/// The body shared by append and prepend.
-///
-/// # Safety
-/// As for `segcache_append`.
-unsafe fn concat(
-    front: bool,
-    c: *const segcache_t,
-    key_ptr: *const u8,
-    key_len: usize,
-    data: *const u8,
-    data_len: usize,
-) -> segcache_status_t {
-    guard(|| {
-        // SAFETY: the caller's promises are those of `cache`, `key`, `bytes`.
-        let (cache, key, data) = unsafe {
-            (
-                cache(c)?,
-                status::key(key_ptr, key_len)?,
-                bytes(data, data_len)?,
-            )
-        };
-        if front {
-            cache.prepend(key, data)
-        } else {
-            cache.append(key, data)
-        }
-        .map_err(Into::into)
-    })
 }
 
 /// Appends `data` to the value of an existing key (its flags and TTL stay):
@@ -206,8 +281,22 @@ pub unsafe extern "C" fn segcache_append(
     data: *const u8,
     data_len: usize,
 ) -> segcache_status_t {
-    // SAFETY: same contract as `concat`.
-    unsafe { concat(false, c, key, key_len, data, data_len) }
+    let mode = SEGCACHE_STORE_APPEND;
+    // SAFETY: same contract as `store`.
+    unsafe {
+        store(
+            c,
+            mode,
+            key,
+            key_len,
+            data,
+            data_len,
+            0,
+            0,
+            None,
+            null_mut(),
+        )
+    }
 }
 
 /// Prepends `data` to the value of an existing key (its flags and TTL
@@ -223,8 +312,22 @@ pub unsafe extern "C" fn segcache_prepend(
     data: *const u8,
     data_len: usize,
 ) -> segcache_status_t {
-    // SAFETY: same contract as `concat`.
-    unsafe { concat(true, c, key, key_len, data, data_len) }
+    let mode = SEGCACHE_STORE_PREPEND;
+    // SAFETY: same contract as `store`.
+    unsafe {
+        store(
+            c,
+            mode,
+            key,
+            key_len,
+            data,
+            data_len,
+            0,
+            0,
+            None,
+            null_mut(),
+        )
+    }
 }
 
 /// The body shared by incr and decr.
@@ -750,6 +853,82 @@ mod tests {
                     segcache_get_with(c, k.as_ptr(), 3, None, user),
                     SEGCACHE_INVALID_ARGUMENT
                 );
+            }
+        });
+    }
+
+    #[test]
+    fn every_c_store_mode_maps_to_its_core_mode() {
+        let modes = [
+            (SEGCACHE_STORE_SET, StoreMode::Set),
+            (SEGCACHE_STORE_ADD, StoreMode::Add),
+            (SEGCACHE_STORE_REPLACE, StoreMode::Replace),
+            (SEGCACHE_STORE_APPEND, StoreMode::Append),
+            (SEGCACHE_STORE_PREPEND, StoreMode::Prepend),
+        ];
+        for (c, core) in modes {
+            assert_eq!(store_mode(c), Ok(core));
+        }
+        for bad in [5, 6, u32::MAX] {
+            assert_eq!(store_mode(bad), Err(SEGCACHE_INVALID_ARGUMENT));
+        }
+    }
+
+    #[test]
+    fn segcache_store_runs_each_mode_with_an_optional_compare() {
+        with_cache(|c| {
+            let k = b"s";
+            let mut token = 0u64;
+            // SAFETY: all pointers are valid for their lengths.
+            unsafe {
+                let store = |mode, v: &[u8], cas: Option<&u64>, out: *mut u64| {
+                    let cas = cas.map_or(std::ptr::null(), |t| t as *const u64);
+                    segcache_store(c, mode, k.as_ptr(), 1, v.as_ptr(), v.len(), 3, 0, cas, out)
+                };
+                let null = std::ptr::null_mut();
+                assert_eq!(
+                    store(SEGCACHE_STORE_REPLACE, b"x", None, null),
+                    SEGCACHE_NOT_STORED
+                );
+                assert_eq!(
+                    store(SEGCACHE_STORE_APPEND, b"x", None, null),
+                    SEGCACHE_NOT_STORED
+                );
+                assert_eq!(
+                    store(SEGCACHE_STORE_ADD, b"b", None, &mut token),
+                    SEGCACHE_OK
+                );
+                assert_eq!(
+                    store(SEGCACHE_STORE_ADD, b"x", None, null),
+                    SEGCACHE_NOT_STORED
+                );
+                assert_eq!(store(SEGCACHE_STORE_APPEND, b"c", None, null), SEGCACHE_OK);
+                assert_eq!(store(SEGCACHE_STORE_PREPEND, b"a", None, null), SEGCACHE_OK);
+                let mut buf = [0u8; 8];
+                let (mut len, mut cas) = (0usize, 0u64);
+                let get = |buf: &mut [u8; 8], len: &mut usize, cas: &mut u64| {
+                    segcache_get(c, k.as_ptr(), 1, buf.as_mut_ptr(), 8, len, null_mut(), cas)
+                };
+                assert_eq!(get(&mut buf, &mut len, &mut cas), SEGCACHE_OK);
+                assert_eq!(&buf[..len], b"abc");
+                assert_ne!(cas, token, "append and prepend make a new version");
+                // A stale token is refused and changes nothing; the current
+                // one stores and hands back the new token.
+                assert_eq!(
+                    store(SEGCACHE_STORE_SET, b"z", Some(&token), null),
+                    SEGCACHE_EXISTS
+                );
+                let mut fresh = 0u64;
+                assert_eq!(
+                    store(SEGCACHE_STORE_SET, b"d", Some(&cas), &mut fresh),
+                    SEGCACHE_OK
+                );
+                let mut now = 0u64;
+                assert_eq!(get(&mut buf, &mut len, &mut now), SEGCACHE_OK);
+                assert_eq!((&buf[..len], now), (&b"d"[..], fresh));
+                assert_eq!(store(7, b"x", None, null), SEGCACHE_INVALID_ARGUMENT);
+                assert_eq!(get(&mut buf, &mut len, &mut now), SEGCACHE_OK);
+                assert_eq!(&buf[..len], b"d");
             }
         });
     }

@@ -40,6 +40,17 @@ static segcache_status_t new_status(segcache_config_t cfg) {
     return err;
 }
 
+/* segcache_last_error() says "invalid <field>: <why>". */
+static int names_field(const char *field) {
+    const char *msg = segcache_last_error();
+    char want[64];
+    snprintf(want, sizeof want, "invalid %s: ", field);
+    if (strncmp(msg, want, strlen(want)) == 0 && strlen(msg) > strlen(want))
+        return 1;
+    fprintf(stderr, "segcache_last_error() = \"%s\", want \"%s...\"\n", msg, want);
+    return 0;
+}
+
 static void test_config(void) {
     segcache_config_t d = segcache_config_default();
     CHECK(d.heap_size == 64u << 20);
@@ -64,6 +75,7 @@ static void test_config(void) {
         bad = segcache_config_default();                                   \
         bad.field = value;                                                 \
         CHECK_ST(new_status(bad), SEGCACHE_INVALID_CONFIG);                \
+        CHECK(names_field(#field));                                        \
     } while (0)
     BAD(heap_size, 0);
     BAD(heap_size, 2u << 20); /* two 1 MiB segments: three are needed */
@@ -87,6 +99,12 @@ static void test_config(void) {
     bad.heap_size = 8u << 20;
     bad.shards = 4;
     CHECK_ST(new_status(bad), SEGCACHE_INVALID_CONFIG);
+    CHECK(names_field("heap_size")); /* "per shard (4 shards): ..." */
+    /* A success leaves the last message alone; a NULL config replaces it. */
+    CHECK_ST(new_status(segcache_config_default()), SEGCACHE_OK);
+    CHECK(names_field("heap_size"));
+    CHECK(segcache_new(NULL, NULL) == NULL);
+    CHECK(strstr(segcache_last_error(), "NULL") != NULL);
 
     const char *names[] = {"merge", "none",  "random",      "random_fifo",
                            "fifo",  "cte",   "util",        "MERGE",
@@ -265,6 +283,54 @@ static void test_conditional_stores(segcache_t *c) {
     CHECK_ST(segcache_append(c, S("s"), NULL, 3), SEGCACHE_INVALID_ARGUMENT);
     CHECK_ST(segcache_prepend(c, S("s"), NULL, 3), SEGCACHE_INVALID_ARGUMENT);
     expect_value(c, "s", "start-mid-end");
+}
+
+/* segcache_store: every mode, an optional compare, the new token out. */
+static void test_store(segcache_t *c) {
+    uint64_t t1 = 0, t2 = 0, now = 0;
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_REPLACE, S("st"), S("x"), 0, 0, NULL, NULL),
+             SEGCACHE_NOT_STORED);
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_PREPEND, S("st"), S("x"), 0, 0, NULL, NULL),
+             SEGCACHE_NOT_STORED);
+    CHECK_ST(segcache_contains(c, S("st")), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_ADD, S("st"), S("mid"), 7, 60, NULL, &t1),
+             SEGCACHE_OK);
+    CHECK_ST(segcache_get(c, S("st"), NULL, 0, NULL, NULL, &now), SEGCACHE_BUFFER_TOO_SMALL);
+    CHECK(t1 == now);
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_ADD, S("st"), S("x"), 0, 0, NULL, NULL),
+             SEGCACHE_NOT_STORED);
+    /* Append and prepend keep the item's flags and TTL, whatever is passed. */
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_APPEND, S("st"), S(">"), 1, 5, NULL, NULL),
+             SEGCACHE_OK);
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_PREPEND, S("st"), S("<"), 1, 5, NULL, &t2),
+             SEGCACHE_OK);
+    expect_value(c, "st", "<mid>");
+    uint32_t flags = 0;
+    int64_t ttl = 0;
+    CHECK_ST(segcache_get(c, S("st"), NULL, 0, NULL, &flags, &now), SEGCACHE_BUFFER_TOO_SMALL);
+    CHECK(flags == 7 && now == t2 && t2 != t1);
+    CHECK_ST(segcache_ttl(c, S("st"), &ttl), SEGCACHE_OK);
+    CHECK(ttl > 5 && ttl <= 60);
+    /* A stale token changes nothing; the current one stores. */
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_SET, S("st"), S("no"), 0, 0, &t1, NULL),
+             SEGCACHE_EXISTS);
+    expect_value(c, "st", "<mid>");
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_REPLACE, S("st"), S("yes"), 0, 0, &t2, &t1),
+             SEGCACHE_OK);
+    expect_value(c, "st", "yes");
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_SET, S("st-gone"), S("x"), 0, 0, &t1, NULL),
+             SEGCACHE_NOT_FOUND);
+    /* Unknown modes and bad arguments are refused before anything changes. */
+    CHECK_ST(segcache_store(c, 5, S("st"), S("x"), 0, 0, NULL, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_store(c, (segcache_store_mode_t)-1, S("st"), S("x"), 0, 0, NULL, NULL),
+             SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_SET, S("st"), NULL, 2, 0, 0, NULL, NULL),
+             SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_store(c, SEGCACHE_STORE_SET, S("st"), S("x"), 0, -1, NULL, NULL),
+             SEGCACHE_TTL_OUT_OF_RANGE);
+    CHECK_ST(segcache_store(NULL, SEGCACHE_STORE_SET, S("st"), S("x"), 0, 0, NULL, NULL),
+             SEGCACHE_INVALID_ARGUMENT);
+    expect_value(c, "st", "yes");
 }
 
 /* --- incr / decr ------------------------------------------------------------ */
@@ -532,6 +598,8 @@ static void every_key_function(segcache_t *c, const uint8_t *key, size_t klen,
     CHECK_ST(segcache_cas(c, key, klen, S("v"), 0, 0, 1), want);
     CHECK_ST(segcache_append(c, key, klen, S("v")), want);
     CHECK_ST(segcache_prepend(c, key, klen, S("v")), want);
+    for (segcache_store_mode_t m = SEGCACHE_STORE_SET; m <= SEGCACHE_STORE_PREPEND; m++)
+        CHECK_ST(segcache_store(c, m, key, klen, S("v"), 0, 0, NULL, &n), want);
     CHECK_ST(segcache_incr(c, key, klen, 1, &n), want);
     CHECK_ST(segcache_decr(c, key, klen, 1, &n), want);
     CHECK_ST(segcache_touch(c, key, klen, 10), want);
@@ -640,10 +708,12 @@ static void test_warm_restart(void) {
     cfg.datapool = "/nonexistent-dir/x/pool";
     CHECK(segcache_new(&cfg, &err) == NULL);
     CHECK_ST(err, SEGCACHE_PERSISTENCE);
+    CHECK(strstr(segcache_last_error(), "/nonexistent-dir/x/pool") != NULL);
     segcache_config_t plain = segcache_config_default();
     plain.restore = true; /* restore without a datapool */
     CHECK(segcache_new(&plain, &err) == NULL);
     CHECK_ST(err, SEGCACHE_INVALID_CONFIG);
+    CHECK(names_field("restore"));
     plain.restore = false;
     c = segcache_new(&plain, &err);
     CHECK_ST(segcache_restore_outcome(c, &outcome, NULL), SEGCACHE_OK);
@@ -665,6 +735,7 @@ int main(void) {
     segcache_t *c = make(32u << 20, 256u << 10, 4, NULL);
     test_set_get(c);
     test_conditional_stores(c);
+    test_store(c);
     test_arith(c);
     test_ttl_touch_delete(c);
     test_bad_arguments(c);

@@ -131,7 +131,9 @@ mod model_tests;
 
 /// The README's Rust example, compiled and run as a doctest.
 #[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
+// The path comes from the manifest's `readme` key: `../README.md` in the
+// workspace, `README.md` in the packaged crate (cargo copies it there).
+#[doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/", env!("CARGO_PKG_README")))]
 pub struct ReadmeDoctests;
 
 pub use batch::Batch;

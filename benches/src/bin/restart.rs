@@ -145,8 +145,28 @@ fn throughput(dir: &Path) {
     );
 }
 
+const USAGE: &str = "usage: restart [--gib LIST] [--dir DIR]
+  --gib LIST  heap sizes in whole GiB, comma-separated (default 1,4)
+  --dir DIR   where the datapool files go (default /dev/shm)";
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    // Flags come in pairs; anything else is a mistake, reported before any
+    // long run starts.
+    let mut rest = args.iter().skip(1);
+    while let Some(flag) = rest.next() {
+        match flag.as_str() {
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return;
+            }
+            "--gib" | "--dir" if rest.next().is_some() => {}
+            _ => {
+                eprintln!("restart: unexpected argument {flag:?}\n{USAGE}");
+                std::process::exit(2);
+            }
+        }
+    }
     let arg = |name: &str| {
         args.iter()
             .position(|a| a == name)

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Server CPU time per request at fixed request rates: segcache-server vs
+# memcached 1.6 (Debian package) and, when PELIKAN_SEGCACHE names a built
+# `pelikan-segcache` binary, Pelikan's own segcache server. The figure that
+# survives a noisy machine best: the server's user+system CPU (from
+# /proc/PID/stat) over a measured window, divided by the requests the load
+# generator completed in it. Rounds are interleaved (every server at every
+# rate, then again) and the median and range over rounds are reported,
+# with p999 at each rate.
+#
+# Env: RATES (default "20000 50000 80000"), ROUNDS (3), SECS (4), CONNS
+# (128), WORKERS (1), PELIKAN_SEGCACHE (unset: skipped), PIN (0/1: pin
+# servers with --pin / taskset to cores 0-WORKERS).
+# Prints markdown to stdout.
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+
+RATES="${RATES:-20000 50000 80000}"
+ROUNDS="${ROUNDS:-3}"
+SECS="${SECS:-4}"
+CONNS="${CONNS:-128}"
+WORKERS="${WORKERS:-1}"
+PIN="${PIN:-0}"
+LOADGEN="$CARGO_TARGET_DIR/release/loadgen"
+TICKS="$(getconf CLK_TCK)"
+
+need_pkg memcached memcached
+build_server
+
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do stop_pid "$p"; done
+}
+trap cleanup EXIT
+
+cpu_ticks() { # PID -> utime+stime of the whole process
+    awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
+# field NAME LINE
+field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+
+start_target() { # NAME -> T_PORT, T_PID
+    local taskset=()
+    if [ "$PIN" = 1 ]; then taskset=(taskset -c "0-$WORKERS"); fi
+    case "$1" in
+    segcache)
+        local pin=()
+        if [ "$PIN" = 1 ]; then pin=(--pin "0-$WORKERS"); fi
+        start_server T --workers "$WORKERS" --heap-size 256MiB "${pin[@]}" ;;
+    memcached)
+        T_PORT="$(free_port)"
+        "${taskset[@]}" memcached -l 127.0.0.1 -p "$T_PORT" -U 0 -t "$WORKERS" -m 256 -c 4096 -u root &
+        T_PID=$!
+        wait_port "$T_PORT" ;;
+    pelikan)
+        T_PORT="$(free_port)"
+        local conf
+        conf="$(mktemp --suffix .toml)"
+        cat >"$conf" <<EOF
+daemonize = false
+[admin]
+host = "127.0.0.1"
+port = "$(free_port)"
+[server]
+host = "127.0.0.1"
+port = "$T_PORT"
+[worker]
+threads = $WORKERS
+[seg]
+heap_size = "256MB"
+segment_size = "1MB"
+hash_power = 20
+eviction = "Merge"
+[time]
+time_type = "Memcache"
+[debug]
+log_level = "error"
+[klog]
+sample = 0
+EOF
+        "${taskset[@]}" "$PELIKAN_SEGCACHE" "$conf" >/dev/null 2>&1 &
+        T_PID=$!
+        wait_port "$T_PORT" ;;
+    esac
+    PIDS+=("$T_PID")
+}
+
+SERVERS="segcache memcached"
+if [ -n "${PELIKAN_SEGCACHE:-}" ]; then SERVERS="$SERVERS pelikan"; fi
+
+RESULTS="$(mktemp)"
+for round in $(seq 1 "$ROUNDS"); do
+    for server in $SERVERS; do
+        start_target "$server"
+        # Fill once, then one unmeasured warm-up step.
+        "$LOADGEN" --port "$T_PORT" --rate 10000 --duration 1 --warmup 0 \
+            --connections "$CONNS" >/dev/null
+        for rate in $RATES; do
+            before="$(cpu_ticks "$T_PID")"
+            line="$("$LOADGEN" --port "$T_PORT" --rate "$rate" --duration "$SECS" \
+                --warmup 0 --connections "$CONNS" --no-fill)"
+            after="$(cpu_ticks "$T_PID")"
+            done_reqs="$(field requests "$line")"
+            [ -n "$done_reqs" ] || done_reqs="$(python3 -c "print(int(float('$(field achieved "$line")') * $SECS))")"
+            us="$(python3 -c "print(f'{($after - $before) / $TICKS * 1e6 / max(1, $done_reqs):.2f}')")"
+            echo "$server $rate $round $us $(field p999_us "$line") $(field achieved "$line")" >>"$RESULTS"
+        done
+        stop_pid "$T_PID"
+    done
+done
+
+echo "## Server CPU per request (µs, user+system from /proc, median of $ROUNDS interleaved rounds [min-max])"
+echo
+echo "Command: \`RATES=\"$RATES\" ROUNDS=$ROUNDS SECS=$SECS CONNS=$CONNS WORKERS=$WORKERS PIN=$PIN bash examples/server/scripts/cpu.sh\`"
+echo
+python3 - "$RESULTS" "$SERVERS" "$RATES" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+servers, rates = sys.argv[2].split(), sys.argv[3].split()
+print("| rate (req/s) | " + " | ".join(f"{s} CPU µs/req" for s in servers) + " | " +
+      " | ".join(f"{s} p999 µs" for s in servers) + " |")
+print("| ---: | " + " | ".join("---:" for _ in servers * 2) + " |")
+for r in rates:
+    cpu, p999 = [], []
+    for s in servers:
+        us = sorted(float(x[3]) for x in rows if x[0] == s and x[1] == r)
+        lat = sorted(float(x[4]) for x in rows if x[0] == s and x[1] == r)
+        cpu.append(f"{statistics.median(us):.2f} [{us[0]:.2f}-{us[-1]:.2f}]")
+        p999.append(f"{statistics.median(lat):.0f}")
+    print(f"| {r} | " + " | ".join(cpu) + " | " + " | ".join(p999) + " |")
+PY
