@@ -17,7 +17,7 @@
 //! thread oversubscribe the cores, and the table says so.
 
 use segcache::ops::GetOpts;
-use segcache::{Request, Segcache, ShardedCache, StorageConfig, Store, StoreMode};
+use segcache::{Batch, Request, Segcache, ShardedCache, StorageConfig, Store, StoreMode};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -72,7 +72,8 @@ struct Row {
     mops: Vec<Option<f64>>,
 }
 
-pub fn run(keys: u64, ops: usize, threads: &[usize], batches: &[usize]) -> Vec<String> {
+/// One round of every contender at every thread count.
+fn round(keys: u64, ops: usize, threads: &[usize], batches: &[usize]) -> Vec<Row> {
     let seqs_for = |n: usize| -> Vec<Vec<(u64, bool)>> {
         (0..n)
             .map(|t| sequence(0x9e37_79b9 + t as u64, ops / n, keys))
@@ -213,6 +214,44 @@ pub fn run(keys: u64, ops: usize, threads: &[usize], batches: &[usize]) -> Vec<S
         );
     }
 
+    for &size in batches {
+        row(&format!("storage thread, `Batch` of {size}"), &mut |n| {
+            let (handle, thread) = builder(keys)
+                .spawn_storage(StorageConfig::default())
+                .unwrap();
+            {
+                let mut client = handle.client();
+                let mut batch = Batch::new();
+                for chunk in (0..keys).collect::<Vec<_>>().chunks(1024) {
+                    batch.clear();
+                    for &i in chunk {
+                        batch.set(key(i), VALUE, 0, None);
+                    }
+                    client.run(&mut batch).unwrap();
+                }
+            }
+            let mops = timed(&handle, &seqs_for(n), |h, seq| {
+                let mut client = h.client();
+                let mut batch = Batch::new();
+                for chunk in seq.chunks(size) {
+                    batch.clear();
+                    for &(k, is_set) in chunk {
+                        if is_set {
+                            batch.set(key(k), VALUE, 0, None);
+                        } else {
+                            batch.get(key(k));
+                        }
+                    }
+                    client.run(&mut batch).unwrap();
+                    std::hint::black_box(batch.responses());
+                }
+            });
+            drop(handle);
+            thread.join().unwrap();
+            Some(mops)
+        });
+    }
+
     row("moka `sync::Cache`", &mut |n| {
         let cache: moka::sync::Cache<[u8; KEY_LEN], Arc<[u8]>> = moka::sync::Cache::new(keys * 2);
         for i in 0..keys {
@@ -247,37 +286,69 @@ pub fn run(keys: u64, ops: usize, threads: &[usize], batches: &[usize]) -> Vec<S
         }))
     });
 
-    // Markdown, with each cell's ratio to the sharded handle at that
-    // thread count.
-    let base: Vec<Option<f64>> = rows
-        .iter()
-        .find(|r| r.name.contains("ShardedCache"))
-        .unwrap()
-        .mops
-        .clone();
+    rows
+}
+
+/// Runs `rounds` rounds (every contender in turn each round, so load on
+/// the machine hits them alike) and returns a markdown table: per cell the
+/// median Mops/s and, in brackets, the median ratio to the sharded handle
+/// at that thread count (for the single-thread column: to `&mut`) with its
+/// range over the rounds.
+pub fn run(
+    keys: u64,
+    ops: usize,
+    threads: &[usize],
+    batches: &[usize],
+    rounds: usize,
+) -> Vec<String> {
+    let all: Vec<Vec<Row>> = (0..rounds.max(1))
+        .map(|_| round(keys, ops, threads, batches))
+        .collect();
+    let base_of = |rows: &[Row], t: usize| -> Option<f64> {
+        let wanted = if threads[t] == 1 {
+            "`&mut`"
+        } else {
+            "ShardedCache"
+        };
+        rows.iter().find(|r| r.name.contains(wanted))?.mops[t]
+    };
+    let median = |mut xs: Vec<f64>| -> f64 {
+        xs.sort_by(f64::total_cmp);
+        xs[xs.len() / 2]
+    };
     let mut out = vec![
         format!(
             "| contender | {} |",
             threads
                 .iter()
-                .map(|n| format!(
-                    "{n} thread{} Mops/s (x sharded)",
-                    if *n == 1 { "" } else { "s" }
-                ))
+                .map(|n| if *n == 1 {
+                    "1 thread Mops/s (x `&mut`, range)".to_string()
+                } else {
+                    format!("{n} threads Mops/s (x sharded, range)")
+                })
                 .collect::<Vec<_>>()
                 .join(" | ")
         ),
         format!("|---|{}", "---|".repeat(threads.len())),
     ];
-    for r in &rows {
-        let cells: Vec<String> = r
-            .mops
-            .iter()
-            .zip(&base)
-            .map(|(m, b)| match (m, b) {
-                (Some(m), Some(b)) => format!("{m:.2} ({:.2}x)", m / b),
-                (Some(m), None) => format!("{m:.2}"),
-                (None, _) => "n/a".into(),
+    for (i, r) in all[0].iter().enumerate() {
+        let cells: Vec<String> = (0..threads.len())
+            .map(|t| {
+                let speeds: Vec<f64> = all.iter().filter_map(|rows| rows[i].mops[t]).collect();
+                if speeds.is_empty() {
+                    return "n/a".into();
+                }
+                let ratios: Vec<f64> = all
+                    .iter()
+                    .filter_map(|rows| Some(rows[i].mops[t]? / base_of(rows, t)?))
+                    .collect();
+                let m = median(speeds);
+                if ratios.is_empty() {
+                    return format!("{m:.2}");
+                }
+                let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = ratios.iter().copied().fold(0.0, f64::max);
+                format!("{m:.2} ({:.2}x, {lo:.2}-{hi:.2})", median(ratios))
             })
             .collect();
         out.push(format!("| {} | {} |", r.name, cells.join(" | ")));
@@ -291,11 +362,11 @@ mod tests {
 
     #[test]
     fn every_contender_runs_and_reports_a_positive_rate() {
-        let table = run(2_000, 20_000, &[1, 2], &[8]);
+        let table = run(2_000, 20_000, &[1, 2], &[8], 2);
         assert_eq!(
             table.len(),
-            2 + 6 + 1,
-            "header, rule, 6 contenders and 1 batch size"
+            2 + 6 + 2,
+            "header, rule, 6 contenders and 1 batch size (pipelined, Batch)"
         );
         for line in &table[2..] {
             let cells: Vec<&str> = line

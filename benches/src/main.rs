@@ -61,6 +61,13 @@ enum Cmd {
         /// Timed operations per case.
         #[arg(long, default_value_t = 2_000_000)]
         ops: u64,
+        /// Interleaved rounds (each case runs on every cache in turn, once
+        /// per round); cells report the median and the ratios' range.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Only these cases (get-hit,get-miss,set,mixed-80:20,mixed-90:10).
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
         /// Value sizes in bytes.
         #[arg(long, value_delimiter = ',', default_value = "64,256")]
         values: Vec<usize>,
@@ -86,15 +93,19 @@ enum Cmd {
         /// Pipelined batch sizes for the storage thread.
         #[arg(long, value_delimiter = ',', default_value = "1,16,256")]
         batches: Vec<usize>,
+        /// Rounds (every contender once per round); cells report medians.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
     },
     /// segcache bytes per item at a full heap (32 B keys, 64 B values) for
     /// several heap sizes and hash powers.
     FullHeap {
-        /// `heap_MiB:hash_power` pairs.
+        /// `heap_MiB` (default table size) or `heap_MiB:hash_power` (the
+        /// table's starting size; it grows while the heap has room).
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "64:16,64:17,64:18,72:17,80:17,84:17,88:17,96:17,160:18,168:18,1024:21,1344:22"
+            default_value = "64,80,96,160,1024,64:16,64:17,88:17,168:18,1344:22"
         )]
         configs: Vec<String>,
         /// Write this many heaps' worth of items.
@@ -198,17 +209,20 @@ fn main() {
         Cmd::Throughput {
             keys,
             ops,
+            rounds,
             values,
             caches,
-        } => run_throughput(keys, ops, &values, &caches),
+            only,
+        } => run_throughput(keys, ops, rounds, &values, &caches, &only),
         Cmd::Concurrent {
             keys,
             ops,
             threads,
             batches,
+            rounds,
         } => {
-            println!("```\ncargo run --release -p segcache-bench -- concurrent --keys {keys} --ops {ops}\n```\n");
-            for line in segcache_bench::concurrent::run(keys, ops, &threads, &batches) {
+            println!("```\ncargo run --release -p segcache-bench -- concurrent --keys {keys} --ops {ops} --rounds {rounds}\n```\n");
+            for line in segcache_bench::concurrent::run(keys, ops, &threads, &batches, rounds) {
                 println!("{line}");
             }
             Ok(())
@@ -259,11 +273,26 @@ fn run_demo(cluster: u32, cfg: &demo::DemoConfig) -> Result<(), String> {
     Ok(())
 }
 
-fn run_throughput(n: usize, ops: u64, values: &[usize], caches: &[String]) -> Result<(), String> {
+fn run_throughput(
+    n: usize,
+    ops: u64,
+    rounds: usize,
+    values: &[usize],
+    caches: &[String],
+    only: &[String],
+) -> Result<(), String> {
     let contenders: Vec<Contender> = caches
         .iter()
         .map(|c| Contender::parse(c).ok_or(format!("unknown cache {c:?}")))
         .collect::<Result<_, _>>()?;
+    let cases: Vec<Op> = Op::ALL
+        .into_iter()
+        .filter(|op| only.is_empty() || only.iter().any(|o| *o == op.label()))
+        .collect();
+    if cases.is_empty() {
+        return Err(format!("no case matches {only:?}"));
+    }
+    let rounds = rounds.max(1);
     let keys = Keys::new(n);
     let dists = [Dist::Uniform, Dist::Zipf(0.99)];
     let seq_len = (ops as usize).clamp(1 << 16, 1 << 22);
@@ -272,49 +301,70 @@ fn run_throughput(n: usize, ops: u64, values: &[usize], caches: &[String]) -> Re
         .enumerate()
         .map(|(i, &d)| KeySeq::new(n, seq_len, d, 7 + i as u64))
         .collect();
-    // results[value][cache][(op, dist)] = Mops/s
-    let mut rows: Vec<(String, Vec<Option<f64>>)> = Vec::new();
+    let base = contenders
+        .iter()
+        .position(|&c| c == Contender::Segcache)
+        .unwrap_or(0);
+    let mut rows: Vec<String> = Vec::new();
     for &v in values {
         let value = vec![b'v'; v];
-        let mut per_cache: Vec<Vec<f64>> = Vec::new();
-        for &c in &contenders {
-            let mut cache = c.build(n, v);
-            throughput::fill(cache.as_mut(), &keys, &value);
-            let held = cache.len();
-            let mut col = Vec::new();
-            for op in Op::ALL {
-                for (d, seq) in dists.iter().zip(&seqs) {
-                    let mut seq = seq.clone();
-                    // Warm-up pass (a tenth), then the timed run.
-                    throughput::run_case(cache.as_mut(), &keys, &value, &mut seq, op, ops / 10);
-                    let r = throughput::run_case(cache.as_mut(), &keys, &value, &mut seq, op, ops);
-                    if op == Op::GetHit && r.hits != r.ops {
-                        eprintln!(
-                            "warning: {} {v} B {}: {} of {} get-hits missed ({held} held)",
-                            c.label(),
-                            d.label(),
-                            r.ops - r.hits,
-                            r.ops
+        // Every cache built and filled first, then each case runs on every
+        // cache in turn, round after round, so load on the machine hits
+        // them alike.
+        let mut built: Vec<_> = contenders
+            .iter()
+            .map(|&c| {
+                let mut cache = c.build(n, v);
+                throughput::fill(cache.as_mut(), &keys, &value);
+                eprintln!("{} {v} B: filled ({} items held)", c.label(), cache.len());
+                cache
+            })
+            .collect();
+        for &op in &cases {
+            for (d, seq) in dists.iter().zip(&seqs) {
+                // mops[round][cache]
+                let mut mops = vec![vec![0.0f64; built.len()]; rounds];
+                for round in mops.iter_mut() {
+                    for (i, cache) in built.iter_mut().enumerate() {
+                        let mut seq = seq.clone();
+                        throughput::run_case(cache.as_mut(), &keys, &value, &mut seq, op, ops / 10);
+                        let r =
+                            throughput::run_case(cache.as_mut(), &keys, &value, &mut seq, op, ops);
+                        if op == Op::GetHit && r.hits != r.ops {
+                            eprintln!(
+                                "warning: {} {v} B {}: {} of {} get-hits missed",
+                                contenders[i].label(),
+                                d.label(),
+                                r.ops - r.hits,
+                                r.ops
+                            );
+                        }
+                        round[i] = r.mops();
+                    }
+                }
+                let mut line = format!("| {} | {v} B | {} |", op.label(), d.label());
+                for i in 0..built.len() {
+                    let speed = median(mops.iter().map(|r| r[i]).collect());
+                    if i == base {
+                        line += &format!(" {speed:.2} |");
+                    } else {
+                        let ratios: Vec<f64> = mops.iter().map(|r| r[i] / r[base]).collect();
+                        let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+                        let hi = ratios.iter().copied().fold(0.0, f64::max);
+                        line += &format!(
+                            " {speed:.2} ({:.2}x, {lo:.2}-{hi:.2}) |",
+                            median(ratios.clone())
                         );
                     }
-                    col.push(r.mops());
                 }
-            }
-            eprintln!("{} {v} B: done ({held} items held)", c.label());
-            per_cache.push(col);
-            drop(cache);
-        }
-        let mut i = 0;
-        for op in Op::ALL {
-            for d in &dists {
-                let cells = per_cache.iter().map(|col| Some(col[i])).collect();
-                rows.push((format!("{} | {v} B | {}", op.label(), d.label()), cells));
-                i += 1;
+                eprintln!("{line}");
+                rows.push(line);
             }
         }
+        built.clear();
     }
     println!(
-        "Single-thread throughput, Mops/s (x = ratio to segcache): {n} resident 32 B keys, {ops} timed ops per cell\n"
+        "Single-thread throughput, Mops/s, median of {rounds} interleaved rounds; peers' cells: median ratio to segcache (x) and its range over the rounds. {n} resident 32 B keys, {ops} timed ops per cell.\n"
     );
     let mut header = "| op | value | keys |".to_string();
     for c in &contenders {
@@ -322,20 +372,20 @@ fn run_throughput(n: usize, ops: u64, values: &[usize], caches: &[String]) -> Re
     }
     println!("{header}");
     println!("|---|---|---|{}", "---|".repeat(contenders.len()));
-    let base = contenders.iter().position(|&c| c == Contender::Segcache);
-    for (label, cells) in rows {
-        let mut line = format!("| {label} |");
-        for c in &cells {
-            let v = c.unwrap_or(f64::NAN);
-            match base.and_then(|b| cells[b]) {
-                Some(b) if b > 0.0 => line += &format!(" {v:.2} ({:.2}x) |", v / b),
-                _ => line += &format!(" {v:.2} |"),
-            }
-        }
+    for line in rows {
         println!("{line}");
     }
-    println!("\n2-thread numbers: TODO (segcache::ShardedCache runner not written yet).");
     Ok(())
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    let m = xs.len() / 2;
+    if xs.len() % 2 == 1 {
+        xs[m]
+    } else {
+        (xs[m - 1] + xs[m]) / 2.0
+    }
 }
 
 fn run_full_heap(configs: &[String], overfill: f64, segment_size: usize) -> Result<(), String> {
@@ -345,18 +395,24 @@ fn run_full_heap(configs: &[String], overfill: f64, segment_size: usize) -> Resu
         fullheap::VALUE,
         segment_size >> 10
     );
-    println!("| heap MiB | hash_power | table MiB | items held | table load | B/item all-in | overhead B/item | = item header | + table | + seg headers | + ghosts | + unused heap |");
+    println!("| heap MiB | hash_power (start) | table MiB (end) | items held | table load | B/item all-in | overhead B/item | = item header | + table | + seg headers | + ghosts | + unused heap |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let mut best: Option<(f64, String)> = None;
     for c in configs {
-        let (heap, hp) = c
-            .split_once(':')
-            .and_then(|(h, p)| Some((h.parse::<usize>().ok()?, p.parse::<u8>().ok()?)))
-            .ok_or(format!("bad config {c:?}; expected HEAP_MIB:HASH_POWER"))?;
+        let (heap, hp) = match c.split_once(':') {
+            None => (c.parse::<usize>().ok(), None),
+            Some((h, p)) => (h.parse::<usize>().ok(), p.parse::<u8>().ok()),
+        };
+        let heap = heap
+            .filter(|_| c.split_once(':').is_none_or(|_| hp.is_some()))
+            .ok_or(format!(
+                "bad config {c:?}; expected HEAP_MIB (default table) or HEAP_MIB:HASH_POWER"
+            ))?;
         let r =
             fullheap::measure(heap << 20, segment_size, hp, overfill).map_err(|e| e.to_string())?;
+        let hint = hp.map_or("default".to_string(), |p| p.to_string());
         println!(
-            "| {heap} | {hp} | {:.0} | {} | {:.0}% | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.1} |",
+            "| {heap} | {hint} | {:.1} | {} | {:.0}% | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} | {:.2} | {:.1} |",
             r.stats.hash_table_bytes as f64 / MIB,
             r.stats.items,
             100.0 * r.table_load(),
@@ -369,7 +425,7 @@ fn run_full_heap(configs: &[String], overfill: f64, segment_size: usize) -> Resu
             r.slack_share()
         );
         if best.as_ref().is_none_or(|b| r.overhead() < b.0) {
-            best = Some((r.overhead(), format!("{heap} MiB heap, hash_power {hp}")));
+            best = Some((r.overhead(), format!("{heap} MiB heap, hash_power {hint}")));
         }
     }
     if let Some((o, name)) = best {

@@ -117,12 +117,18 @@ pub fn hash_power_for(items: usize) -> u8 {
 
 impl SegcacheOps {
     /// Heap of about twice the items' segment bytes (at least 64 segments
-    /// of 1 MiB), hash table at <= 50% load.
+    /// of 1 MiB) and the default hash table for that heap (sized for
+    /// ~100-byte items filling it: ~43% load with these items, growing if
+    /// need be).
     pub fn for_items(items: usize, value_len: usize) -> SegcacheOps {
         let seg = 1usize << 20;
         let item = 5 + KEY_LEN + value_len;
         let heap = ((items * item * 2) / seg + 1).max(64) * seg;
-        SegcacheOps::with(heap, hash_power_for(items))
+        let cache = segcache::Segcache::builder()
+            .heap_size(heap)
+            .build()
+            .expect("segcache config");
+        SegcacheOps { cache }
     }
 
     /// Explicit heap and hash power.

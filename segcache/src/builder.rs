@@ -166,10 +166,13 @@ impl Builder {
         self
     }
 
-    /// The hash table has `2^hash_power` buckets of seven items each
-    /// (3..=30), 64 bytes per bucket. By default it is sized for ~100-byte
-    /// items filling the heap. When a key's neighbourhood of buckets is
-    /// full, the least-read item there is evicted (or, under
+    /// The hash table starts with `2^hash_power` buckets of seven items
+    /// each (3..=30), 64 bytes per bucket. By default it starts sized for
+    /// ~100-byte items filling the heap. This is a hint, not a cap: when a
+    /// key's neighbourhood of buckets is full while the heap has room for
+    /// more items than the table holds, the table grows (incrementally, a
+    /// few buckets moved per operation). Only when the heap is full too is
+    /// the least-read item of the neighbourhood evicted (or, under
     /// [`Eviction::None`], the write fails with [`Error::HashTableFull`]).
     pub fn hash_power(mut self, power: u8) -> Self {
         self.hash_power = Some(power);
@@ -251,16 +254,15 @@ impl Builder {
                 format!("{segments} segments; at most {MAX_SEGMENTS} (raise segment_size)"),
             ));
         }
-        let hash_power = match self.hash_power {
-            Some(p) => Self::check_hash_power(p)?,
-            None => default_hash_power(segments * seg),
+        let homes = match self.hash_power {
+            Some(p) => 1usize << Self::check_hash_power(p)?,
+            None => default_buckets(segments * seg),
         };
         let clock = match self.clock {
             Some(manual) => Clock::Manual(manual),
             None => Clock::system(),
         };
-        let mut table =
-            HashTable::try_new(hash_power).map_err(|e| Self::invalid("hash_power", e))?;
+        let mut table = HashTable::try_new(homes).map_err(|e| Self::invalid("hash_power", e))?;
         let Some(path) = self.datapool else {
             if self.restore {
                 return Err(Self::invalid(
@@ -291,7 +293,6 @@ impl Builder {
         let settings = persist::Settings {
             segment_size: seg as u64,
             segments: segments as u64,
-            hash_power,
         };
         let meta = persist::meta_path(&path);
         let restored = if !self.restore {
@@ -410,11 +411,14 @@ fn default_segment_size(heap: usize) -> usize {
     pow2.clamp(4 << 10, 1 << 20)
 }
 
-/// The power of two nearest to the bucket count that puts ~100-byte items
-/// filling `heap` at 80% of the table's seven slots per bucket.
-fn default_hash_power(heap: usize) -> u8 {
-    let buckets = (heap as f64 / (100.0 * 7.0 * 0.8)).max(1.0);
-    (buckets.log2().round() as u8).clamp(MIN_HASH_POWER, MAX_HASH_POWER)
+/// The starting bucket count (any count, not only a power of two) that
+/// puts ~100-byte items filling `heap` at 87% of the table's seven slots
+/// per bucket: dense enough that a full heap of such items costs ~10 bytes
+/// of table per item, sparse enough that few windows fill. Smaller items
+/// make the table grow.
+fn default_buckets(heap: usize) -> usize {
+    let buckets = (heap as f64 / (100.0 * 7.0 * 0.87)).ceil() as usize;
+    buckets.clamp(1 << MIN_HASH_POWER, 1 << MAX_HASH_POWER)
 }
 
 #[cfg(test)]
@@ -507,10 +511,12 @@ mod tests {
     }
 
     #[test]
-    fn default_hash_power_scales_with_heap() {
-        assert_eq!(default_hash_power(64 << 20), 17);
-        assert_eq!(default_hash_power(160 << 20), 18);
-        assert_eq!(default_hash_power(1 << 30), 21);
-        assert_eq!(default_hash_power(4096), MIN_HASH_POWER);
+    fn default_table_size_follows_the_heap() {
+        // 64 MiB of ~100-byte items is ~671k items: ~110k buckets.
+        assert_eq!(default_buckets(64 << 20), 110_196);
+        assert_eq!(default_buckets(1 << 30), 1_763_123);
+        assert_eq!(default_buckets(4096), 1 << MIN_HASH_POWER);
+        let c = Segcache::builder().heap_size(64 << 20).build().unwrap();
+        assert_eq!(c.stats().hash_table_bytes, (110_196 + 7) * 64);
     }
 }

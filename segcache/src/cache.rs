@@ -12,7 +12,7 @@
 use crate::admission::Admission;
 use crate::builder::Eviction;
 use crate::clock::Clock;
-use crate::hashtable::{self, HashTable, Inserted, Location, TableFull};
+use crate::hashtable::{self, hash_key, HashTable, Inserted, Location, TableFull};
 use crate::item::{self, Meta, MAX_KEY_LEN, MAX_VALUE_FIELD};
 use crate::ops::{ArithOpts, DeleteOpts, Found, GetOpts, Request, Response, Store, StoreMode, Ttl};
 use crate::persist;
@@ -82,6 +82,15 @@ pub struct OwnedItem {
 }
 
 impl OwnedItem {
+    /// Becomes a copy of `item`, in the buffers it already has.
+    fn refill(&mut self, item: Item<'_>) {
+        self.key.clear();
+        self.key.extend_from_slice(item.key);
+        self.value.clear();
+        self.value.extend_from_slice(item.value);
+        (self.flags, self.cas, self.ttl) = (item.flags, item.cas, item.ttl);
+    }
+
     /// The item's key.
     pub fn key(&self) -> &[u8] {
         &self.key
@@ -414,6 +423,8 @@ impl Segcache {
     /// ```
     pub fn save(mut self) -> Result<(), Error> {
         let now = self.now();
+        // The snapshot holds one table: finish a growth in progress.
+        self.grow_step(usize::MAX / 2);
         let Some(path) = self.segs.heap().path().map(|p| p.to_path_buf()) else {
             return Err(Error::Persistence(
                 "no datapool: the heap is not in a file".into(),
@@ -423,7 +434,6 @@ impl Segcache {
             settings: persist::Settings {
                 segment_size: self.segs.segment_size() as u64,
                 segments: self.segs.count() as u64,
-                hash_power: self.table.hash_power(),
             },
             segs: &self.segs,
             ttl: &self.ttl.buckets,
@@ -453,20 +463,49 @@ impl Segcache {
     /// item found here is unlinked on the spot.
     #[inline]
     fn lookup_live(&mut self, key: &[u8], now: u32) -> Option<(u64, usize, usize, Location)> {
+        self.lookup_live_hashed(key, hash_key(key), now)
+    }
+
+    /// [`lookup_live`](Self::lookup_live) with the key's hash computed
+    /// already; drains a step of a growing table first.
+    #[inline]
+    fn lookup_live_hashed(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        now: u32,
+    ) -> Option<(u64, usize, usize, Location)> {
+        let (bucket, slot, loc) = self.find_hashed(key, hash)?;
+        self.live_or_unlink(hash, loc, now)
+            .then_some((hash, bucket, slot, loc))
+    }
+
+    /// The key's entry (bucket, slot, location), expired or not; drains a
+    /// step of a growing table first.
+    #[inline]
+    fn find_hashed(&mut self, key: &[u8], hash: u64) -> Option<(usize, usize, Location)> {
         if key.is_empty() || key.len() > MAX_KEY_LEN {
             return None;
         }
-        let hash = self.table.hash(key);
+        if self.table.is_growing() {
+            self.grow_step(hashtable::GROW_STEP_READ);
+        }
         let segs = &self.segs;
         let (bucket, slot, info) = self.table.lookup(hash, |at| segs.item(at).key() == key)?;
-        let loc = hashtable::location(info);
+        Some((bucket, slot, hashtable::location(info)))
+    }
+
+    /// True if the item at `loc` is live at `now`; an expired one is
+    /// unlinked on the spot.
+    #[inline]
+    fn live_or_unlink(&mut self, hash: u64, loc: Location, now: u32) -> bool {
         if self.segs.headers[loc.seg as usize].is_expired(now) {
             self.table.remove_at(hash, loc);
             self.account_unlinked(loc);
             self.counters.expirations += 1;
-            return None;
+            return false;
         }
-        Some((hash, bucket, slot, loc))
+        true
     }
 
     /// The CAS token of the item at `loc`: the one it keeps, or one made of
@@ -543,9 +582,23 @@ impl Segcache {
     /// ```
     pub fn get(&mut self, key: impl AsRef<[u8]>) -> Option<Item<'_>> {
         let key = key.as_ref();
-        let now = self.now();
-        match self.lookup_live(key, now) {
-            Some((_, bucket, slot, loc)) => {
+        self.get_hashed(key, hash_key(key))
+    }
+
+    /// [`get`](Self::get) with the key's hash already computed (by a
+    /// sharded cache, which hashes once to pick the shard).
+    #[inline]
+    pub(crate) fn get_hashed(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
+        // A miss needs no time: the clock is read once an entry is found,
+        // unless a delayed flush is pending (then it goes first, as always).
+        let pending = self.flush_at.is_some().then(|| self.now());
+        let live = self.find_hashed(key, hash).and_then(|(bucket, slot, loc)| {
+            let now = pending.unwrap_or_else(|| self.clock.now());
+            self.live_or_unlink(hash, loc, now)
+                .then_some((now, bucket, slot, loc))
+        });
+        match live {
+            Some((now, bucket, slot, loc)) => {
                 self.counters.hits += 1;
                 self.table.record_access(bucket, slot, now);
                 self.mark(loc, item::FETCHED);
@@ -556,6 +609,13 @@ impl Segcache {
                 None
             }
         }
+    }
+
+    /// Starts loading the hash-table lines a lookup of `key` will read (the
+    /// storage thread runs this a few requests ahead).
+    #[inline]
+    pub(crate) fn prefetch(&self, key: &[u8]) {
+        self.table.prefetch(hash_key(key));
     }
 
     /// Looks a key up without counting a hit, a miss or an access.
@@ -960,7 +1020,17 @@ impl Segcache {
     /// `N`, `R`, `u`) as one step: a touch keeps the CAS token, a vivified
     /// miss creates an empty item and hands this caller the win token.
     pub fn read(&mut self, key: impl AsRef<[u8]>, opts: &GetOpts) -> Result<Option<Found>, Error> {
-        let key = key.as_ref();
+        self.read_reusing(key.as_ref(), opts, None)
+    }
+
+    /// [`read`](Self::read), copying a hit into `reuse`'s buffers when
+    /// given (a [`Batch`](crate::Batch) hands back its last reply's).
+    pub(crate) fn read_reusing(
+        &mut self,
+        key: &[u8],
+        opts: &GetOpts,
+        reuse: Option<OwnedItem>,
+    ) -> Result<Option<Found>, Error> {
         let touch = opts.touch.map(live_secs).transpose()?;
         let vivify = opts.vivify.map(live_secs).transpose()?;
         let now = self.now();
@@ -1031,7 +1101,14 @@ impl Segcache {
             add |= item::FETCHED;
         }
         self.mark(loc, add);
-        let mut item = self.item_view(loc, now).to_owned();
+        let view = self.item_view(loc, now);
+        let mut item = match reuse {
+            Some(mut old) => {
+                old.refill(view);
+                old
+            }
+            None => view.to_owned(),
+        };
         if gone {
             item.ttl = Ttl::Expired;
             self.unlink_item(key, loc);
@@ -1291,10 +1368,21 @@ impl Segcache {
         );
         let segs = &self.segs;
         let may_evict = self.eviction != Eviction::None;
-        match self
-            .table
-            .insert(hash, loc, may_evict, |at| segs.item(at).key() == key)
-        {
+        let (items, live) = (self.counters.items, self.counters.live_bytes);
+        let slots = self.table.slots();
+        // Grow the table rather than drop items while the heap has room: a
+        // free segment, and more items (at the current average size) than
+        // the table holds well.
+        let grow = || {
+            let projected =
+                segs.heap_bytes() as u128 * (items as u128 + 1) / (live as u128 + size as u128);
+            let projected = projected.min(usize::MAX as u128) as usize;
+            (segs.free_count() > 0 && projected > slots / 10 * 9).then_some(projected)
+        };
+        let inserted =
+            self.table
+                .insert(hash, loc, may_evict, |at| segs.item(at).key() == key, grow);
+        let result = match inserted {
             Ok(Inserted { replaced, evicted }) => {
                 if let Some(old) = replaced {
                     self.account_unlinked(hashtable::location(old));
@@ -1331,7 +1419,13 @@ impl Segcache {
                 header.write_offset = start as u32;
                 Err(Error::HashTableFull)
             }
+        };
+        // Every write drains a few homes of a growing table (after the
+        // accounting above, so a dropped item is always a counted one).
+        if self.table.is_growing() {
+            self.grow_step(hashtable::GROW_STEP_WRITE);
         }
+        result
     }
 
     /// Reserves `size` bytes at the tail of the TTL bucket for `ttl`,
@@ -1374,6 +1468,19 @@ impl Segcache {
             }
         }
         Err(Error::OutOfMemory)
+    }
+
+    /// Drains `homes` homes of a table being grown into its successor,
+    /// counting the (rare) items dropped because their new window was full
+    /// as evictions.
+    fn grow_step(&mut self, homes: usize) {
+        let segs = &self.segs;
+        self.table
+            .grow_step(homes, |at| hash_key(segs.item(at).key()));
+        while let Some(info) = self.table.take_dropped() {
+            self.account_unlinked(hashtable::location(info));
+            self.counters.evictions += 1;
+        }
     }
 
     /// Updates segment and cache counters for an item the table no longer
@@ -1683,6 +1790,60 @@ mod tests {
     }
 
     #[test]
+    fn a_small_table_grows_while_the_heap_has_room() {
+        // 8 buckets (56 slots + 49 spare) to start; 2000 items of ~13 bytes
+        // fit the 64 KiB heap easily, so the table grows to hold them all.
+        let mut c = Segcache::builder()
+            .heap_size(64 << 10)
+            .segment_size(4 << 10)
+            .hash_power(3)
+            .eviction(Eviction::None)
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        let before = c.stats().hash_table_bytes;
+        for i in 0..2000u32 {
+            c.set(format!("key{i}").as_bytes(), b"v", 0, None).unwrap();
+            if i % 250 == 0 {
+                c.check_invariants();
+            }
+        }
+        assert_eq!(c.len(), 2000);
+        for i in 0..2000u32 {
+            assert!(c.get(format!("key{i}").as_bytes()).is_some(), "key{i}");
+        }
+        let s = c.stats();
+        assert_eq!((s.evictions, s.items), (0, 2000));
+        assert!(
+            s.hash_table_bytes > 10 * before,
+            "{} -> {}",
+            before,
+            s.hash_table_bytes
+        );
+        c.check_invariants();
+    }
+
+    #[test]
+    fn table_grows_past_hash_power_for_small_items() {
+        // The issue-14 reproduction: 1.5 M one-byte values in a 64 MiB heap
+        // stopped at the default table's slots (917,504); the heap, not the
+        // table, must decide what is kept.
+        let mut c = Segcache::builder().heap_size(64 << 20).build().unwrap();
+        let start = c.stats().hash_table_bytes;
+        let n = 1_500_000u32;
+        for i in 0..n {
+            c.set(format!("k{i}").as_bytes(), b"x", 0, None).unwrap();
+        }
+        let s = c.stats();
+        assert_eq!((s.items, s.evictions), (n as u64, 0));
+        assert!(s.hash_table_bytes > start);
+        for i in (0..n).step_by(7) {
+            assert_eq!(c.get(format!("k{i}").as_bytes()).unwrap().value(), b"x");
+        }
+        c.check_invariants();
+    }
+
+    #[test]
     fn full_hash_table_gives_back_the_reserved_space() {
         let (mut c, _) = {
             let clock = ManualClock::new();
@@ -1696,6 +1857,7 @@ mod tests {
                 .unwrap();
             (c, clock)
         };
+        c.table.growth_disabled = true;
         let mut stored = 0;
         let mut full = 0;
         for i in 0..200u32 {
@@ -1707,8 +1869,8 @@ mod tests {
         }
         assert_eq!(stored + full, 200);
         assert!(
-            full > 0 && stored > 50 && stored <= 56,
-            "8 buckets x 7 slots: {stored}"
+            full > 0 && stored > 50 && stored <= 105,
+            "8 homes x 7 slots, 7 spare buckets: {stored}"
         );
         let s = c.stats();
         // Only the stored items' bytes were consumed.

@@ -65,8 +65,9 @@
 //! `heap_size` bounds the item bytes exactly. Each item costs, in its
 //! segment, a 5-byte header + key + value (+ 4 bytes if its client flags
 //! are nonzero, + 8 if a touch had to move it and keep its CAS token), and
-//! one 8-byte hash-table slot; the table is `2^hash_power` buckets of 64
-//! bytes (7 slots each). At a full heap that is about
+//! one 8-byte hash-table slot; the table is buckets of 64 bytes (7 slots
+//! each), sized from the heap and grown incrementally while the heap has
+//! room for more items than it holds. At a full heap that is about
 //! `5 + key + value + 64 / (7 × load)` bytes per item, with the table
 //! ~85-95 % loaded: 14-16 bytes of overhead for small items. Segment
 //! headers add 44 bytes per segment. [`Segcache::stats`] reports every
@@ -104,12 +105,14 @@
 //! `admission` (merge eviction's small and main pools) and `ghost` (keys
 //! recently evicted), `cache` (the operations), [`ops`] (the
 //! operation vocabulary), `sharded`, [`storage`] (the storage thread),
+//! `batch` ([`Batch`]: the storage thread's request arena),
 //! `flight` (single-flight for `get_or_insert_with`), `builder`, `clock`,
 //! `persist` (warm restart).
 
 #![warn(missing_docs)]
 
 mod admission;
+mod batch;
 mod builder;
 mod cache;
 mod clock;
@@ -137,6 +140,7 @@ mod model_tests;
 #[doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/", env!("CARGO_PKG_README")))]
 pub struct ReadmeDoctests;
 
+pub use batch::Batch;
 pub use builder::{
     Builder, Eviction, MAX_HASH_POWER, MIN_HASH_POWER, MIN_SEGMENTS, MIN_SEGMENT_SIZE,
 };

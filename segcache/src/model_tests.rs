@@ -146,12 +146,18 @@ fn parse_u64(v: &[u8]) -> Option<u64> {
 
 impl Harness {
     fn new(lossy: bool) -> Self {
+        Self::with_table(lossy, if lossy { 10 } else { 16 })
+    }
+
+    /// A harness whose hash table starts at `2^hash_power` buckets (a
+    /// small start makes it grow mid-run).
+    fn with_table(lossy: bool, hash_power: u8) -> Self {
         let clock = ManualClock::new();
-        let (heap, keys_room) = if lossy { (64 << 10, 10) } else { (4 << 20, 16) };
+        let heap = if lossy { 64 << 10 } else { 4 << 20 };
         let cache = Segcache::builder()
             .heap_size(heap)
             .segment_size(4 << 10)
-            .hash_power(keys_room)
+            .hash_power(hash_power)
             .eviction(Eviction::Merge)
             .clock(clock.clone())
             .build()
@@ -460,6 +466,32 @@ proptest! {
         }
         h.finish(48);
         prop_assert_eq!(h.cache.stats().evictions, 0);
+    }
+
+    /// The table starts at 8 buckets and grows (incrementally, drained a
+    /// few buckets per operation) while 600 keys arrive: the cache must
+    /// still agree with the model exactly, and nothing is evicted.
+    #[test]
+    fn matches_model_while_the_table_grows(ops in prop::collection::vec(op(600), 1..1500)) {
+        let mut h = Harness::with_table(false, 3);
+        let start = h.cache.stats().hash_table_bytes;
+        for op in ops {
+            h.step(op);
+        }
+        h.finish(600);
+        prop_assert_eq!(h.cache.stats().evictions, 0);
+        prop_assert!(h.cache.len() < 90 || h.cache.stats().hash_table_bytes > start);
+    }
+
+    /// Growth and eviction together: a small heap, a table that starts at
+    /// 8 buckets, many keys.
+    #[test]
+    fn never_wrong_while_growing_under_eviction(ops in prop::collection::vec(op(3000), 1..3000)) {
+        let mut h = Harness::with_table(true, 3);
+        for op in ops {
+            h.step(op);
+        }
+        h.finish(3000);
     }
 
     /// A small heap under many keys: eviction may lose items, never corrupt

@@ -58,7 +58,6 @@ pub(crate) fn remove_leftover_tmp(datapool: &Path) -> io::Result<bool> {
 pub(crate) struct Settings {
     pub segment_size: u64,
     pub segments: u64,
-    pub hash_power: u8,
 }
 
 /// The structures a successful restore hands to the cache.
@@ -73,6 +72,7 @@ pub(crate) struct Restored {
 pub(crate) struct Snapshot {
     headers: Vec<SegmentHeader>,
     ttl: Vec<TtlBucket>,
+    table_homes: usize,
     table_words: Vec<u64>,
     counters: Counters,
     saved_now: u32,
@@ -185,7 +185,6 @@ pub(crate) fn save(datapool: &Path, parts: SaveParts<'_>) -> io::Result<()> {
     w.u32(VERSION);
     w.u64(parts.settings.segment_size);
     w.u64(parts.settings.segments);
-    w.u8(parts.settings.hash_power);
     w.u32(parts.now);
     w.u64(parts.wall);
     for v in counters_to_array(parts.counters) {
@@ -213,6 +212,8 @@ pub(crate) fn save(datapool: &Path, parts: SaveParts<'_>) -> io::Result<()> {
             w.u32(v);
         }
     }
+    // The table's size is state, not a setting: it grows with the items.
+    w.u64(parts.table.homes() as u64);
     for word in parts.table.words() {
         w.u64(word);
     }
@@ -268,7 +269,6 @@ pub(crate) fn load(path: &Path, settings: Settings) -> Result<Snapshot, String> 
     let saved = Settings {
         segment_size: r.u64()?,
         segments: r.u64()?,
-        hash_power: r.u8()?,
     };
     if saved != settings {
         return Err(format!(
@@ -333,7 +333,14 @@ pub(crate) fn load(path: &Path, settings: Settings) -> Result<Snapshot, String> 
         }
         ttl.push(b);
     }
-    let words = (1usize << settings.hash_power) * 8;
+    let table_homes = r.u64()?;
+    // The checksum passed, so this came from a save; still never size an
+    // allocation from it beyond what the file holds.
+    let words = usize::try_from(table_homes)
+        .ok()
+        .filter(|&h| h > 0 && HashTable::words_for(h) <= r.0.len() / 8)
+        .map(HashTable::words_for)
+        .ok_or("metadata: bad hash table size")?;
     let mut table_words = Vec::with_capacity(words);
     for _ in 0..words {
         table_words.push(r.u64()?);
@@ -345,6 +352,7 @@ pub(crate) fn load(path: &Path, settings: Settings) -> Result<Snapshot, String> 
     Ok(Snapshot {
         headers,
         ttl,
+        table_homes: table_homes as usize,
         table_words,
         counters: counters_from_array(counters),
         saved_now,
@@ -366,7 +374,7 @@ impl Snapshot {
             return Err("heap file does not match the metadata (checksum)".into());
         }
         let headers = &self.headers;
-        table.load_words(&self.table_words, |loc: Location| {
+        *table = HashTable::from_words(self.table_homes, &self.table_words, |loc: Location| {
             headers
                 .get(loc.seg as usize)
                 .is_some_and(|h| h.state != SegState::Free && loc.offset < h.write_offset)

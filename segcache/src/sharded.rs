@@ -10,7 +10,7 @@
 
 use crate::cache::{Expired, OwnedItem, RestoreOutcome, Stats};
 use crate::flight::Flights;
-use crate::hashtable::SHARD_SHIFT;
+use crate::hashtable::{hash_key, SHARD_SHIFT};
 use crate::ops::{Request, Response, Store, Ttl};
 use crate::{Error, Item, Segcache};
 use parking_lot::Mutex;
@@ -47,7 +47,6 @@ struct Shard(Mutex<Segcache>);
 pub struct ShardedCache {
     shards: Box<[Shard]>,
     mask: u64,
-    hasher: ahash::RandomState,
     flights: Flights,
 }
 
@@ -66,7 +65,6 @@ impl ShardedCache {
         ShardedCache {
             mask: caches.len() as u64 - 1,
             shards: caches.into_iter().map(|c| Shard(Mutex::new(c))).collect(),
-            hasher: crate::hashtable::key_hasher(),
             flights: Flights::default(),
         }
     }
@@ -78,7 +76,14 @@ impl ShardedCache {
 
     #[inline]
     fn shard(&self, key: &[u8]) -> parking_lot::MutexGuard<'_, Segcache> {
-        let i = ((self.hasher.hash_one(key) >> SHARD_SHIFT) & self.mask) as usize;
+        self.shard_for(hash_key(key))
+    }
+
+    /// The shard of a key hash, locked (quick_cache's `shard_for`: the
+    /// caller hashes once and hands the hash down to the shard's table).
+    #[inline]
+    fn shard_for(&self, hash: u64) -> parking_lot::MutexGuard<'_, Segcache> {
+        let i = ((hash >> SHARD_SHIFT) & self.mask) as usize;
         self.shards[i].0.lock()
     }
 
@@ -112,7 +117,10 @@ impl ShardedCache {
     /// Looks a key up and copies the item out.
     pub fn get(&self, key: impl AsRef<[u8]>) -> Option<OwnedItem> {
         let key = key.as_ref();
-        self.shard(key).get(key).map(OwnedItem::from)
+        let hash = hash_key(key);
+        self.shard_for(hash)
+            .get_hashed(key, hash)
+            .map(OwnedItem::from)
     }
 
     /// Looks a key up (as [`Segcache::get`]: a hit or a miss is counted)
@@ -120,7 +128,8 @@ impl ShardedCache {
     /// copy. Keep `f` short; it blocks the shard.
     pub fn read_with<R>(&self, key: impl AsRef<[u8]>, f: impl FnOnce(Option<Item<'_>>) -> R) -> R {
         let key = key.as_ref();
-        f(self.shard(key).get(key))
+        let hash = hash_key(key);
+        f(self.shard_for(hash).get_hashed(key, hash))
     }
 
     /// As [`read_with`](Self::read_with), counting nothing (as
@@ -391,8 +400,8 @@ mod tests {
         assert_eq!(s.heap_bytes, 8 << 20);
         assert_eq!(
             s.hash_table_bytes,
-            (1 << 16) * 64,
-            "2^14 buckets x 4 shards"
+            ((1 << 14) + 7) * 64 * 4,
+            "2^14 buckets (+7 spare) x 4 shards"
         );
         for i in 0..1000u32 {
             c.set(i.to_le_bytes(), b"x", i, Some(Duration::from_secs(30)))

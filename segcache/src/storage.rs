@@ -18,6 +18,7 @@
 //! let a client's failure (a panic, a dropped client with requests in
 //! flight) reach the storage thread.
 
+use crate::batch::Batch;
 use crate::cache::{Expired, OwnedItem, RestoreOutcome, Stats};
 use crate::ops::{ArithOpts, DeleteOpts, GetOpts, Request, Response, Store, StoreMode, Ttl};
 use crate::{Builder, Error, Segcache};
@@ -58,10 +59,34 @@ impl Default for StorageConfig {
 /// Most requests taken from one client before moving to the next.
 const BATCH: usize = 256;
 
+/// What a client sends: one request, or a whole [`Batch`] (one message,
+/// its buffers moved, not copied).
+enum Job {
+    One(Request),
+    Batch(Box<Batch>),
+}
+
+/// What comes back: one response, or the batch with its responses.
+enum Done {
+    One(Response),
+    Batch(Box<Batch>),
+}
+
+impl Done {
+    /// The response of a single request (batches are collected by
+    /// [`Client::run`] alone, which never leaves one for anyone else).
+    fn one(self) -> Response {
+        match self {
+            Done::One(response) => response,
+            Done::Batch(_) => unreachable!("a batch reply outside Client::run"),
+        }
+    }
+}
+
 /// One client's queues.
 struct Channel {
-    requests: ArrayQueue<Request>,
-    replies: ArrayQueue<Response>,
+    requests: ArrayQueue<Job>,
+    replies: ArrayQueue<Done>,
     /// The client is parked waiting for a reply.
     waiting: AtomicBool,
     waiter: Mutex<Option<Thread>>,
@@ -135,8 +160,8 @@ impl Shared {
         }
     }
 
-    /// Pushes a request unless shut down. The caller guarantees room.
-    fn push(&self, channel: &Channel, request: Request) -> Result<(), Request> {
+    /// Pushes a job unless shut down. The caller guarantees room.
+    fn push(&self, channel: &Channel, request: Job) -> Result<(), Job> {
         self.submitting.fetch_add(1, SeqCst);
         if self.shutdown.load(SeqCst) {
             self.submitting.fetch_sub(1, SeqCst);
@@ -151,7 +176,7 @@ impl Shared {
     }
 
     /// Waits for the next reply on a channel with a request in flight.
-    fn wait_reply(&self, channel: &Channel) -> Result<Response, Error> {
+    fn wait_reply(&self, channel: &Channel) -> Result<Done, Error> {
         let mut spins = 0u32;
         loop {
             if let Some(reply) = channel.replies.pop() {
@@ -362,10 +387,16 @@ fn drain(cache: &mut Segcache, channels: &[Arc<Channel>]) -> usize {
     for channel in channels {
         let mut n = 0;
         while n < BATCH {
-            let Some(request) = channel.requests.pop() else {
+            let Some(job) = channel.requests.pop() else {
                 break;
             };
-            let reply = cache.execute(&request);
+            let reply = match job {
+                Job::One(request) => Done::One(cache.execute(&request)),
+                Job::Batch(mut batch) => {
+                    batch.execute(cache);
+                    Done::Batch(batch)
+                }
+            };
             // Room is guaranteed: replies waiting <= requests in flight
             // <= capacity.
             let pushed = channel.replies.push(reply);
@@ -389,6 +420,8 @@ pub struct Client {
     in_flight: usize,
     /// Replies collected early, while making room for a blocking submit.
     early: VecDeque<Response>,
+    /// The box a [`Batch`] travels in, kept between runs.
+    spare: Option<Box<Batch>>,
 }
 
 impl Client {
@@ -405,8 +438,11 @@ impl Client {
             return Err(TrySubmitError::Full(request));
         }
         self.shared
-            .push(&self.channel, request)
-            .map_err(TrySubmitError::Closed)?;
+            .push(&self.channel, Job::One(request))
+            .map_err(|job| match job {
+                Job::One(request) => TrySubmitError::Closed(request),
+                Job::Batch(_) => unreachable!("a request was pushed"),
+            })?;
         self.in_flight += 1;
         Ok(())
     }
@@ -416,7 +452,7 @@ impl Client {
     /// thread has stopped.
     pub fn submit(&mut self, request: Request) -> Result<(), Error> {
         if self.in_flight == self.shared.capacity {
-            let reply = self.shared.wait_reply(&self.channel)?;
+            let reply = self.shared.wait_reply(&self.channel)?.one();
             self.in_flight -= 1;
             self.early.push_back(reply);
         }
@@ -435,9 +471,45 @@ impl Client {
         if self.in_flight == 0 {
             return Ok(None);
         }
-        let reply = self.shared.wait_reply(&self.channel)?;
+        let reply = self.shared.wait_reply(&self.channel)?.one();
         self.in_flight -= 1;
         Ok(Some(reply))
+    }
+
+    /// Runs every request of `batch` on the storage thread as one message
+    /// (after the requests submitted before it) and waits for it: its
+    /// responses are then in [`Batch::responses`]. Keys and values travel
+    /// in the batch's arena and read replies reuse the last run's buffers,
+    /// so refilling and rerunning one `Batch` allocates nothing in steady
+    /// state. Replies to earlier requests stay queued for [`recv`](Self::recv).
+    pub fn run(&mut self, batch: &mut Batch) -> Result<(), Error> {
+        if self.in_flight == self.shared.capacity {
+            let reply = self.shared.wait_reply(&self.channel)?.one();
+            self.in_flight -= 1;
+            self.early.push_back(reply);
+        }
+        let mut boxed = self.spare.take().unwrap_or_default();
+        std::mem::swap(&mut *boxed, batch);
+        if let Err(job) = self.shared.push(&self.channel, Job::Batch(boxed)) {
+            if let Job::Batch(mut boxed) = job {
+                std::mem::swap(&mut *boxed, batch);
+                self.spare = Some(boxed);
+            }
+            return Err(Error::Closed);
+        }
+        self.in_flight += 1;
+        loop {
+            let done = self.shared.wait_reply(&self.channel)?;
+            self.in_flight -= 1;
+            match done {
+                Done::One(reply) => self.early.push_back(reply),
+                Done::Batch(mut boxed) => {
+                    std::mem::swap(&mut *boxed, batch);
+                    self.spare = Some(boxed);
+                    return Ok(());
+                }
+            }
+        }
     }
 
     /// Submits one request and waits for its reply (replies to earlier
@@ -511,6 +583,7 @@ impl StorageHandle {
             shared: Arc::clone(&self.shared),
             in_flight: 0,
             early: VecDeque::new(),
+            spare: None,
         }
     }
 
@@ -541,9 +614,9 @@ impl StorageHandle {
             .unwrap_or_else(|| self.shared.register());
         let result = self
             .shared
-            .push(&channel, request)
+            .push(&channel, Job::One(request))
             .map_err(|_| Error::Closed)
-            .and_then(|()| self.shared.wait_reply(&channel));
+            .and_then(|()| self.shared.wait_reply(&channel).map(Done::one));
         if result.is_ok() {
             self.shared.pool.lock().push(channel);
         } else {

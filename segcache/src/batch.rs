@@ -1,0 +1,362 @@
+//! [`Batch`]: many requests for the storage thread in one reusable arena.
+//!
+//! Owns the batch's memory: every key and value of its requests is copied
+//! into one byte arena (requests hold spans of it, not `Vec`s), and its
+//! responses are kept between runs so a read's reply reuses the buffers of
+//! the reply that was in its place last time. A client that fills, runs
+//! and clears the same `Batch` over and over allocates nothing once the
+//! buffers have grown to its working size, and the whole batch crosses to
+//! the storage thread and back as one queue message. On the storage side
+//! [`Batch::execute`] runs the requests in order, prefetching the table
+//! for the keys a few requests ahead. This module never decides what a
+//! request does: every request runs through [`Segcache::execute`] (reads
+//! through its buffer-reusing twin).
+
+use crate::ops::{Request, Response, Store, Ttl};
+use crate::Segcache;
+
+/// A key or value: a range of the batch's byte arena.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Span {
+    start: u32,
+    len: u32,
+}
+
+/// How far ahead of the request being run the table is prefetched.
+const PREFETCH_AHEAD: usize = 4;
+
+/// Requests to run on the storage thread in one round trip, with their
+/// keys and values in one reusable arena; see
+/// [`Client::run`](crate::storage::Client::run).
+///
+/// ```
+/// use segcache::{Batch, Response, Segcache, StorageConfig};
+///
+/// let (handle, thread) = Segcache::builder().spawn_storage(StorageConfig::default())?;
+/// let mut client = handle.client();
+/// let mut batch = Batch::new();
+/// for round in 0..3u32 {
+///     batch.clear(); // keeps every buffer for the next round
+///     batch.set("k", round.to_string(), 0, None);
+///     batch.get("k");
+///     client.run(&mut batch)?;
+///     match &batch.responses()[1] {
+///         Response::Get(Ok(Some(found))) => {
+///             assert_eq!(found.item.value(), round.to_string().as_bytes())
+///         }
+///         other => panic!("{other:?}"),
+///     }
+/// }
+/// drop((client, handle));
+/// thread.join().unwrap();
+/// # Ok::<(), segcache::Error>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct Batch {
+    bytes: Vec<u8>,
+    requests: Vec<Request<Span>>,
+    responses: Vec<Response>,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn span(&mut self, data: &[u8]) -> Span {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(data);
+        Span {
+            start: u32::try_from(start).expect("a batch holds under 4 GiB"),
+            len: data.len() as u32,
+        }
+    }
+
+    fn view(&self, span: Span) -> &[u8] {
+        &self.bytes[span.start as usize..][..span.len as usize]
+    }
+
+    /// Adds any request (its key and value are copied into the arena).
+    pub fn push<B: AsRef<[u8]>>(&mut self, request: &Request<B>) {
+        let request = match request {
+            Request::Get { key, opts } => Request::Get {
+                key: self.span(key.as_ref()),
+                opts: *opts,
+            },
+            Request::Store(s) => Request::Store(Store {
+                mode: s.mode,
+                key: self.span(s.key.as_ref()),
+                value: self.span(s.value.as_ref()),
+                flags: s.flags,
+                ttl: s.ttl,
+                cas: s.cas,
+                invalidate: s.invalidate,
+            }),
+            Request::Delete { key, opts } => Request::Delete {
+                key: self.span(key.as_ref()),
+                opts: *opts,
+            },
+            Request::Arith { key, opts } => Request::Arith {
+                key: self.span(key.as_ref()),
+                opts: *opts,
+            },
+            Request::Touch { key, ttl } => Request::Touch {
+                key: self.span(key.as_ref()),
+                ttl: *ttl,
+            },
+            Request::Flush { delay } => Request::Flush { delay: *delay },
+            Request::Expire => Request::Expire,
+            Request::Clear => Request::Clear,
+            Request::Stats => Request::Stats,
+            Request::Len => Request::Len,
+        };
+        self.requests.push(request);
+    }
+
+    /// Adds a plain read (`Request::Get` with default options).
+    pub fn get(&mut self, key: impl AsRef<[u8]>) {
+        let key = self.span(key.as_ref());
+        self.requests.push(Request::Get {
+            key,
+            opts: Default::default(),
+        });
+    }
+
+    /// Adds a plain set.
+    pub fn set(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        value: impl AsRef<[u8]>,
+        flags: u32,
+        ttl: impl Into<Ttl>,
+    ) {
+        let (key, value) = (self.span(key.as_ref()), self.span(value.as_ref()));
+        let mut store = Store::new(crate::StoreMode::Set, key, value);
+        store.flags = flags;
+        store.ttl = ttl.into();
+        self.requests.push(Request::Store(store));
+    }
+
+    /// Requests in the batch.
+    pub fn len(&self) -> usize {
+        self.requests.len()
+    }
+
+    /// True when the batch holds no request.
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty()
+    }
+
+    /// Empties the batch for the next round, keeping its buffers (and the
+    /// last responses' buffers, which the next reads reuse).
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.requests.clear();
+    }
+
+    /// The responses of the last run, one per request, in order.
+    pub fn responses(&self) -> &[Response] {
+        &self.responses[..self.requests.len().min(self.responses.len())]
+    }
+
+    /// Runs every request on `cache` in order (storage side).
+    pub(crate) fn execute(&mut self, cache: &mut Segcache) {
+        let n = self.requests.len();
+        for i in 0..n.min(PREFETCH_AHEAD) {
+            self.prefetch(cache, i);
+        }
+        for i in 0..n {
+            if i + PREFETCH_AHEAD < n {
+                self.prefetch(cache, i + PREFETCH_AHEAD);
+            }
+            let bytes = &self.bytes;
+            let view = |span: Span| &bytes[span.start as usize..][..span.len as usize];
+            let response = match self.requests[i] {
+                Request::Get { key, opts } => {
+                    // Reuse the buffers of the read reply last in this place.
+                    let reuse = match self.responses.get_mut(i) {
+                        Some(Response::Get(Ok(found))) => found.take().map(|f| f.item),
+                        _ => None,
+                    };
+                    Response::Get(cache.read_reusing(view(key), &opts, reuse))
+                }
+                Request::Store(ref s) => cache.execute(&Request::Store(Store {
+                    mode: s.mode,
+                    key: view(s.key),
+                    value: view(s.value),
+                    flags: s.flags,
+                    ttl: s.ttl,
+                    cas: s.cas,
+                    invalidate: s.invalidate,
+                })),
+                Request::Delete { key, opts } => cache.execute(&Request::Delete {
+                    key: view(key),
+                    opts,
+                }),
+                Request::Arith { key, opts } => cache.execute(&Request::Arith {
+                    key: view(key),
+                    opts,
+                }),
+                Request::Touch { key, ttl } => cache.execute(&Request::Touch {
+                    key: view(key),
+                    ttl,
+                }),
+                Request::Flush { delay } => cache.execute(&Request::<&[u8]>::Flush { delay }),
+                Request::Expire => cache.execute(&Request::<&[u8]>::Expire),
+                Request::Clear => cache.execute(&Request::<&[u8]>::Clear),
+                Request::Stats => cache.execute(&Request::<&[u8]>::Stats),
+                Request::Len => cache.execute(&Request::<&[u8]>::Len),
+            };
+            if i < self.responses.len() {
+                self.responses[i] = response;
+            } else {
+                self.responses.push(response);
+            }
+        }
+    }
+
+    /// Starts loading the table lines request `i`'s key will need.
+    fn prefetch(&self, cache: &Segcache, i: usize) {
+        let key = match &self.requests[i] {
+            Request::Get { key, .. }
+            | Request::Delete { key, .. }
+            | Request::Arith { key, .. }
+            | Request::Touch { key, .. } => *key,
+            Request::Store(s) => s.key,
+            _ => return,
+        };
+        cache.prefetch(self.view(key));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{DeleteOpts, StoreMode};
+    use crate::StorageConfig;
+
+    #[test]
+    fn a_run_follows_earlier_submissions_and_leaves_their_replies() {
+        let config = StorageConfig {
+            queue_capacity: 4,
+            ..StorageConfig::default()
+        };
+        let (handle, thread) = Segcache::builder().spawn_storage(config).unwrap();
+        let mut client = handle.client();
+        // A full queue of single requests, then a batch that reads them.
+        for i in 0..4u32 {
+            let store = Store::new(StoreMode::Set, format!("k{i}").into_bytes(), vec![b'v'; 3]);
+            client.submit(Request::Store(store)).unwrap();
+        }
+        let mut batch = Batch::new();
+        for i in 0..4u32 {
+            batch.get(format!("k{i}"));
+        }
+        batch.get("absent");
+        client.run(&mut batch).unwrap();
+        assert_eq!(batch.responses().len(), 5);
+        for r in &batch.responses()[..4] {
+            assert!(
+                matches!(r, Response::Get(Ok(Some(f))) if f.item.value() == b"vvv"),
+                "{r:?}"
+            );
+        }
+        assert_eq!(batch.responses()[4], Response::Get(Ok(None)));
+        // The earlier replies are still there, in order, for recv.
+        assert_eq!(client.in_flight(), 4);
+        for _ in 0..4 {
+            assert!(matches!(
+                client.recv().unwrap(),
+                Some(Response::Stored(Ok(_)))
+            ));
+        }
+        assert_eq!(client.recv().unwrap(), None);
+        // A closed thread refuses a batch and gives it back untouched.
+        handle.shutdown();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !handle.is_stopped() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the thread never stopped"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        batch.clear();
+        batch.get("k0");
+        assert_eq!(client.run(&mut batch), Err(crate::Error::Closed));
+        assert_eq!(batch.len(), 1);
+        drop((client, handle));
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_batch_answers_like_execute_and_reuses_its_buffers() {
+        let mut direct = Segcache::builder().build().unwrap();
+        let mut batched = Segcache::builder().build().unwrap();
+        let mut batch = Batch::new();
+        let requests: Vec<Request> = (0..200u32)
+            .flat_map(|i| {
+                let key = format!("k{}", i % 37).into_bytes();
+                [
+                    Request::Store(Store::new(
+                        StoreMode::Set,
+                        key.clone(),
+                        i.to_string().into(),
+                    )),
+                    Request::Get {
+                        key: key.clone(),
+                        opts: Default::default(),
+                    },
+                    Request::Store(Store::new(StoreMode::Append, key.clone(), b"+".to_vec())),
+                    Request::Delete {
+                        key: format!("k{}", i % 5).into_bytes(),
+                        opts: DeleteOpts::default(),
+                    },
+                    Request::Get {
+                        key,
+                        opts: Default::default(),
+                    },
+                ]
+            })
+            .collect();
+        for round in requests.chunks(50) {
+            batch.clear();
+            for r in round {
+                batch.push(r);
+            }
+            batch.execute(&mut batched);
+            let want: Vec<Response> = round.iter().map(|r| direct.execute(r)).collect();
+            assert_eq!(batch.responses(), &want[..]);
+        }
+        // Steady state: the arena and the read replies keep their buffers.
+        let arena = batch.bytes.as_ptr();
+        let value_buffers: Vec<*const u8> = batch
+            .responses()
+            .iter()
+            .filter_map(|r| match r {
+                Response::Get(Ok(Some(f))) => Some(f.item.value().as_ptr()),
+                _ => None,
+            })
+            .collect();
+        batch.clear();
+        for r in &requests[requests.len() - 50..] {
+            batch.push(r);
+        }
+        batch.execute(&mut batched);
+        assert_eq!(batch.bytes.as_ptr(), arena, "the arena was reused");
+        let reused = batch
+            .responses()
+            .iter()
+            .filter_map(|r| match r {
+                Response::Get(Ok(Some(f))) => Some(f.item.value().as_ptr()),
+                _ => None,
+            })
+            .filter(|p| value_buffers.contains(p))
+            .count();
+        assert!(
+            reused > 0,
+            "read replies reuse the previous round's buffers"
+        );
+    }
+}
