@@ -821,14 +821,14 @@ pub(crate) fn render(
             _ => failed(out),
         },
         Kind::Store { cas, noreply } => {
-            let mut line = Vec::new();
+            let start = out.len();
             match next(client) {
                 Some(Response::Stored(Ok(_))) => {
                     stats.add(Outcome::Stored, 1);
                     if cas {
                         stats.add(Outcome::CasHits, 1);
                     }
-                    Reply::Stored.write(&mut line);
+                    Reply::Stored.write(out);
                 }
                 Some(Response::Stored(Err(e))) => {
                     if cas {
@@ -838,30 +838,30 @@ pub(crate) fn render(
                             _ => {}
                         }
                     }
-                    write_store_error(&mut line, &e, stats);
+                    write_store_error(out, &e, stats);
                 }
-                _ => failed(&mut line),
+                _ => failed(out),
             }
-            if !noreply {
-                out.extend_from_slice(&line);
+            if noreply {
+                out.truncate(start);
             }
         }
         Kind::Delete { noreply } => {
-            let mut line = Vec::new();
+            let start = out.len();
             match next(client) {
                 Some(Response::Deleted(Ok(()))) => {
                     stats.add(Outcome::DeleteHits, 1);
-                    Reply::Deleted.write(&mut line);
+                    Reply::Deleted.write(out);
                 }
                 Some(Response::Deleted(Err(StoreError::NotFound))) => {
                     stats.add(Outcome::DeleteMisses, 1);
-                    Reply::NotFound.write(&mut line);
+                    Reply::NotFound.write(out);
                 }
-                Some(Response::Deleted(Err(e))) => write_store_error(&mut line, &e, stats),
-                _ => failed(&mut line),
+                Some(Response::Deleted(Err(e))) => write_store_error(out, &e, stats),
+                _ => failed(out),
             }
-            if !noreply {
-                out.extend_from_slice(&line);
+            if noreply {
+                out.truncate(start);
             }
         }
         Kind::Arith { incr, noreply } => {
@@ -870,40 +870,40 @@ pub(crate) fn render(
             } else {
                 (Outcome::DecrHits, Outcome::DecrMisses)
             };
-            let mut line = Vec::new();
+            let start = out.len();
             match next(client) {
                 Some(Response::Number(Ok((n, _)))) => {
                     stats.add(hit, 1);
-                    protocol::write_number(&mut line, n);
+                    protocol::write_number(out, n);
                 }
                 Some(Response::Number(Err(e))) => {
                     if e == StoreError::NotFound {
                         stats.add(miss, 1);
                     }
-                    write_store_error(&mut line, &e, stats);
+                    write_store_error(out, &e, stats);
                 }
-                _ => failed(&mut line),
+                _ => failed(out),
             }
-            if !noreply {
-                out.extend_from_slice(&line);
+            if noreply {
+                out.truncate(start);
             }
         }
         Kind::Touch { noreply } => {
-            let mut line = Vec::new();
+            let start = out.len();
             match next(client) {
                 Some(Response::Touched(Ok(()))) => {
                     stats.add(Outcome::TouchHits, 1);
-                    Reply::Touched.write(&mut line);
+                    Reply::Touched.write(out);
                 }
                 Some(Response::Touched(Err(StoreError::NotFound))) => {
                     stats.add(Outcome::TouchMisses, 1);
-                    Reply::NotFound.write(&mut line);
+                    Reply::NotFound.write(out);
                 }
-                Some(Response::Touched(Err(e))) => write_store_error(&mut line, &e, stats),
-                _ => failed(&mut line),
+                Some(Response::Touched(Err(e))) => write_store_error(out, &e, stats),
+                _ => failed(out),
             }
-            if !noreply {
-                out.extend_from_slice(&line);
+            if noreply {
+                out.truncate(start);
             }
         }
         Kind::Done { noreply } => {
