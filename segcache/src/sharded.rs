@@ -325,7 +325,8 @@ impl ShardedCache {
             cas,
             ..Store::new(mode, key, value)
         };
-        self.store(&store).map(drop)
+        let hash = hash_key(key);
+        self.shard_for(hash).store_located(&store, hash).map(drop)
     }
 
     /// See [`Segcache::append`].
