@@ -827,14 +827,38 @@ impl Segcache {
         flags: u32,
         ttl: impl Into<Ttl>,
     ) -> Result<(), Error> {
-        self.store_mode(
-            StoreMode::Set,
-            key.as_ref(),
-            value.as_ref(),
+        let key = key.as_ref();
+        self.set_hashed(key, hash_key(key), value.as_ref(), flags, ttl.into())
+    }
+
+    /// [`set`](Self::set) with the key's hash already computed: the
+    /// shortest write path (no condition to check, no CAS token to make).
+    #[inline]
+    pub(crate) fn set_hashed(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        value: &[u8],
+        flags: u32,
+        ttl: Ttl,
+    ) -> Result<(), Error> {
+        check_key(key)?;
+        let Some(secs) = live_secs(ttl)? else {
+            // Already expired: the general path unlinks the old item.
+            let store = Store {
+                flags,
+                ttl,
+                ..Store::new(StoreMode::Set, key, value)
+            };
+            return self.store_located(&store, hash).map(drop);
+        };
+        let meta = Meta {
             flags,
-            ttl.into(),
-            None,
-        )
+            ..Meta::default()
+        };
+        let now = self.now();
+        self.write(key, hash, [value, &[]], &meta, secs, now)
+            .map(drop)
     }
 
     /// Stores only if the key is absent, else [`Error::NotStored`].
