@@ -1919,6 +1919,33 @@ mod tests {
     }
 
     #[test]
+    fn set_checks_like_store_and_an_expired_ttl_removes() {
+        let (mut c, _) = small(Eviction::Merge);
+        c.set("k", "v", 3, None).unwrap();
+        assert_eq!(c.set("", "v", 0, None), Err(Error::EmptyKey));
+        let long = [b'k'; MAX_KEY_LEN + 1];
+        assert!(matches!(
+            c.set(long, "v", 0, None),
+            Err(Error::KeyTooLong { .. })
+        ));
+        let huge = vec![0u8; 1 << 20];
+        assert!(matches!(
+            c.set("k", &huge, 0, None),
+            Err(Error::ValueTooLarge { .. })
+        ));
+        // A failed set changed nothing.
+        assert_eq!(
+            c.get_value_with("k", |v, f| (v.to_vec(), f)),
+            Some((b"v".to_vec(), 3))
+        );
+        // Stored already expired: accepted, and nothing is left to read.
+        c.set("k", "w", 0, Ttl::Expired).unwrap();
+        assert!(c.get("k").is_none());
+        assert_eq!(c.len(), 0);
+        c.check_invariants();
+    }
+
+    #[test]
     fn add_replace_cas_semantics() {
         let (mut c, _) = small(Eviction::Merge);
         assert_eq!(c.replace(b"k", b"x", 0, None), Err(Error::NotStored));
