@@ -405,6 +405,7 @@ pub(crate) fn request_key<B: AsRef<[u8]>>(request: &Request<B>) -> Option<&[u8]>
 
 /// TTL seconds as the write path takes them: `Some(0)` never, `None`
 /// already expired.
+#[inline]
 fn live_secs(ttl: Ttl) -> Result<Option<u32>, Error> {
     Ok(match ttl.to_secs()? {
         None => Some(0),
@@ -644,6 +645,16 @@ impl Segcache {
     /// sharded cache, which hashes once to pick the shard).
     #[inline]
     pub(crate) fn get_hashed(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
+        if self.tags_say_miss(hash) {
+            return None;
+        }
+        self.get_found(key, hash)
+    }
+
+    /// The rest of [`get_hashed`](Self::get_hashed), once the tags did not
+    /// rule the key out (out of line, so a miss stays short).
+    #[inline(never)]
+    fn get_found(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
         let (loc, now) = self.hit(key, hash)?;
         if self.segs.item(loc).marks() & item::FETCHED == 0 {
             self.mark(loc, item::FETCHED);
@@ -687,9 +698,22 @@ impl Segcache {
         hash: u64,
         f: impl FnOnce(&[u8], u32) -> R,
     ) -> Option<R> {
+        if self.tags_say_miss(hash) {
+            return None;
+        }
         let (loc, _) = self.hit(key, hash)?;
         let raw = self.segs.item(loc);
         Some(f(raw.value(), raw.client_flags()))
+    }
+
+    /// A miss the table's tags prove with one load, counted: the fast
+    /// exit of a read (not taken while a delayed flush is pending, which
+    /// runs first, nor while the table grows).
+    #[inline(always)]
+    fn tags_say_miss(&mut self, hash: u64) -> bool {
+        let absent = self.flush_at.is_none() && self.table.absent_by_tags(hash);
+        self.counters.misses += absent as u64;
+        absent
     }
 
     /// The counted part of every plain read: finds the key's live item,

@@ -563,6 +563,22 @@ impl HashTable {
         self.table.prefetch(home);
     }
 
+    /// True when the tags alone prove `hash`'s key absent: no table is
+    /// draining, and its home's control word has no matching tag and no
+    /// reach (one load, no slot read). False means "look properly".
+    #[inline(always)]
+    pub(crate) fn absent_by_tags(&self, hash: u64) -> bool {
+        if self.drain.is_some() {
+            return false;
+        }
+        let home = self.table.home(hash);
+        debug_assert!(home < self.table.homes);
+        // SAFETY: `home < homes` (`home` scales a 32-bit value by
+        // homes / 2^32), within `ctrl_unchecked`'s bound.
+        let word = unsafe { self.table.ctrl_unchecked(home) };
+        word & REACH_MASK == 0 && match_byte(word, tag_of(hash)) == 0
+    }
+
     /// The table and bucket a position names.
     #[inline]
     fn resolve(&self, bucket: usize) -> (&Table, usize) {

@@ -62,6 +62,7 @@ pub(crate) fn item_size(key_len: usize, value_len: usize, meta: &Meta) -> usize 
 
 /// Writes an item whose value is the concatenation of `value_parts` into the
 /// front of `dst`, which must be exactly `item_size(..)` bytes long.
+#[inline]
 pub(crate) fn write(dst: &mut [u8], key: &[u8], value_parts: [&[u8]; 2], meta: &Meta) {
     let value_len = value_parts[0].len() + value_parts[1].len();
     debug_assert!(key.len() <= MAX_KEY_LEN && value_len <= MAX_VALUE_FIELD);
@@ -136,7 +137,7 @@ impl<'a> RawItem<'a> {
 
     /// True if this item's key is `key` (lengths first: most mismatches
     /// end at the length byte).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn key_is(&self, key: &[u8]) -> bool {
         self.key_len() == key.len() && bytes_eq(self.key(), key)
     }
