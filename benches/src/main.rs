@@ -71,7 +71,7 @@ enum Cmd {
         /// Value sizes in bytes.
         #[arg(long, value_delimiter = ',', default_value = "64,256")]
         values: Vec<usize>,
-        /// Caches (segcache,quick_cache-unsync,quick_cache-sync,moka-sync,lru).
+        /// Caches (segcache,segcache-lean,quick_cache-unsync,quick_cache-sync,moka-sync,lru).
         #[arg(
             long,
             value_delimiter = ',',
