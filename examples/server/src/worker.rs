@@ -28,13 +28,13 @@
 //! * Affect another connection: every failure (a parse error, a reset, a
 //!   half-sent value) is answered or closed on that connection only.
 
+use crate::backend::Backend;
 use crate::budget::{self, Budget, Held};
 use crate::executor::{render, Batch, Pipe, Settings};
 use crate::metrics::{Metrics, Outcome, WorkerStats};
 use crate::protocol::{self, parse, ParseError};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
-use segcache::storage::Client;
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
@@ -130,7 +130,7 @@ pub struct Worker {
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     incoming: Receiver<TcpStream>,
-    client: Client,
+    backend: Backend,
     stats: Arc<WorkerStats>,
     ctx: Arc<Ctx>,
     batch: Batch,
@@ -146,7 +146,7 @@ impl Worker {
     pub fn new(
         poll: Poll,
         incoming: Receiver<TcpStream>,
-        client: Client,
+        backend: Backend,
         stats: Arc<WorkerStats>,
         ctx: Arc<Ctx>,
     ) -> Self {
@@ -155,7 +155,7 @@ impl Worker {
             conns: Vec::new(),
             free: Vec::new(),
             incoming,
-            client,
+            backend,
             stats,
             ctx: Arc::clone(&ctx),
             batch: Batch::default(),
@@ -177,17 +177,22 @@ impl Worker {
     }
 
     /// Serves connections until shutdown, then answers what was read and
-    /// writes it out (for at most a few seconds) before returning.
-    pub fn run(mut self) {
+    /// writes it out (for at most a few seconds) before returning. Returns
+    /// why saving an inline cache's datapool failed, if it did.
+    pub fn run(mut self) -> Result<(), String> {
         let mut events = Events::with_capacity(1024);
         loop {
-            let timeout = if !self.again.is_empty() {
+            let mut timeout = if !self.again.is_empty() {
                 Some(Duration::ZERO)
             } else if self.ctx.limits.idle_timeout.is_some() {
                 Some(Duration::from_secs(1))
             } else {
                 None
             };
+            if let Some(due) = self.backend.deadline() {
+                let left = due.saturating_duration_since(Instant::now());
+                timeout = Some(timeout.map_or(left, |t| t.min(left)));
+            }
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     eprintln!("segcache-server: worker poll failed: {e}");
@@ -214,12 +219,14 @@ impl Worker {
                 self.on_readable(t);
             }
             self.finish_round();
+            self.backend.chores(self.read_at);
             self.sweep_idle();
             if self.ctx.shutdown.load(Ordering::SeqCst) {
                 break;
             }
         }
         self.drain();
+        self.backend.finish()
     }
 
     /// Graceful end: read what clients already sent, answer it, write the
@@ -428,7 +435,7 @@ impl Worker {
                 break;
             }
             let mut pipe = Pipe {
-                client: &mut self.client,
+                backend: &mut self.backend,
                 batch: &mut self.batch,
                 stats: &self.stats,
                 now_unix: self.now_unix,
@@ -570,13 +577,15 @@ impl Worker {
     fn collect(&mut self) {
         let metrics = Arc::clone(&self.ctx.metrics);
         let batch = &mut self.batch;
+        self.backend.run();
+        let mut replies = self.backend.replies().iter();
         for action in batch.actions.drain(..) {
             match self.conns.get_mut(action.conn).and_then(Option::as_mut) {
                 Some(conn) => {
                     render(
                         action.kind,
                         &batch.arena,
-                        &mut self.client,
+                        &mut replies,
                         &mut conn.wbuf,
                         &self.stats,
                         &metrics,
@@ -590,7 +599,7 @@ impl Worker {
                     render(
                         action.kind,
                         &batch.arena,
-                        &mut self.client,
+                        &mut replies,
                         &mut sink,
                         &self.stats,
                         &metrics,
@@ -598,6 +607,7 @@ impl Worker {
                 }
             }
         }
+        self.backend.clear();
         batch.arena.clear();
         if batch.arena.capacity() > (4 << 20) {
             batch.arena.shrink_to(64 << 10);
