@@ -212,11 +212,15 @@ impl Worker {
                     self.on_writable(t);
                 }
                 if event.is_readable() || event.is_read_closed() || event.is_error() {
-                    self.on_readable(t);
+                    // Edge-triggered: a read shorter than the room offered
+                    // emptied the socket, and more data raises a new event.
+                    // Read on to the end when the peer closed or erred.
+                    let drain = event.is_read_closed() || event.is_error();
+                    self.on_readable(t, !drain);
                 }
             }
             for t in std::mem::take(&mut self.again) {
-                self.on_readable(t);
+                self.on_readable(t, false);
             }
             self.finish_round();
             self.backend.chores(self.read_at);
@@ -240,7 +244,7 @@ impl Worker {
                 .fetch_sub(1, Ordering::Relaxed);
         }
         for t in 0..self.conns.len() {
-            self.on_readable(t);
+            self.on_readable(t, false);
             if let Some(c) = self.conns[t].as_mut() {
                 c.closing = true;
                 mark(&mut self.dirty, c, t);
@@ -325,7 +329,10 @@ impl Worker {
         }
     }
 
-    fn on_readable(&mut self, t: usize) {
+    /// Reads and answers what connection `t` sent; with `short_ends`, a
+    /// read that did not fill the room offered ends the turn (it emptied
+    /// the socket: saves the read that would only say "would block").
+    fn on_readable(&mut self, t: usize, short_ends: bool) {
         // Requests already buffered first (after a pause).
         self.process_input(t);
         let max_buf = self.ctx.settings.max_value + protocol::MAX_MULTIGET_LINE_LEN + 4096;
@@ -386,10 +393,14 @@ impl Worker {
                     return;
                 }
                 Ok(n) => {
+                    let short = conn.rend + n < conn.rbuf.len();
                     conn.rend += n;
                     conn.last_read = self.read_at;
                     self.stats.add(Outcome::BytesRead, n as u64);
                     self.process_input(t);
+                    if short && short_ends {
+                        return;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
