@@ -126,10 +126,7 @@ impl AdminConn {
 
     fn http_reply(&mut self, head_only: bool, path: &str, stats: &StatsSource, ctx: &Ctx) {
         let (status, body) = match path {
-            "/metrics" => (
-                "200 OK",
-                ctx.metrics.prometheus(stats.stats().as_ref()),
-            ),
+            "/metrics" => ("200 OK", ctx.metrics.prometheus(stats.stats().as_ref())),
             "/" => ("200 OK", "segcache-server admin: GET /metrics\n".into()),
             _ => ("404 Not Found", "not found\n".into()),
         };

@@ -118,7 +118,11 @@ impl Backend {
     /// A plain `get` (counts a hit or a miss, as `Request::Get` with
     /// default options does) whose item `f` reads in place, without a
     /// copy or a response: only inline, else `None` and `f` is not called.
-    pub(crate) fn get_inline<R>(&mut self, key: &[u8], f: impl FnOnce(Option<Item<'_>>) -> R) -> Option<R> {
+    pub(crate) fn get_inline<R>(
+        &mut self,
+        key: &[u8],
+        f: impl FnOnce(Option<Item<'_>>) -> R,
+    ) -> Option<R> {
         match &mut self.0 {
             Way::Inline(inline) => Some(f(inline.cache.get(key))),
             Way::Thread { .. } => None,
@@ -208,7 +212,9 @@ impl Backend {
                 inline.port.close();
                 let cache = inline.cache;
                 if cache.has_datapool() {
-                    cache.save().map_err(|e| format!("saving the datapool: {e}"))
+                    cache
+                        .save()
+                        .map_err(|e| format!("saving the datapool: {e}"))
                 } else {
                     Ok(())
                 }

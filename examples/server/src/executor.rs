@@ -10,9 +10,11 @@
 //!   (`ms` with `C` on a set or replace is a compare-and-swap, `ma N`
 //!   vivifies with `J`...), which replies `noreply` and `q` hide, and meta
 //!   flags answered in request order.
-//! * The batch: commands of a worker's event-loop round are submitted to the
-//!   storage thread at once (pipelined); `Kind` records how to render each
-//!   reply when `render` collects the responses in submission order.
+//! * The batch: commands of a worker's event-loop round are submitted to
+//!   its [`Backend`] (one message to the storage thread, or run inline);
+//!   `Kind` records how to render each reply when `render` collects the
+//!   responses in submission order. Inline, a plain `get` renders the item
+//!   where it lies instead.
 //!
 //! # What it must never do
 //! * Compose a command out of several storage requests that change data:
@@ -22,6 +24,7 @@
 //!   stored.
 //! * Touch sockets: the worker owns I/O and hands this module bytes.
 
+use crate::backend::Backend;
 use crate::metrics::{Cmd, Metrics, Outcome, WorkerStats};
 use crate::protocol::{
     self, exptime_ttl, msg, write_client_error, write_meta_data, write_meta_end, write_meta_flag,
@@ -29,7 +32,6 @@ use crate::protocol::{
     MetaKey, MetaStatus, ParseError, Reply, Tokens,
 };
 use segcache::ops::{ArithOpts, DeleteOpts, Found, GetOpts};
-use crate::backend::Backend;
 use segcache::{Error as StoreError, Request, Response, Store, StoreMode, Ttl};
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -806,7 +808,7 @@ pub(crate) fn render(
                 );
             }
             Some(Response::Get(Ok(None))) => stats.add(Outcome::GetMisses, 1),
-            Some(Response::Get(Err(e))) => write_store_error(out, &e, stats),
+            Some(Response::Get(Err(e))) => write_store_error(out, e, stats),
             _ => failed(out),
         },
         Kind::Store { cas, noreply } => {
@@ -827,7 +829,7 @@ pub(crate) fn render(
                             _ => {}
                         }
                     }
-                    write_store_error(out, &e, stats);
+                    write_store_error(out, e, stats);
                 }
                 _ => failed(out),
             }
@@ -846,7 +848,7 @@ pub(crate) fn render(
                     stats.add(Outcome::DeleteMisses, 1);
                     Reply::NotFound.write(out);
                 }
-                Some(Response::Deleted(Err(e))) => write_store_error(out, &e, stats),
+                Some(Response::Deleted(Err(e))) => write_store_error(out, e, stats),
                 _ => failed(out),
             }
             if noreply {
@@ -869,7 +871,7 @@ pub(crate) fn render(
                     if *e == StoreError::NotFound {
                         stats.add(miss, 1);
                     }
-                    write_store_error(out, &e, stats);
+                    write_store_error(out, e, stats);
                 }
                 _ => failed(out),
             }
@@ -888,7 +890,7 @@ pub(crate) fn render(
                     stats.add(Outcome::TouchMisses, 1);
                     Reply::NotFound.write(out);
                 }
-                Some(Response::Touched(Err(e))) => write_store_error(out, &e, stats),
+                Some(Response::Touched(Err(e))) => write_store_error(out, e, stats),
                 _ => failed(out),
             }
             if noreply {
@@ -907,7 +909,7 @@ pub(crate) fn render(
         }
         Kind::Stats => match next(replies) {
             Some(Response::Stats(st)) => {
-                for (name, value) in metrics.stat_lines(Some(&st)) {
+                for (name, value) in metrics.stat_lines(Some(st)) {
                     protocol::write_stat(out, name, value);
                 }
                 protocol::write_end(out);
@@ -931,7 +933,7 @@ pub(crate) fn render(
                     } else {
                         stats.add(Outcome::GetHits, 1);
                     }
-                    render_meta_hit(out, &flags, key, &found, before, touch, vivify);
+                    render_meta_hit(out, &flags, key, found, before, touch, vivify);
                 }
                 Some(Response::Get(Ok(None))) => {
                     if !flags.has(b'u') {
@@ -944,7 +946,7 @@ pub(crate) fn render(
                         write_meta_end(out);
                     }
                 }
-                Some(Response::Get(Err(e))) => write_store_error(out, &e, stats),
+                Some(Response::Get(Err(e))) => write_store_error(out, e, stats),
                 _ => failed(out),
             }
         }
@@ -958,7 +960,7 @@ pub(crate) fn render(
                 Some(Response::Stored(Err(StoreError::NotStored))) => (MetaStatus::NotStored, 0),
                 Some(Response::Stored(Err(StoreError::Exists))) => (MetaStatus::Exists, 0),
                 Some(Response::Stored(Err(StoreError::NotFound))) => (MetaStatus::NotFound, 0),
-                Some(Response::Stored(Err(e))) => return write_store_error(out, &e, stats),
+                Some(Response::Stored(Err(e))) => return write_store_error(out, e, stats),
                 _ => return failed(out),
             };
             // `q` hides success only.
@@ -991,7 +993,7 @@ pub(crate) fn render(
                     MetaStatus::NotFound
                 }
                 Some(Response::Deleted(Err(StoreError::Exists))) => MetaStatus::Exists,
-                Some(Response::Deleted(Err(e))) => return write_store_error(out, &e, stats),
+                Some(Response::Deleted(Err(e))) => return write_store_error(out, e, stats),
                 _ => return failed(out),
             };
             // `q` hides success only (memcached shows NF and EX).
@@ -1017,7 +1019,11 @@ pub(crate) fn render(
             };
             let existed = before.is_none_or(|b| b.is_some());
             let reply = next(replies);
-            let after = if peek_after { peeked_ttl(replies) } else { None };
+            let after = if peek_after {
+                peeked_ttl(replies)
+            } else {
+                None
+            };
             let (hit, miss) = if flags.incr() {
                 (Outcome::IncrHits, Outcome::IncrMisses)
             } else {
@@ -1077,7 +1083,7 @@ pub(crate) fn render(
                     MetaStatus::NotFound
                 }
                 Some(Response::Number(Err(StoreError::Exists))) => MetaStatus::Exists,
-                Some(Response::Number(Err(e))) => return write_store_error(out, &e, stats),
+                Some(Response::Number(Err(e))) => return write_store_error(out, e, stats),
                 _ => return failed(out),
             };
             write_meta_status(out, status);
@@ -1107,7 +1113,7 @@ pub(crate) fn render(
                 );
             }
             Some(Response::Get(Ok(None))) => out.extend_from_slice(b"EN\r\n"),
-            Some(Response::Get(Err(e))) => write_store_error(out, &e, stats),
+            Some(Response::Get(Err(e))) => write_store_error(out, e, stats),
             _ => failed(out),
         },
     }

@@ -2,7 +2,8 @@
 //!
 //! Threads: the caller's thread runs the listener (accepts, enforces
 //! `max_connections`, hands connections round-robin to the workers over a
-//! channel plus a mio `Waker`); N [`Worker`]s; one segcache storage thread;
+//! channel plus a mio `Waker`); N [`Worker`]s; with more than one worker,
+//! one segcache storage thread (a single worker owns the cache itself);
 //! an admin thread (plain-text `stats`/`version`/`quit`, and HTTP
 //! `GET /metrics` in Prometheus text format); a signal thread that turns
 //! SIGTERM/SIGINT into a shutdown: stop accepting, let workers answer what

@@ -1,19 +1,23 @@
 //! A worker thread: an epoll (mio) event loop over its share of the client
-//! connections (connection I/O only), talking to the storage thread through
-//! one pipelining [`segcache::storage::Client`]. What a command means and
-//! how its reply reads is the executor's ([`crate::executor`]).
+//! connections (connection I/O only), reaching the cache through its
+//! [`Backend`] (the storage thread, or a cache of its own when it is the
+//! only worker). What a command means and how its reply reads is the
+//! executor's ([`crate::executor`]).
 //!
 //! # One loop iteration
 //! 1. Wait for events (or not at all when some connection still has work).
-//! 2. For every readable connection, read what the socket has, parse every
-//!    complete command and hand it to the executor, which submits its core
-//!    request (pipelined) and notes how to render the reply. Commands
+//! 2. For every readable connection, read what the socket has (a short
+//!    read ends its turn: the socket is empty), parse every complete
+//!    command and hand it to the executor, which submits its core
+//!    request and notes how to render the reply. Commands
 //!    answered without storage (`version`, parse errors...) get a
 //!    pre-rendered entry, so every connection's replies stay in order.
 //! 3. Collect the storage responses in submission order and let the
 //!    executor render each connection's replies into its write buffer: one
-//!    batch, not a request/response ping-pong per command.
+//!    batch (one message to the storage thread), not a request/response
+//!    ping-pong per command.
 //! 4. Write what each socket takes; the rest waits for a writable event.
+//! 5. The backend's chores (an inline cache's expiry and admin stats).
 //!
 //! Never interprets a command or a response itself.
 //!

@@ -10,11 +10,31 @@ use std::process::{Command, Stdio};
 
 #[test]
 fn sigterm_saves_and_sigkill_does_not() {
-    let dir = std::env::temp_dir().join(format!("segcache-server-warm-{}", std::process::id()));
+    saves_on_sigterm_only("2");
+}
+
+/// One worker owns the cache (no storage thread) and saves it itself.
+#[test]
+fn sigterm_saves_and_sigkill_does_not_with_the_cache_inline() {
+    saves_on_sigterm_only("1");
+}
+
+fn saves_on_sigterm_only(workers: &str) {
+    let dir = std::env::temp_dir().join(format!(
+        "segcache-server-warm-{}-{workers}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let pool = dir.join("pool");
     let pool_arg = pool.to_str().unwrap().to_string();
-    let args = ["--heap-size", "16MiB", "--datapool", pool_arg.as_str()];
+    let args = [
+        "--heap-size",
+        "16MiB",
+        "--datapool",
+        pool_arg.as_str(),
+        "--workers",
+        workers,
+    ];
 
     let mut server = Server::start(&args);
     let mut conn = server.connect();
@@ -70,16 +90,34 @@ fn an_unusable_datapool_path_is_a_config_error() {
 
 #[test]
 fn a_save_that_fails_on_sigterm_exits_nonzero() {
-    let dir =
-        std::env::temp_dir().join(format!("segcache-server-warm-fail-{}", std::process::id()));
+    failed_save_exits_nonzero("2");
+}
+
+#[test]
+fn a_save_that_fails_on_sigterm_exits_nonzero_with_the_cache_inline() {
+    failed_save_exits_nonzero("1");
+}
+
+fn failed_save_exits_nonzero(workers: &str) {
+    let dir = std::env::temp_dir().join(format!(
+        "segcache-server-warm-fail-{}-{workers}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let pool = dir.join("pool");
     let pool_arg = pool.to_str().unwrap().to_string();
-    let mut server = Server::start(&["--heap-size", "16MiB", "--datapool", pool_arg.as_str()]);
+    let mut server = Server::start(&[
+        "--heap-size",
+        "16MiB",
+        "--datapool",
+        pool_arg.as_str(),
+        "--workers",
+        workers,
+    ]);
     let mut conn = server.connect();
     conn.expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
     drop(conn);
-    // A directory where the snapshot goes: the storage thread's save fails,
+    // A directory where the snapshot goes: the save fails,
     // and the server must say so with its exit code.
     std::fs::create_dir(dir.join("pool.meta")).unwrap();
     assert_eq!(
