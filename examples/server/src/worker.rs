@@ -140,6 +140,8 @@ pub struct Worker {
     batch: Batch,
     dirty: Vec<usize>,
     again: Vec<usize>,
+    /// An empty list traded with `dirty` and `again` as they are walked.
+    spare: Vec<usize>,
     now_unix: u64,
     read_at: Instant,
     budget: Budget,
@@ -165,6 +167,7 @@ impl Worker {
             batch: Batch::default(),
             dirty: Vec::new(),
             again: Vec::new(),
+            spare: Vec::new(),
             now_unix: crate::metrics::unix_now(),
             read_at: Instant::now(),
             budget: ctx.limits.budget(),
@@ -223,9 +226,12 @@ impl Worker {
                     self.on_readable(t, !drain);
                 }
             }
-            for t in std::mem::take(&mut self.again) {
+            // Swapped with a spare list, so neither list is reallocated.
+            let mut again = std::mem::replace(&mut self.again, std::mem::take(&mut self.spare));
+            for t in again.drain(..) {
                 self.on_readable(t, false);
             }
+            self.spare = again;
             self.finish_round();
             self.backend.chores(self.read_at);
             self.sweep_idle();
@@ -647,7 +653,8 @@ impl Worker {
     /// End of an event-loop round: answer, write, close.
     fn finish_round(&mut self) {
         self.collect();
-        for t in std::mem::take(&mut self.dirty) {
+        let mut dirty = std::mem::replace(&mut self.dirty, std::mem::take(&mut self.spare));
+        for t in dirty.drain(..) {
             let Some(conn) = self.conns.get_mut(t).and_then(Option::as_mut) else {
                 continue;
             };
@@ -664,6 +671,7 @@ impl Worker {
                 self.close(t);
             }
         }
+        self.spare = dirty;
         self.budget.trim();
         self.stats.set_buffered(self.budget.used());
     }
