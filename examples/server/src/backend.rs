@@ -21,7 +21,7 @@
 
 use mio::Waker;
 use segcache::storage::Client;
-use segcache::{Item, Request, Response, Segcache, StorageHandle};
+use segcache::{Item, Request, Response, RestoreOutcome, Segcache, StorageHandle};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -74,7 +74,7 @@ enum Way {
 
 /// A cache a single worker owns.
 struct Inline {
-    cache: Segcache,
+    cache: OwnedCache,
     /// Responses of the round so far, in submission order.
     replies: Vec<Response>,
     next_expire: Instant,
@@ -94,7 +94,7 @@ impl Backend {
 
     /// Requests run on `cache`, owned by the calling worker; `port` is how
     /// the admin port asks for its stats.
-    pub fn inline(cache: Segcache, port: Arc<StatsPort>) -> Self {
+    pub fn inline(cache: OwnedCache, port: Arc<StatsPort>) -> Self {
         Backend(Way::Inline(Box::new(Inline {
             cache,
             replies: Vec::new(),
@@ -111,7 +111,7 @@ impl Backend {
                 *copied += request_bytes(request);
                 batch.push(request);
             }
-            Way::Inline(inline) => inline.replies.push(inline.cache.execute(request)),
+            Way::Inline(inline) => inline.replies.push(inline.cache.get_mut().execute(request)),
         }
     }
 
@@ -124,7 +124,7 @@ impl Backend {
         f: impl FnOnce(Option<Item<'_>>) -> R,
     ) -> Option<R> {
         match &mut self.0 {
-            Way::Inline(inline) => Some(f(inline.cache.get(key))),
+            Way::Inline(inline) => Some(f(inline.cache.get_mut().get(key))),
             Way::Thread { .. } => None,
         }
     }
@@ -195,11 +195,11 @@ impl Backend {
             return;
         };
         if now >= inline.next_expire {
-            inline.cache.expire();
+            inline.cache.get_mut().expire();
             inline.next_expire = now + EXPIRE_EVERY;
         }
         if inline.port.wanted.load(Ordering::Acquire) {
-            inline.port.answer(inline.cache.stats());
+            inline.port.answer(inline.cache.get_mut().stats());
         }
     }
 
@@ -208,17 +208,57 @@ impl Backend {
     pub(crate) fn finish(self) -> Result<(), String> {
         match self.0 {
             Way::Thread { .. } => Ok(()),
-            Way::Inline(inline) => {
+            Way::Inline(mut inline) => {
                 inline.port.close();
-                let cache = inline.cache;
-                if cache.has_datapool() {
-                    cache
-                        .save()
-                        .map_err(|e| format!("saving the datapool: {e}"))
-                } else {
-                    Ok(())
-                }
+                inline.cache.save()
             }
+        }
+    }
+}
+
+/// A cache one worker will own. Saved to its datapool (if it has one) by
+/// [`Backend::finish`], or when dropped without it (a start that failed
+/// after the cache was built): as the storage thread saves its cache
+/// whenever it ends, except after a panic (the cache may be half-changed).
+pub struct OwnedCache(Option<Segcache>);
+
+impl OwnedCache {
+    /// Wraps a built cache.
+    pub fn new(cache: Segcache) -> Self {
+        OwnedCache(Some(cache))
+    }
+
+    /// What the cache found in its datapool.
+    pub fn restore_outcome(&self) -> &RestoreOutcome {
+        self.get().restore_outcome()
+    }
+
+    fn get(&self) -> &Segcache {
+        self.0.as_ref().expect("present until saved")
+    }
+
+    fn get_mut(&mut self) -> &mut Segcache {
+        self.0.as_mut().expect("present until saved")
+    }
+
+    /// Saves a cache with a datapool (once); the cache is gone after.
+    fn save(&mut self) -> Result<(), String> {
+        match self.0.take() {
+            Some(cache) if cache.has_datapool() => cache
+                .save()
+                .map_err(|e| format!("saving the datapool: {e}")),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for OwnedCache {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        if let Err(e) = self.save() {
+            eprintln!("segcache-server: {e}");
         }
     }
 }

@@ -10,7 +10,7 @@
 //! they already read and write it out, stop storage, return.
 
 use crate::admin;
-use crate::backend::{Backend, StatsPort, StatsSource};
+use crate::backend::{Backend, OwnedCache, StatsPort, StatsSource};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::worker::{Ctx, Worker};
@@ -144,7 +144,11 @@ impl Server {
             other => StartError::Io(format!("cannot start storage: {other}")),
         };
         let (mut own_cache, handle, storage) = if inline {
-            (Some(builder.build().map_err(storage_err)?), None, None)
+            (
+                Some(OwnedCache::new(builder.build().map_err(storage_err)?)),
+                None,
+                None,
+            )
         } else {
             let (handle, storage) = builder
                 .spawn_storage(StorageConfig {

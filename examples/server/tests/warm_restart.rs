@@ -128,3 +128,58 @@ fn failed_save_exits_nonzero(workers: &str) {
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A start that fails after the cache restored its snapshot (the port is
+/// taken) saves the cache again on its way out: the snapshot is consumed
+/// at start, and the next start must still find the items. With the
+/// cache inline (one worker), the failed start drops the cache in place.
+#[test]
+fn a_start_that_fails_after_restoring_keeps_the_snapshot_with_the_cache_inline() {
+    let dir = std::env::temp_dir().join(format!(
+        "segcache-server-warm-failstart-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pool = dir.join("pool");
+    let pool_arg = pool.to_str().unwrap().to_string();
+    let args = [
+        "--heap-size",
+        "16MiB",
+        "--datapool",
+        pool_arg.as_str(),
+        "--workers",
+        "1",
+    ];
+    let mut server = Server::start(&args);
+    let mut conn = server.connect();
+    conn.expect(b"set kept 7 0 4\r\nsafe\r\n", b"STORED\r\n");
+    drop(conn);
+    assert_eq!(server.signal_and_wait("TERM"), Some(0));
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let mut failed = Command::new(BIN)
+        .args(["--port", &port, "--admin-port", "0"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run segcache-server");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = failed.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "did not exit");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1), "a taken port fails the start");
+    drop(taken);
+
+    let server = Server::start(&args);
+    let mut conn = server.connect();
+    conn.expect(b"get kept\r\n", b"VALUE kept 7 4\r\nsafe\r\nEND\r\n");
+    drop(conn);
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
