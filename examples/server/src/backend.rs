@@ -217,7 +217,7 @@ impl Backend {
 }
 
 /// A cache one worker will own. Saved to its datapool (if it has one) by
-/// [`Backend::finish`], or when dropped without it (a start that failed
+/// the worker when it stops, or when dropped before that (a start that failed
 /// after the cache was built): as the storage thread saves its cache
 /// whenever it ends, except after a panic (the cache may be half-changed).
 pub struct OwnedCache(Option<Segcache>);
