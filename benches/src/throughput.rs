@@ -50,6 +50,9 @@ pub trait OpCache {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Contender {
     Segcache,
+    /// segcache read through [`segcache::Segcache::get_value_with`] (value
+    /// and flags only: the bindings' read).
+    SegcacheLean,
     QuickUnsync,
     QuickSync,
     MokaSync,
@@ -61,6 +64,7 @@ impl Contender {
     /// Every contender, segcache first (the baseline for ratios).
     pub const ALL: [Contender; 6] = [
         Contender::Segcache,
+        Contender::SegcacheLean,
         Contender::QuickUnsync,
         Contender::QuickSync,
         Contender::MokaSync,
@@ -72,6 +76,7 @@ impl Contender {
     pub fn label(self) -> &'static str {
         match self {
             Contender::Segcache => "segcache",
+            Contender::SegcacheLean => "segcache-lean",
             Contender::QuickUnsync => "quick_cache-unsync",
             Contender::QuickSync => "quick_cache-sync",
             Contender::MokaSync => "moka-sync",
@@ -90,6 +95,10 @@ impl Contender {
     pub fn build(self, items: usize, value_len: usize) -> Box<dyn OpCache> {
         match self {
             Contender::Segcache => Box::new(SegcacheOps::for_items(items, value_len)),
+            Contender::SegcacheLean => Box::new(SegcacheOps {
+                lean: true,
+                ..SegcacheOps::for_items(items, value_len)
+            }),
             Contender::QuickUnsync => Box::new(QuickUnsyncOps::new(items, value_len)),
             Contender::QuickSync => Box::new(QuickSyncOps::new(items, value_len)),
             Contender::MokaSync => Box::new(MokaOps::new(items)),
@@ -104,6 +113,8 @@ impl Contender {
 /// `segcache::Segcache` (default merge eviction, system clock).
 pub struct SegcacheOps {
     cache: segcache::Segcache,
+    /// Read with `get_value_with` instead of `get`.
+    lean: bool,
 }
 
 /// Smallest hash power whose buckets (7 slots each) keep the table at or
@@ -129,7 +140,7 @@ impl SegcacheOps {
             .heap_size(heap)
             .build()
             .expect("segcache config");
-        SegcacheOps { cache }
+        SegcacheOps { cache, lean: false }
     }
 
     /// Explicit heap and hash power.
@@ -139,7 +150,7 @@ impl SegcacheOps {
             .hash_power(hash_power)
             .build()
             .expect("segcache config");
-        SegcacheOps { cache }
+        SegcacheOps { cache, lean: false }
     }
 
     /// The inner cache (for stats).
@@ -151,6 +162,12 @@ impl SegcacheOps {
 impl OpCache for SegcacheOps {
     #[inline]
     fn get(&mut self, key: &[u8]) -> bool {
+        if self.lean {
+            return self
+                .cache
+                .get_value_with(key, |value, _| black_box(value.len()))
+                .is_some();
+        }
         match self.cache.get(key) {
             Some(item) => {
                 black_box(item.value().len());
