@@ -62,7 +62,7 @@ pub enum Contender {
 
 impl Contender {
     /// Every contender, segcache first (the baseline for ratios).
-    pub const ALL: [Contender; 6] = [
+    pub const ALL: [Contender; 7] = [
         Contender::Segcache,
         Contender::SegcacheLean,
         Contender::QuickUnsync,
