@@ -106,8 +106,19 @@ impl Segcache {
         Ok(())
     }
 
-    /// Unlinks a segment's items as evictions and frees it.
+    /// Unlinks a segment's items as evictions and frees it. Under merge
+    /// eviction its items are remembered as ghosts of its pool, as those
+    /// of a merge are (a warm key evicted whole comes back warm).
     fn evict_segment(&mut self, id: u32) {
+        if self.eviction == Eviction::Merge {
+            let main = self.admission.is_main(id);
+            for (offset, item) in self.segs.item_offsets(id) {
+                let hash = self.table.hash(item.key());
+                if self.table.locate(hash, Location { seg: id, offset }).is_some() {
+                    self.admission.remember(hash, main);
+                }
+            }
+        }
         let items = self.unlink_segment(id);
         self.retire_segment(id);
         self.counters.evictions += items as u64;
@@ -161,7 +172,8 @@ impl Segcache {
 
     /// Merge-eviction steps until one frees a segment (an evaluation may
     /// only move segments to main). After a few steps that free nothing,
-    /// or if no step is possible, the oldest small segment is evicted
+    /// or if no step is possible, the oldest small segments are evaluated
+    /// with at least one freed, else the oldest small segment is evicted
     /// whole; false if there is none.
     fn merge_evict(&mut self, now: u32) -> bool {
         let free = self.segs.free_count();
@@ -172,6 +184,9 @@ impl Segcache {
             if self.segs.free_count() > free {
                 return true;
             }
+        }
+        if self.evaluate_small(now, self.small_count(), true) && self.segs.free_count() > free {
+            return true;
         }
         match self.oldest_small() {
             Some(id) => {
@@ -188,16 +203,20 @@ impl Segcache {
         if self.compact_any() {
             return true;
         }
-        let in_use = self.segs.count() - self.segs.free_count();
-        let small = in_use - self.admission.mains();
+        let small = self.small_count();
         self.admission.ghosts.fit(self.counters.items as usize);
         let small_bytes = (small * self.segs.segment_size()) as u64;
         // The small pool first while it is over its share, else main.
         let small_first = small_bytes > self.admission.small_target();
-        if small_first && self.evaluate_small(now, small) {
+        if small_first && self.evaluate_small(now, small, false) {
             return true;
         }
-        self.merge_main(now) || (!small_first && self.evaluate_small(now, small))
+        self.merge_main(now) || (!small_first && self.evaluate_small(now, small, false))
+    }
+
+    /// Segments in use in the small pool.
+    fn small_count(&self) -> usize {
+        self.segs.count() - self.segs.free_count() - self.admission.mains()
     }
 
     /// The oldest sealed small segment, exactly for heaps of up to 4096
@@ -228,8 +247,10 @@ impl Segcache {
     }
 
     /// Evaluates the oldest small segments of one TTL bucket: read items
-    /// move to the main pool, the rest are evicted as ghosts.
-    fn evaluate_small(&mut self, now: u32, small: usize) -> bool {
+    /// move to the main pool, the rest are evicted as ghosts. If
+    /// `must_free`, a segment is freed even if read items must go (the
+    /// least read first).
+    fn evaluate_small(&mut self, now: u32, small: usize, must_free: bool) -> bool {
         let Some(mut first) = self.oldest_small() else {
             return false;
         };
@@ -254,10 +275,17 @@ impl Segcache {
         let mut len = 0;
         let seg_size = self.segs.segment_size();
         let prev = self.segs.headers[first as usize].prev;
-        // Top up the main segment just before, if it has room.
+        // Top up the main segment just before, if it has room and its
+        // deadlines are close enough to the small segment's (else it would
+        // end the run at one segment, and the pool could only be evicted
+        // whole: main segments are old, their deadlines spread wide).
         let forced = if self.sealed(prev)
             && self.admission.is_main(prev)
             && (self.segs.headers[prev as usize].live_bytes as usize) < seg_size - seg_size / 8
+            && self
+                .widen(bucket, (0, 0), prev)
+                .and_then(|range| self.widen(bucket, range, first))
+                .is_some()
         {
             chain[0] = prev;
             len = 1;
@@ -289,7 +317,7 @@ impl Segcache {
             Plan {
                 forced,
                 min_freq: PROMOTE_FREQ as usize,
-                may_keep_all: true,
+                may_keep_all: !must_free,
                 ghosts: Some(false),
                 main: true,
             },
@@ -570,10 +598,17 @@ impl Segcache {
                         if from != to {
                             self.segs.copy(from, to, item.size as usize);
                         }
-                        // Survivors age (their count halves); a forced item
-                        // that stays where it is keeps its count.
-                        if from != to || (item.index as usize) >= plan.forced {
+                        // Survivors of a selection age (their count halves);
+                        // forced items (a compaction, a topped-up segment)
+                        // were not judged and keep theirs: halving them on
+                        // every compaction turned warm probation items cold
+                        // before their evaluation.
+                        let forced = (item.index as usize) < plan.forced;
+                        if from != to || !forced {
                             self.table.move_slot(bucket, slot, to);
+                            if forced {
+                                self.table.set_frequency(bucket, slot, item.freq);
+                            }
                         }
                         written[out].0 += item.size as usize;
                         written[out].1 += 1;
@@ -581,7 +616,7 @@ impl Segcache {
                     None => {
                         self.table.clear_at(bucket, slot);
                         if let Some(from_main) = plan.ghosts {
-                            self.admission.ghosts.insert(item.hash, from_main);
+                            self.admission.remember(item.hash, from_main);
                         }
                         evicted += 1;
                     }
