@@ -114,7 +114,11 @@ impl Admission {
             None => false,
             Some(from_main) => {
                 let [small, main] = self.remembered;
-                let weight = if from_main { small / main } else { main / small };
+                let weight = if from_main {
+                    small / main
+                } else {
+                    main / small
+                };
                 let step = size as u64 * ADAPT_STEP * weight.max(1);
                 self.small_target = if from_main {
                     self.small_target.saturating_sub(step)
@@ -188,7 +192,10 @@ mod tests {
         assert!(a.readmit(mix(1), 1000), "a small-pool ghost starts warm");
         let grown = a.small_target() - start;
         assert_eq!(grown, 1000, "the common pool's ghost moves by its size");
-        assert!(!a.readmit(mix(11), 1000), "a main ghost does not start warm");
+        assert!(
+            !a.readmit(mix(11), 1000),
+            "a main ghost does not start warm"
+        );
         let shrunk = start + grown - a.small_target();
         assert!(
             (9_000..=11_000).contains(&shrunk),

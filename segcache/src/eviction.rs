@@ -114,7 +114,11 @@ impl Segcache {
             let main = self.admission.is_main(id);
             for (offset, item) in self.segs.item_offsets(id) {
                 let hash = self.table.hash(item.key());
-                if self.table.locate(hash, Location { seg: id, offset }).is_some() {
+                if self
+                    .table
+                    .locate(hash, Location { seg: id, offset })
+                    .is_some()
+                {
                     self.admission.remember(hash, main);
                 }
             }
