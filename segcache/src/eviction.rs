@@ -702,6 +702,8 @@ fn pack(
 #[cfg(test)]
 mod tests {
     use super::{pack, LiveItem};
+    use crate::hashtable::{self, Location};
+    use crate::segments::SegState;
     use crate::{Eviction, ManualClock, Segcache};
     use std::time::Duration;
 
@@ -818,6 +820,113 @@ mod tests {
             .clock(clock.clone())
             .build()
             .unwrap()
+    }
+
+    /// Where a key's item is and its access count.
+    fn entry(c: &Segcache, key: &str) -> Option<(Location, u8)> {
+        let hash = c.table.hash(key.as_bytes());
+        c.table
+            .lookup(hash, |at| c.segs.item(at).key() == key.as_bytes())
+            .map(|(_, _, info)| (hashtable::location(info), hashtable::frequency(info)))
+    }
+
+    #[test]
+    fn compaction_moves_items_with_their_access_counts() {
+        // Read keys interleaved with overwritten ones: compaction packs the
+        // read ones over the dead versions, and must not age them (it
+        // judges nothing; halving turned read probation items cold before
+        // their evaluation).
+        let clock = ManualClock::new();
+        let mut c = merge_cache(64 << 10, 4 << 10, &clock);
+        for k in 0..120u32 {
+            c.set(format!("w{k:03}"), [1u8; 80], 0, None).unwrap();
+            c.set(format!("o{}", k % 4), [2u8; 80], 0, None).unwrap();
+        }
+        clock.advance(Duration::from_secs(1));
+        for k in 0..120u32 {
+            assert!(c.get(format!("w{k:03}")).is_some());
+        }
+        let before: Vec<_> = (0..120u32)
+            .map(|k| entry(&c, &format!("w{k:03}")).unwrap())
+            .collect();
+        assert!(before.iter().all(|&(_, f)| f == 1), "one access each");
+        assert!(c.compact_any(), "half the bytes are dead: a run compacts");
+        let after: Vec<_> = (0..120u32)
+            .map(|k| entry(&c, &format!("w{k:03}")).unwrap())
+            .collect();
+        let moved = before
+            .iter()
+            .zip(&after)
+            .filter(|(b, a)| b.0 != a.0)
+            .count();
+        assert!(moved > 20, "compaction moved read items: {moved}");
+        assert!(
+            after.iter().all(|&(_, f)| f == 1),
+            "moved items keep their count"
+        );
+        assert_eq!(c.stats().evictions, 0);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn small_segments_are_evaluated_even_after_a_main_segment_of_older_deadlines() {
+        // A main segment whose deadlines are far from the small segments'
+        // after it cannot be topped up with their items (TTL precision);
+        // the evaluation must still run on the small segments alone and
+        // free one, not stop at the main segment.
+        let clock = ManualClock::new();
+        let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+        let ttl = Some(Duration::from_secs(160));
+        for k in 0..60u32 {
+            c.set(format!("a{k}"), [1u8; 80], 0, ttl).unwrap();
+        }
+        for id in 0..c.segs.count() as u32 {
+            if c.segs.headers[id as usize].state != SegState::Free {
+                c.admission.set_main(id, true);
+            }
+        }
+        // 100 s later (deadlines 100 s apart, the bucket allows 9): new
+        // segments, small, never read.
+        clock.advance(Duration::from_secs(100));
+        for k in 0..200u32 {
+            c.set(format!("b{k}"), [1u8; 80], 0, ttl).unwrap();
+        }
+        let small = c.small_count();
+        assert!(small >= 4, "small segments: {small}");
+        let (free, evictions) = (c.segs.free_count(), c.stats().evictions);
+        assert!(c.evaluate_small(100, small, false));
+        assert!(c.segs.free_count() > free, "the evaluation freed a segment");
+        assert!(c.stats().evictions > evictions, "unread items went");
+        for k in 0..60u32 {
+            assert!(c.contains(format!("a{k}")), "main items stay");
+        }
+        c.check_invariants();
+    }
+
+    #[test]
+    fn keys_of_a_segment_evicted_whole_come_back_warm() {
+        let clock = ManualClock::new();
+        let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+        for k in 0..100u32 {
+            c.set(format!("k{k}"), [1u8; 80], 0, None).unwrap();
+        }
+        let (at, _) = entry(&c, "k0").unwrap();
+        let gone: Vec<u32> = (0..100u32)
+            .filter(|k| entry(&c, &format!("k{k}")).unwrap().0.seg == at.seg)
+            .collect();
+        c.evict_segment(at.seg);
+        assert!(gone.len() > 10 && gone.iter().all(|k| !c.contains(format!("k{k}"))));
+        for k in &gone {
+            c.set(format!("k{k}"), [1u8; 80], 0, None).unwrap();
+        }
+        let warm = gone
+            .iter()
+            .filter(|k| entry(&c, &format!("k{k}")).unwrap().1 == super::PROMOTE_FREQ)
+            .count();
+        assert!(warm * 4 >= gone.len() * 3, "{warm}/{} warm", gone.len());
+        let cold = entry(&c, "k99").unwrap().1;
+        assert_eq!(cold, 0, "a key never evicted has no access");
+        c.check_invariants();
     }
 
     #[test]
