@@ -501,7 +501,7 @@ impl PyCache {
 
     /// The value stored under key, or default when it is missing.
     #[pyo3(signature = (key, default=None))]
-    fn get<'py>(
+    pub(crate) fn get<'py>(
         &self,
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
@@ -542,7 +542,7 @@ impl PyCache {
     /// Stores value under key, replacing any old value; ttl in seconds
     /// (None or 0: never expires).
     #[pyo3(signature = (key, value, ttl=None))]
-    fn set(
+    pub(crate) fn set(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
@@ -659,7 +659,7 @@ impl PyCache {
     }
 
     /// Removes key; True if it was present.
-    fn delete(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    pub(crate) fn delete(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         match read_key(key, &mut KeyBuf::new())? {
             Some(k) => self.remove(k),
             None => Ok(false),
@@ -966,14 +966,14 @@ impl PyCache {
         Ok(py.detach(|| cache.len()))
     }
 
-    fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    pub(crate) fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         match read_key(key, &mut KeyBuf::new())? {
             Some(k) => Ok(self.cache()?.contains(k)),
             None => Ok(false),
         }
     }
 
-    fn __getitem__<'py>(
+    pub(crate) fn __getitem__<'py>(
         &self,
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
@@ -985,7 +985,7 @@ impl PyCache {
         found.ok_or_else(|| PyKeyError::new_err(key.clone().unbind()))
     }
 
-    fn __setitem__(
+    pub(crate) fn __setitem__(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
@@ -997,7 +997,7 @@ impl PyCache {
             .map_err(|e| to_py_err(e, Some(key)))
     }
 
-    fn __delitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
+    pub(crate) fn __delitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
         if self.delete(key)? {
             Ok(())
         } else {

@@ -1,0 +1,255 @@
+//! The hot methods' entry points: `get`, `set`, `delete` and the mapping
+//! dunders of `Cache`, as plain `METH_FASTCALL` C functions installed over
+//! the ones pyo3 generated.
+//!
+//! Owns the calling convention of these seven methods and nothing else:
+//! each entry point only unpacks positional arguments and calls the same
+//! `PyCache` method pyo3's wrapper calls, so behaviour is identical. What
+//! it saves per call is pyo3's trampoline (its thread-local attach count,
+//! deferred-decref pool check and panic trap) and its argument parser,
+//! about half of the binding's own instructions per `get`. A call with
+//! keyword arguments or an unexpected argument count is handed to the
+//! method pyo3 generated (kept aside at install time), so errors and
+//! keyword handling are pyo3's, unchanged.
+//!
+//! Installing `__getitem__`, `__setitem__`, `__delitem__` and
+//! `__contains__` as method descriptors makes CPython route `c[k]`,
+//! `c[k] = v`, `del c[k]` and `k in c` through its generic slots (which
+//! look the method up and vectorcall it), and makes the bound
+//! `c.__setitem__` a fast-call method instead of a slot wrapper that builds
+//! an argument tuple per call.
+//!
+//! Must never: run Python code before its arguments are checked the way
+//! pyo3 would check them, let a panic cross into CPython, or hold a
+//! `Py<T>` it drops (pyo3 counts this thread as detached here, so a
+//! dropped `Py<T>` would wait in pyo3's pool until its next call).
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyTuple, PyType};
+use std::ffi::CString;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use crate::cache::PyCache;
+
+/// The methods this module replaces, in [`SLOW`]'s order: name and the
+/// positional argument counts the fast path takes (self excluded).
+const METHODS: [(&str, ffi::Py_ssize_t, ffi::Py_ssize_t); 7] = [
+    ("get", 1, 2),
+    ("set", 2, 3),
+    ("delete", 1, 1),
+    ("__getitem__", 1, 1),
+    ("__setitem__", 2, 2),
+    ("__delitem__", 1, 1),
+    ("__contains__", 1, 1),
+];
+
+/// The descriptors pyo3 generated for [`METHODS`] (strong references, kept
+/// for the life of the process), for calls the fast path does not take.
+static SLOW: [AtomicPtr<ffi::PyObject>; 7] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 7];
+
+/// The entry points, in [`METHODS`]' order.
+const ENTRIES: [ffi::PyCFunctionFastWithKeywords; 7] =
+    [get, set, delete, getitem, setitem, delitem, contains];
+
+/// Replaces pyo3's descriptors for [`METHODS`] on `Cache` with fast-call
+/// ones, keeping each one's docstring and text signature.
+pub fn install(ty: &Bound<'_, PyType>) -> PyResult<()> {
+    let py = ty.py();
+    for (i, (name, _, _)) in METHODS.iter().enumerate() {
+        let original = ty.getattr(*name)?;
+        let doc: Option<String> = original.getattr("__doc__")?.extract()?;
+        let sig: Option<String> = original.getattr("__text_signature__")?.extract()?;
+        // CPython reads a text signature from a docstring that starts with
+        // "name(...)\n--\n\n".
+        let doc = match sig {
+            Some(sig) => format!("{name}{sig}\n--\n\n{}", doc.unwrap_or_default()),
+            None => doc.unwrap_or_default(),
+        };
+        let def = Box::leak(Box::new(ffi::PyMethodDef {
+            ml_name: CString::new(*name)?.into_raw(),
+            ml_meth: ffi::PyMethodDefPointer {
+                PyCFunctionFastWithKeywords: ENTRIES[i],
+            },
+            ml_flags: ffi::METH_FASTCALL | ffi::METH_KEYWORDS,
+            ml_doc: CString::new(doc)?.into_raw(),
+        }));
+        // SAFETY: `def` lives for the rest of the process (leaked), `ty` is
+        // a live type object, and we are attached.
+        let descr = unsafe {
+            Bound::from_owned_ptr_or_err(py, ffi::PyDescr_NewMethod(ty.as_type_ptr(), def))?
+        };
+        SLOW[i].store(original.unbind().into_ptr(), Ordering::Release);
+        ty.setattr(*name, descr)?;
+    }
+    Ok(())
+}
+
+/// Runs `body` on the cache behind `slf` and the positional arguments, or
+/// hands the call to pyo3's method `slow` (keywords, another count).
+///
+/// # Safety
+/// CPython's fast-call contract: attached, `slf` an instance of `Cache`
+/// (the method descriptor checked it), `args` holding `nargs` positional
+/// then `len(kwnames)` keyword arguments, all borrowed.
+#[inline(always)]
+unsafe fn call(
+    slow: usize,
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+    body: impl for<'py> FnOnce(
+        &PyCache,
+        Python<'py>,
+        &[Borrowed<'_, 'py, PyAny>],
+    ) -> PyResult<Bound<'py, PyAny>>,
+) -> *mut ffi::PyObject {
+    let (_, min, max) = METHODS[slow];
+    // SAFETY: CPython calls methods attached to the interpreter.
+    let py = unsafe { Python::assume_attached() };
+    let out = catch_unwind(AssertUnwindSafe(|| {
+        if !kwnames.is_null() || nargs < min || nargs > max {
+            // SAFETY: forwarded from our caller.
+            return unsafe { call_slow(py, slow, slf, args, nargs, kwnames) };
+        }
+        // SAFETY: the descriptor checked `slf`'s type; `args` holds
+        // `nargs` (at most 3, checked above) live objects that the caller
+        // keeps alive for this call.
+        let (cache, args) = unsafe {
+            debug_assert!(!slf.is_null() && (0..=3).contains(&nargs));
+            let slf = Borrowed::from_ptr(py, slf);
+            let arg = |i: ffi::Py_ssize_t| {
+                if i < nargs {
+                    Borrowed::from_ptr(py, *args.offset(i))
+                } else {
+                    slf
+                }
+            };
+            (
+                slf.cast_unchecked::<PyCache>().get() as *const PyCache,
+                [arg(0), arg(1), arg(2)],
+            )
+        };
+        let args = &args[..nargs as usize];
+        // SAFETY: `slf` is borrowed for the call, so the cache outlives it.
+        body(unsafe { &*cache }, py, args)
+    }));
+    match out {
+        Ok(Ok(v)) => v.into_ptr(),
+        Ok(Err(e)) => {
+            e.restore(py);
+            std::ptr::null_mut()
+        }
+        Err(_) => {
+            PyRuntimeError::new_err("segcache: internal error (a Rust panic) in a Cache method")
+                .restore(py);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// Calls pyo3's method: `SLOW[slow](slf, *args, **kwargs)`.
+///
+/// # Safety
+/// As [`call`].
+#[cold]
+unsafe fn call_slow<'py>(
+    py: Python<'py>,
+    slow: usize,
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: install() stored a strong reference before the method that
+    // leads here existed; it is never released.
+    let method = unsafe { Borrowed::from_ptr(py, SLOW[slow].load(Ordering::Acquire)) };
+    let kwnames = (!kwnames.is_null())
+        // SAFETY: a tuple of str, borrowed for the call.
+        .then(|| unsafe { Borrowed::from_ptr(py, kwnames).cast_unchecked::<PyTuple>() });
+    let nkw = kwnames.as_ref().map_or(0, |k| k.len());
+    // SAFETY: the caller's arguments, borrowed for the call.
+    let all = unsafe { std::slice::from_raw_parts(args, nargs as usize + nkw) };
+    // SAFETY: every pointer is a live object (above).
+    let obj = |p: *mut ffi::PyObject| unsafe { Borrowed::from_ptr(py, p) };
+    let positional: Vec<_> = std::iter::once(obj(slf))
+        .chain(all[..nargs as usize].iter().map(|p| obj(*p)))
+        .collect();
+    let positional = PyTuple::new(py, positional)?;
+    let kwargs = match kwnames {
+        None => None,
+        Some(names) => {
+            let d = PyDict::new(py);
+            for (name, value) in names.iter().zip(&all[nargs as usize..]) {
+                d.set_item(name, obj(*value))?;
+            }
+            Some(d)
+        }
+    };
+    method.call(positional, kwargs.as_ref())
+}
+
+/// Declares an entry point: `call` with the index into [`METHODS`].
+macro_rules! entry {
+    ($(#[$doc:meta])* $name:ident = $slow:expr, |$cache:ident, $py:ident, $a:ident| $body:expr) => {
+        $(#[$doc])*
+        unsafe extern "C" fn $name(
+            slf: *mut ffi::PyObject,
+            args: *const *mut ffi::PyObject,
+            nargs: ffi::Py_ssize_t,
+            kwnames: *mut ffi::PyObject,
+        ) -> *mut ffi::PyObject {
+            // SAFETY: CPython calls it as a fast-call method of `Cache`.
+            unsafe { call($slow, slf, args, nargs, kwnames, |$cache, $py, $a| $body) }
+        }
+    };
+}
+
+/// `True`/`False` as a Python object.
+#[inline]
+fn py_bool(py: Python<'_>, b: bool) -> Bound<'_, PyAny> {
+    pyo3::types::PyBool::new(py, b).to_owned().into_any()
+}
+
+entry!(
+    /// `Cache.get(key, default=None)`.
+    get = 0,
+    |c, py, a| c.get(py, &a[0], a.get(1).map(|d| Bound::clone(d)))
+);
+entry!(
+    /// `Cache.set(key, value, ttl=None)`.
+    set = 1,
+    |c, py, a| c
+        .set(py, &a[0], &a[1], a.get(2).map(|t| &**t))
+        .map(|()| py.None().into_bound(py))
+);
+entry!(
+    /// `Cache.delete(key)`.
+    delete = 2,
+    |c, py, a| c.delete(&a[0]).map(|b| py_bool(py, b))
+);
+entry!(
+    /// `Cache.__getitem__(key)`.
+    getitem = 3,
+    |c, py, a| c.__getitem__(py, &a[0])
+);
+entry!(
+    /// `Cache.__setitem__(key, value)`.
+    setitem = 4,
+    |c, py, a| c
+        .__setitem__(py, &a[0], &a[1])
+        .map(|()| py.None().into_bound(py))
+);
+entry!(
+    /// `Cache.__delitem__(key)`.
+    delitem = 5,
+    |c, py, a| c.__delitem__(&a[0]).map(|()| py.None().into_bound(py))
+);
+entry!(
+    /// `Cache.__contains__(key)`.
+    contains = 6,
+    |c, py, a| c.__contains__(&a[0]).map(|b| py_bool(py, b))
+);
