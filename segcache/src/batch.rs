@@ -12,6 +12,7 @@
 //! request does: every request runs through [`Segcache::execute`] (reads
 //! through its buffer-reusing twin).
 
+use crate::hashtable::hash_key;
 use crate::ops::{Request, Response, Store, Ttl};
 use crate::Segcache;
 
@@ -163,12 +164,16 @@ impl Batch {
     /// Runs every request on `cache` in order (storage side).
     pub(crate) fn execute(&mut self, cache: &mut Segcache) {
         let n = self.requests.len();
-        for i in 0..n.min(PREFETCH_AHEAD) {
-            self.prefetch(cache, i);
+        // The key hashes of the requests prefetched ahead, by `i % AHEAD`:
+        // each key is hashed once, for the prefetch and the run.
+        let mut hashes = [0u64; PREFETCH_AHEAD];
+        for (i, hash) in hashes.iter_mut().enumerate().take(n) {
+            *hash = self.prefetch(cache, i);
         }
         for i in 0..n {
+            let hash = hashes[i % PREFETCH_AHEAD];
             if i + PREFETCH_AHEAD < n {
-                self.prefetch(cache, i + PREFETCH_AHEAD);
+                hashes[i % PREFETCH_AHEAD] = self.prefetch(cache, i + PREFETCH_AHEAD);
             }
             let bytes = &self.bytes;
             let view = |span: Span| &bytes[span.start as usize..][..span.len as usize];
@@ -179,29 +184,41 @@ impl Batch {
                         Some(Response::Get(Ok(found))) => found.take().map(|f| f.item),
                         _ => None,
                     };
-                    Response::Get(cache.read_reusing(view(key), &opts, reuse))
+                    Response::Get(cache.read_reusing(view(key), hash, &opts, reuse))
                 }
-                Request::Store(ref s) => cache.execute(&Request::Store(Store {
-                    mode: s.mode,
-                    key: view(s.key),
-                    value: view(s.value),
-                    flags: s.flags,
-                    ttl: s.ttl,
-                    cas: s.cas,
-                    invalidate: s.invalidate,
-                })),
-                Request::Delete { key, opts } => cache.execute(&Request::Delete {
-                    key: view(key),
-                    opts,
-                }),
-                Request::Arith { key, opts } => cache.execute(&Request::Arith {
-                    key: view(key),
-                    opts,
-                }),
-                Request::Touch { key, ttl } => cache.execute(&Request::Touch {
-                    key: view(key),
-                    ttl,
-                }),
+                Request::Store(ref s) => cache.execute_hashed(
+                    &Request::Store(Store {
+                        mode: s.mode,
+                        key: view(s.key),
+                        value: view(s.value),
+                        flags: s.flags,
+                        ttl: s.ttl,
+                        cas: s.cas,
+                        invalidate: s.invalidate,
+                    }),
+                    hash,
+                ),
+                Request::Delete { key, opts } => cache.execute_hashed(
+                    &Request::Delete {
+                        key: view(key),
+                        opts,
+                    },
+                    hash,
+                ),
+                Request::Arith { key, opts } => cache.execute_hashed(
+                    &Request::Arith {
+                        key: view(key),
+                        opts,
+                    },
+                    hash,
+                ),
+                Request::Touch { key, ttl } => cache.execute_hashed(
+                    &Request::Touch {
+                        key: view(key),
+                        ttl,
+                    },
+                    hash,
+                ),
                 Request::Flush { delay } => cache.execute(&Request::<&[u8]>::Flush { delay }),
                 Request::Expire => cache.execute(&Request::<&[u8]>::Expire),
                 Request::Clear => cache.execute(&Request::<&[u8]>::Clear),
@@ -216,17 +233,20 @@ impl Batch {
         }
     }
 
-    /// Starts loading the table lines request `i`'s key will need.
-    fn prefetch(&self, cache: &Segcache, i: usize) {
+    /// Starts loading the table lines request `i`'s key will need; returns
+    /// the key's hash (0 for a request without a key).
+    fn prefetch(&self, cache: &Segcache, i: usize) -> u64 {
         let key = match &self.requests[i] {
             Request::Get { key, .. }
             | Request::Delete { key, .. }
             | Request::Arith { key, .. }
             | Request::Touch { key, .. } => *key,
             Request::Store(s) => s.key,
-            _ => return,
+            _ => return 0,
         };
-        cache.prefetch(self.view(key));
+        let hash = hash_key(self.view(key));
+        cache.prefetch(hash);
+        hash
     }
 }
 

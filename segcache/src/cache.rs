@@ -327,6 +327,23 @@ fn format_u64(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     &buf[at..]
 }
 
+/// The key a request is about (`None` for whole-cache requests).
+#[inline]
+pub(crate) fn request_key<B: AsRef<[u8]>>(request: &Request<B>) -> Option<&[u8]> {
+    match request {
+        Request::Get { key, .. }
+        | Request::Delete { key, .. }
+        | Request::Arith { key, .. }
+        | Request::Touch { key, .. } => Some(key.as_ref()),
+        Request::Store(store) => Some(store.key.as_ref()),
+        Request::Flush { .. }
+        | Request::Expire
+        | Request::Clear
+        | Request::Stats
+        | Request::Len => None,
+    }
+}
+
 /// TTL seconds as the write path takes them: `Some(0)` never, `None`
 /// already expired.
 fn live_secs(ttl: Ttl) -> Result<Option<u32>, Error> {
@@ -459,25 +476,15 @@ impl Segcache {
         now
     }
 
-    /// Finds a live item: present in the table and not expired. An expired
-    /// item found here is unlinked on the spot.
+    /// Finds a live item (bucket, slot, location) by its key and the key's
+    /// hash: present in the table and not expired. An expired item found
+    /// here is unlinked on the spot; a step of a growing table is drained
+    /// first.
     #[inline]
-    fn lookup_live(&mut self, key: &[u8], now: u32) -> Option<(u64, usize, usize, Location)> {
-        self.lookup_live_hashed(key, hash_key(key), now)
-    }
-
-    /// [`lookup_live`](Self::lookup_live) with the key's hash computed
-    /// already; drains a step of a growing table first.
-    #[inline]
-    fn lookup_live_hashed(
-        &mut self,
-        key: &[u8],
-        hash: u64,
-        now: u32,
-    ) -> Option<(u64, usize, usize, Location)> {
+    fn lookup_live(&mut self, key: &[u8], hash: u64, now: u32) -> Option<(usize, usize, Location)> {
         let (bucket, slot, loc) = self.find_hashed(key, hash)?;
         self.live_or_unlink(hash, loc, now)
-            .then_some((hash, bucket, slot, loc))
+            .then_some((bucket, slot, loc))
     }
 
     /// The key's entry (bucket, slot, location), expired or not; drains a
@@ -561,9 +568,9 @@ impl Segcache {
         }
     }
 
-    /// Unlinks the live item at `loc` (the key's current item).
-    fn unlink_item(&mut self, key: &[u8], loc: Location) {
-        let hash = self.table.hash(key);
+    /// Unlinks the live item at `loc` (the current item of the key whose
+    /// hash is `hash`).
+    fn unlink_item(&mut self, hash: u64, loc: Location) {
         if self.table.remove_at(hash, loc).is_some() {
             self.account_unlinked(loc);
         }
@@ -589,6 +596,57 @@ impl Segcache {
     /// sharded cache, which hashes once to pick the shard).
     #[inline]
     pub(crate) fn get_hashed(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
+        let (loc, now) = self.hit(key, hash)?;
+        self.mark(loc, item::FETCHED);
+        Some(self.item_view(loc, now))
+    }
+
+    /// Reads a key's value and client flags the cheapest way: lends them
+    /// to `f` and returns its result, or `None` on a miss.
+    ///
+    /// Counts a hit or a miss and, on a hit, the access eviction's
+    /// frequency counter needs, as [`get`](Self::get) does; unlike `get`
+    /// it works out no CAS token and no TTL and sets no meta-protocol mark
+    /// (a later memcache `mg ... h` does not see this read as a fetch).
+    /// This is the read for bindings that only want the value.
+    ///
+    /// ```
+    /// let mut cache = segcache::Segcache::builder().build()?;
+    /// cache.set("k", "v", 7, None)?;
+    /// assert_eq!(cache.get_value_with("k", |v, flags| (v.to_vec(), flags)), Some((b"v".to_vec(), 7)));
+    /// assert_eq!(cache.get_value_with("absent", |v, _| v.len()), None);
+    /// assert_eq!((cache.stats().hits, cache.stats().misses), (1, 1));
+    /// # Ok::<(), segcache::Error>(())
+    /// ```
+    #[inline]
+    pub fn get_value_with<R>(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        f: impl FnOnce(&[u8], u32) -> R,
+    ) -> Option<R> {
+        let key = key.as_ref();
+        self.get_value_hashed(key, hash_key(key), f)
+    }
+
+    /// [`get_value_with`](Self::get_value_with) with the key's hash
+    /// already computed.
+    #[inline]
+    pub(crate) fn get_value_hashed<R>(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        f: impl FnOnce(&[u8], u32) -> R,
+    ) -> Option<R> {
+        let (loc, _) = self.hit(key, hash)?;
+        let raw = self.segs.item(loc);
+        Some(f(raw.value(), raw.client_flags()))
+    }
+
+    /// The counted part of every plain read: finds the key's live item,
+    /// counts a hit (and the access, for eviction) or a miss, and returns
+    /// the item's location and the time it was read at.
+    #[inline]
+    fn hit(&mut self, key: &[u8], hash: u64) -> Option<(Location, u32)> {
         // A miss needs no time: the clock is read once an entry is found,
         // unless a delayed flush is pending (then it goes first, as always).
         let pending = self.flush_at.is_some().then(|| self.now());
@@ -601,8 +659,7 @@ impl Segcache {
             Some((now, bucket, slot, loc)) => {
                 self.counters.hits += 1;
                 self.table.record_access(bucket, slot, now);
-                self.mark(loc, item::FETCHED);
-                Some(self.item_view(loc, now))
+                Some((loc, now))
             }
             None => {
                 self.counters.misses += 1;
@@ -611,24 +668,36 @@ impl Segcache {
         }
     }
 
-    /// Starts loading the hash-table lines a lookup of `key` will read (the
-    /// storage thread runs this a few requests ahead).
+    /// Starts loading the hash-table lines a lookup of the key hashed to
+    /// `hash` will read (the storage thread runs this a few requests ahead).
     #[inline]
-    pub(crate) fn prefetch(&self, key: &[u8]) {
-        self.table.prefetch(hash_key(key));
+    pub(crate) fn prefetch(&self, hash: u64) {
+        self.table.prefetch(hash);
     }
 
     /// Looks a key up without counting a hit, a miss or an access.
     pub fn peek(&mut self, key: impl AsRef<[u8]>) -> Option<Item<'_>> {
+        let key = key.as_ref();
+        self.peek_hashed(key, hash_key(key))
+    }
+
+    /// [`peek`](Self::peek) with the key's hash already computed.
+    pub(crate) fn peek_hashed(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
         let now = self.now();
-        let (_, _, _, loc) = self.lookup_live(key.as_ref(), now)?;
+        let (.., loc) = self.lookup_live(key, hash, now)?;
         Some(self.item_view(loc, now))
     }
 
     /// True if the key is present and not expired (counts nothing).
     pub fn contains(&mut self, key: impl AsRef<[u8]>) -> bool {
+        let key = key.as_ref();
+        self.contains_hashed(key, hash_key(key))
+    }
+
+    /// [`contains`](Self::contains) with the key's hash already computed.
+    pub(crate) fn contains_hashed(&mut self, key: &[u8], hash: u64) -> bool {
         let now = self.now();
-        self.lookup_live(key.as_ref(), now).is_some()
+        self.lookup_live(key, hash, now).is_some()
     }
 
     /// Returns the key's item, first storing `make()` under it with `ttl`
@@ -653,11 +722,23 @@ impl Segcache {
         make: impl FnOnce() -> V,
     ) -> Result<Item<'_>, Error> {
         let key = key.as_ref();
+        self.get_or_insert_hashed(key, hash_key(key), ttl.into(), make)
+    }
+
+    /// [`get_or_insert_with`](Self::get_or_insert_with) with the key's
+    /// hash already computed.
+    pub(crate) fn get_or_insert_hashed<V: AsRef<[u8]>>(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        ttl: Ttl,
+        make: impl FnOnce() -> V,
+    ) -> Result<Item<'_>, Error> {
         check_key(key)?;
-        let secs = live_secs(ttl.into())?.ok_or(Error::NotStored)?;
+        let secs = live_secs(ttl)?.ok_or(Error::NotStored)?;
         let now = self.now();
-        let loc = match self.lookup_live(key, now) {
-            Some((_, bucket, slot, loc)) => {
+        let loc = match self.lookup_live(key, hash, now) {
+            Some((bucket, slot, loc)) => {
                 self.counters.hits += 1;
                 self.table.record_access(bucket, slot, now);
                 self.mark(loc, item::FETCHED);
@@ -666,7 +747,14 @@ impl Segcache {
             None => {
                 self.counters.misses += 1;
                 let value = make();
-                self.write(key, [value.as_ref(), &[]], &Meta::default(), secs, now)?
+                self.write(
+                    key,
+                    hash,
+                    [value.as_ref(), &[]],
+                    &Meta::default(),
+                    secs,
+                    now,
+                )?
             }
         };
         Ok(self.item_view(loc, now))
@@ -790,6 +878,15 @@ impl Segcache {
     /// compare-and-swap) is checked first; if it fails, or the store is
     /// refused, nothing changed.
     pub fn store<B: AsRef<[u8]>>(&mut self, store: &Store<B>) -> Result<u64, Error> {
+        self.store_hashed(store, hash_key(store.key.as_ref()))
+    }
+
+    /// [`store`](Self::store) with the key's hash already computed.
+    pub(crate) fn store_hashed<B: AsRef<[u8]>>(
+        &mut self,
+        store: &Store<B>,
+        hash: u64,
+    ) -> Result<u64, Error> {
         let (key, value) = (store.key.as_ref(), store.value.as_ref());
         check_key(key)?;
         let concat = matches!(store.mode, StoreMode::Append | StoreMode::Prepend);
@@ -811,7 +908,7 @@ impl Segcache {
         let found = if plain {
             None
         } else {
-            self.lookup_live(key, now).map(|(.., loc)| loc)
+            self.lookup_live(key, hash, now).map(|(.., loc)| loc)
         };
         match (store.mode, found) {
             (StoreMode::Add, Some(_)) => return Err(Error::NotStored),
@@ -855,14 +952,14 @@ impl Segcache {
             } else {
                 [&old, value]
             };
-            let written = self.write(key, parts, &meta, ttl, now);
+            let written = self.write(key, hash, parts, &meta, ttl, now);
             self.scratch = old;
             return written.map(|loc| self.cas_at(loc));
         }
         let Some(ttl) = keep_ttl.or(secs) else {
             // Already expired: the store succeeds and leaves nothing readable.
             if let Some(loc) = found {
-                self.unlink_item(key, loc);
+                self.unlink_item(hash, loc);
             }
             return Ok(0);
         };
@@ -871,7 +968,7 @@ impl Segcache {
             cas: None,
             marks,
         };
-        let loc = self.write(key, [value, &[]], &meta, ttl, now)?;
+        let loc = self.write(key, hash, [value, &[]], &meta, ttl, now)?;
         Ok(self.cas_at(loc))
     }
 
@@ -901,6 +998,16 @@ impl Segcache {
     /// one step; returns the new value and the item's new CAS token.
     pub fn arith(&mut self, key: impl AsRef<[u8]>, opts: &ArithOpts) -> Result<(u64, u64), Error> {
         let key = key.as_ref();
+        self.arith_hashed(key, hash_key(key), opts)
+    }
+
+    /// [`arith`](Self::arith) with the key's hash already computed.
+    pub(crate) fn arith_hashed(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        opts: &ArithOpts,
+    ) -> Result<(u64, u64), Error> {
         check_key(key)?;
         let new_ttl = opts.ttl.map(live_secs).transpose()?;
         let vivify = match opts.vivify {
@@ -908,7 +1015,7 @@ impl Segcache {
             None => None,
         };
         let now = self.now();
-        let Some((.., loc)) = self.lookup_live(key, now) else {
+        let Some((.., loc)) = self.lookup_live(key, hash, now) else {
             let Some((initial, secs)) = vivify else {
                 return Err(Error::NotFound);
             };
@@ -916,7 +1023,7 @@ impl Segcache {
             let text = format_u64(initial, &mut digits);
             return match secs {
                 Some(ttl) => {
-                    let loc = self.write(key, [text, &[]], &Meta::default(), ttl, now)?;
+                    let loc = self.write(key, hash, [text, &[]], &Meta::default(), ttl, now)?;
                     Ok((initial, self.cas_at(loc)))
                 }
                 None => Ok((initial, 0)),
@@ -954,11 +1061,11 @@ impl Segcache {
             None => self.remaining_ttl(loc, now),
             Some(Some(ttl)) => ttl,
             Some(None) => {
-                self.unlink_item(key, loc);
+                self.unlink_item(hash, loc);
                 return Ok((new, 0));
             }
         };
-        let loc = self.write(key, [text, &[]], &meta, ttl, now)?;
+        let loc = self.write(key, hash, [text, &[]], &meta, ttl, now)?;
         Ok((new, self.cas_at(loc)))
     }
 
@@ -967,11 +1074,16 @@ impl Segcache {
     /// [`Error::NotFound`] if absent.
     pub fn touch(&mut self, key: impl AsRef<[u8]>, ttl: impl Into<Ttl>) -> Result<(), Error> {
         let key = key.as_ref();
+        self.touch_hashed(key, hash_key(key), ttl.into())
+    }
+
+    /// [`touch`](Self::touch) with the key's hash already computed.
+    pub(crate) fn touch_hashed(&mut self, key: &[u8], hash: u64, ttl: Ttl) -> Result<(), Error> {
         check_key(key)?;
-        let secs = live_secs(ttl.into())?;
+        let secs = live_secs(ttl)?;
         let now = self.now();
-        let (.., loc) = self.lookup_live(key, now).ok_or(Error::NotFound)?;
-        self.retouch(key, loc, secs, now).map(drop)
+        let (.., loc) = self.lookup_live(key, hash, now).ok_or(Error::NotFound)?;
+        self.retouch(key, hash, loc, secs, now).map(drop)
     }
 
     /// Gives the item at `loc` a new TTL (`Some(0)`: never, `None`: remove
@@ -981,12 +1093,13 @@ impl Segcache {
     fn retouch(
         &mut self,
         key: &[u8],
+        hash: u64,
         loc: Location,
         secs: Option<u32>,
         now: u32,
     ) -> Result<Option<Location>, Error> {
         let Some(ttl) = secs else {
-            self.unlink_item(key, loc);
+            self.unlink_item(hash, loc);
             return Ok(None);
         };
         // A touch counts as a fetch (memcached's `h`).
@@ -1011,7 +1124,7 @@ impl Segcache {
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();
         value.extend_from_slice(self.segs.item(loc).value());
-        let written = self.write(key, [&value, &[]], &meta, ttl, now);
+        let written = self.write(key, hash, [&value, &[]], &meta, ttl, now);
         self.scratch = value;
         written.map(Some)
     }
@@ -1020,21 +1133,24 @@ impl Segcache {
     /// `N`, `R`, `u`) as one step: a touch keeps the CAS token, a vivified
     /// miss creates an empty item and hands this caller the win token.
     pub fn read(&mut self, key: impl AsRef<[u8]>, opts: &GetOpts) -> Result<Option<Found>, Error> {
-        self.read_reusing(key.as_ref(), opts, None)
+        let key = key.as_ref();
+        self.read_reusing(key, hash_key(key), opts, None)
     }
 
-    /// [`read`](Self::read), copying a hit into `reuse`'s buffers when
-    /// given (a [`Batch`](crate::Batch) hands back its last reply's).
+    /// [`read`](Self::read) with the key's hash already computed, copying
+    /// a hit into `reuse`'s buffers when given (a [`Batch`](crate::Batch)
+    /// hands back its last reply's).
     pub(crate) fn read_reusing(
         &mut self,
         key: &[u8],
+        hash: u64,
         opts: &GetOpts,
         reuse: Option<OwnedItem>,
     ) -> Result<Option<Found>, Error> {
         let touch = opts.touch.map(live_secs).transpose()?;
         let vivify = opts.vivify.map(live_secs).transpose()?;
         let now = self.now();
-        let Some((_, bucket, slot, mut loc)) = self.lookup_live(key, now) else {
+        let Some((bucket, slot, mut loc)) = self.lookup_live(key, hash, now) else {
             if opts.bump {
                 self.counters.misses += 1;
             }
@@ -1048,7 +1164,7 @@ impl Segcache {
                         marks: item::WIN_SENT,
                         ..Meta::default()
                     };
-                    let loc = self.write(key, [&[], &[]], &meta, ttl, now)?;
+                    let loc = self.write(key, hash, [&[], &[]], &meta, ttl, now)?;
                     self.item_view(loc, now).to_owned()
                 }
                 None => OwnedItem {
@@ -1093,7 +1209,7 @@ impl Segcache {
         if let Some(secs) = touch {
             match secs {
                 None => gone = true,
-                Some(_) => loc = self.retouch(key, loc, secs, now)?.unwrap_or(loc),
+                Some(_) => loc = self.retouch(key, hash, loc, secs, now)?.unwrap_or(loc),
             }
         }
         let mut add = if win { item::WIN_SENT } else { 0 };
@@ -1111,7 +1227,7 @@ impl Segcache {
         };
         if gone {
             item.ttl = Ttl::Expired;
-            self.unlink_item(key, loc);
+            self.unlink_item(hash, loc);
         }
         Ok(Some(Found {
             item,
@@ -1134,21 +1250,32 @@ impl Segcache {
     /// marked stale, under a new CAS token.
     pub fn delete_with(&mut self, key: impl AsRef<[u8]>, opts: &DeleteOpts) -> Result<(), Error> {
         let key = key.as_ref();
+        self.delete_hashed(key, hash_key(key), opts)
+    }
+
+    /// [`delete_with`](Self::delete_with) with the key's hash already
+    /// computed.
+    pub(crate) fn delete_hashed(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        opts: &DeleteOpts,
+    ) -> Result<(), Error> {
         let new_ttl = opts.ttl.map(live_secs).transpose()?;
         let now = self.now();
-        let (.., loc) = self.lookup_live(key, now).ok_or(Error::NotFound)?;
+        let (.., loc) = self.lookup_live(key, hash, now).ok_or(Error::NotFound)?;
         if opts.cas.is_some_and(|token| token != self.cas_at(loc)) {
             return Err(Error::Exists);
         }
         if !opts.invalidate {
-            self.unlink_item(key, loc);
+            self.unlink_item(hash, loc);
             return Ok(());
         }
         let ttl = match new_ttl {
             None => self.remaining_ttl(loc, now),
             Some(Some(ttl)) => ttl,
             Some(None) => {
-                self.unlink_item(key, loc);
+                self.unlink_item(hash, loc);
                 return Ok(());
             }
         };
@@ -1161,7 +1288,7 @@ impl Segcache {
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();
         value.extend_from_slice(raw.value());
-        let written = self.write(key, [&value, &[]], &meta, ttl, now);
+        let written = self.write(key, hash, [&value, &[]], &meta, ttl, now);
         self.scratch = value;
         written.map(drop)
     }
@@ -1169,8 +1296,14 @@ impl Segcache {
     /// Time left for a key: `None` if absent, else [`Ttl::Never`] or
     /// [`Ttl::After`].
     pub fn ttl(&mut self, key: impl AsRef<[u8]>) -> Option<Ttl> {
+        let key = key.as_ref();
+        self.ttl_hashed(key, hash_key(key))
+    }
+
+    /// [`ttl`](Self::ttl) with the key's hash already computed.
+    pub(crate) fn ttl_hashed(&mut self, key: &[u8], hash: u64) -> Option<Ttl> {
         let now = self.now();
-        let (.., loc) = self.lookup_live(key.as_ref(), now)?;
+        let (.., loc) = self.lookup_live(key, hash, now)?;
         Some(self.item_view(loc, now).ttl())
     }
 
@@ -1178,12 +1311,31 @@ impl Segcache {
     /// other way in (storage thread, [`ShardedCache`](crate::ShardedCache),
     /// server, bindings) goes through.
     pub fn execute<B: AsRef<[u8]>>(&mut self, request: &Request<B>) -> Response {
+        let hash = request_key(request).map_or(0, hash_key);
+        self.execute_hashed(request, hash)
+    }
+
+    /// [`execute`](Self::execute) with the request key's hash already
+    /// computed (anything for a request without a key).
+    pub(crate) fn execute_hashed<B: AsRef<[u8]>>(
+        &mut self,
+        request: &Request<B>,
+        hash: u64,
+    ) -> Response {
         match request {
-            Request::Get { key, opts } => Response::Get(self.read(key, opts)),
-            Request::Store(store) => Response::Stored(self.store(store)),
-            Request::Delete { key, opts } => Response::Deleted(self.delete_with(key, opts)),
-            Request::Arith { key, opts } => Response::Number(self.arith(key, opts)),
-            Request::Touch { key, ttl } => Response::Touched(self.touch(key, *ttl)),
+            Request::Get { key, opts } => {
+                Response::Get(self.read_reusing(key.as_ref(), hash, opts, None))
+            }
+            Request::Store(store) => Response::Stored(self.store_hashed(store, hash)),
+            Request::Delete { key, opts } => {
+                Response::Deleted(self.delete_hashed(key.as_ref(), hash, opts))
+            }
+            Request::Arith { key, opts } => {
+                Response::Number(self.arith_hashed(key.as_ref(), hash, opts))
+            }
+            Request::Touch { key, ttl } => {
+                Response::Touched(self.touch_hashed(key.as_ref(), hash, *ttl))
+            }
             Request::Flush { delay } => {
                 if delay.is_zero() {
                     self.flush();
@@ -1351,13 +1503,14 @@ impl Segcache {
     fn write(
         &mut self,
         key: &[u8],
+        hash: u64,
         value: [&[u8]; 2],
         meta: &Meta,
         ttl: u32,
         now: u32,
     ) -> Result<Location, Error> {
+        debug_assert_eq!(hash, hash_key(key));
         let size = self.check_size(key.len(), value[0].len() + value[1].len(), meta)?;
-        let hash = self.table.hash(key);
         let loc = self.reserve(size, ttl, now)?;
         let start = loc.offset as usize;
         item::write(
@@ -1629,6 +1782,46 @@ mod tests {
         assert_eq!(c.get(b"b").unwrap().value(), b"2");
         let s = c.stats();
         assert_eq!((s.items, s.hits, s.misses), (1, 2, 1));
+        c.check_invariants();
+    }
+
+    #[test]
+    fn lean_read_counts_like_get_but_leaves_no_mark() {
+        let (mut c, clock) = small(Eviction::Merge);
+        c.set("k", "value", 9, secs(100)).unwrap();
+        c.set("plain", "p", 0, None).unwrap();
+        // Move past the write's second so the access can be counted.
+        clock.advance(Duration::from_secs(1));
+        let got = c.get_value_with("k", |v, flags| (v.to_vec(), flags));
+        assert_eq!(got, Some((b"value".to_vec(), 9)));
+        assert_eq!(
+            c.get_value_with("plain", |v, f| (v.to_vec(), f)),
+            Some((b"p".to_vec(), 0))
+        );
+        assert_eq!(c.get_value_with("absent", |v, _| v.len()), None);
+        assert_eq!((c.stats().hits, c.stats().misses), (2, 1));
+        // Eviction sees the access: the slot's counter moved.
+        let hash = hash_key(b"k");
+        let (_, _, loc) = c.find_hashed(b"k", hash).unwrap();
+        let (.., info) = c.table.locate(hash, loc).unwrap();
+        assert_eq!(hashtable::frequency(info), 1);
+        // No meta-protocol mark: a later `mg h` reports no earlier fetch,
+        // and the CAS token is the one the write made.
+        let cas = c.peek("k").unwrap().cas();
+        let found = c.read("k", &GetOpts::default()).unwrap().unwrap();
+        assert!(!found.hit_before);
+        assert_eq!(found.item.cas(), cas);
+        assert!(
+            c.read("k", &GetOpts::default())
+                .unwrap()
+                .unwrap()
+                .hit_before
+        );
+        // Never an expired item: past its deadline it is a miss, unlinked.
+        clock.advance(Duration::from_secs(100));
+        assert_eq!(c.get_value_with("k", |v, _| v.to_vec()), None);
+        assert_eq!(c.stats().misses, 2);
+        assert_eq!(c.len(), 1);
         c.check_invariants();
     }
 

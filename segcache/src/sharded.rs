@@ -11,7 +11,7 @@
 use crate::cache::{Expired, OwnedItem, RestoreOutcome, Stats};
 use crate::flight::Flights;
 use crate::hashtable::{hash_key, SHARD_SHIFT};
-use crate::ops::{Request, Response, Store, Ttl};
+use crate::ops::{ArithOpts, DeleteOpts, Request, Response, Store, StoreMode, Ttl};
 use crate::{Error, Item, Segcache};
 use parking_lot::Mutex;
 use std::time::Duration;
@@ -74,11 +74,6 @@ impl ShardedCache {
         self.shards.len()
     }
 
-    #[inline]
-    fn shard(&self, key: &[u8]) -> parking_lot::MutexGuard<'_, Segcache> {
-        self.shard_for(hash_key(key))
-    }
-
     /// The shard of a key hash, locked (quick_cache's `shard_for`: the
     /// caller hashes once and hands the hash down to the shard's table).
     #[inline]
@@ -111,7 +106,8 @@ impl ShardedCache {
             Request::Stats => return Response::Stats(Box::new(self.stats())),
             Request::Len => return Response::Len(self.len()),
         };
-        self.shard(key).execute(request)
+        let hash = hash_key(key);
+        self.shard_for(hash).execute_hashed(request, hash)
     }
 
     /// Looks a key up and copies the item out.
@@ -132,11 +128,37 @@ impl ShardedCache {
         f(self.shard_for(hash).get_hashed(key, hash))
     }
 
+    /// Lends the key's value and client flags to `f` while the shard is
+    /// locked and returns its result, or `None` on a miss: the cheapest
+    /// read (see [`Segcache::get_value_with`]). A hit or a miss is
+    /// counted, and on a hit the access eviction needs; no CAS token, TTL
+    /// or meta-protocol mark is worked out or set. Keep `f` short; it
+    /// blocks the shard.
+    ///
+    /// ```
+    /// let cache = segcache::Segcache::builder().build_sharded(4)?;
+    /// cache.set("k", "value", 3, None)?;
+    /// assert_eq!(cache.get_value_with("k", |v, flags| (v.len(), flags)), Some((5, 3)));
+    /// assert_eq!(cache.get_value_with("absent", |v, _| v.to_vec()), None);
+    /// # Ok::<(), segcache::Error>(())
+    /// ```
+    #[inline]
+    pub fn get_value_with<R>(
+        &self,
+        key: impl AsRef<[u8]>,
+        f: impl FnOnce(&[u8], u32) -> R,
+    ) -> Option<R> {
+        let key = key.as_ref();
+        let hash = hash_key(key);
+        self.shard_for(hash).get_value_hashed(key, hash, f)
+    }
+
     /// As [`read_with`](Self::read_with), counting nothing (as
     /// [`Segcache::peek`]): no hit, miss or access for eviction.
     pub fn peek_with<R>(&self, key: impl AsRef<[u8]>, f: impl FnOnce(Option<Item<'_>>) -> R) -> R {
         let key = key.as_ref();
-        f(self.shard(key).peek(key))
+        let hash = hash_key(key);
+        f(self.shard_for(hash).peek_hashed(key, hash))
     }
 
     /// Returns the key's item, storing `make()` under it with `ttl` first
@@ -191,9 +213,10 @@ impl ShardedCache {
             // This thread computes; the guard releases waiters even on panic.
             let make = make.take().expect("a thread leads at most once");
             let value = make();
+            let hash = hash_key(key);
             let item = self
-                .shard(key)
-                .get_or_insert_with(key, ttl, || value)
+                .shard_for(hash)
+                .get_or_insert_hashed(key, hash, ttl, || value)
                 .map(OwnedItem::from);
             drop(flight);
             return item;
@@ -203,7 +226,8 @@ impl ShardedCache {
     /// See [`Segcache::contains`].
     pub fn contains(&self, key: impl AsRef<[u8]>) -> bool {
         let key = key.as_ref();
-        self.shard(key).contains(key)
+        let hash = hash_key(key);
+        self.shard_for(hash).contains_hashed(key, hash)
     }
 
     /// See [`Segcache::set`].
@@ -214,8 +238,14 @@ impl ShardedCache {
         flags: u32,
         ttl: impl Into<Ttl>,
     ) -> Result<(), Error> {
-        let key = key.as_ref();
-        self.shard(key).set(key, value, flags, ttl)
+        self.store_mode(
+            StoreMode::Set,
+            key.as_ref(),
+            value.as_ref(),
+            flags,
+            ttl.into(),
+            None,
+        )
     }
 
     /// See [`Segcache::add`].
@@ -226,8 +256,14 @@ impl ShardedCache {
         flags: u32,
         ttl: impl Into<Ttl>,
     ) -> Result<(), Error> {
-        let key = key.as_ref();
-        self.shard(key).add(key, value, flags, ttl)
+        self.store_mode(
+            StoreMode::Add,
+            key.as_ref(),
+            value.as_ref(),
+            flags,
+            ttl.into(),
+            None,
+        )
     }
 
     /// See [`Segcache::replace`].
@@ -238,8 +274,14 @@ impl ShardedCache {
         flags: u32,
         ttl: impl Into<Ttl>,
     ) -> Result<(), Error> {
-        let key = key.as_ref();
-        self.shard(key).replace(key, value, flags, ttl)
+        self.store_mode(
+            StoreMode::Replace,
+            key.as_ref(),
+            value.as_ref(),
+            flags,
+            ttl.into(),
+            None,
+        )
     }
 
     /// See [`Segcache::cas`].
@@ -251,55 +293,105 @@ impl ShardedCache {
         ttl: impl Into<Ttl>,
         cas: u64,
     ) -> Result<(), Error> {
-        let key = key.as_ref();
-        self.shard(key).cas(key, value, flags, ttl, cas)
+        self.store_mode(
+            StoreMode::Set,
+            key.as_ref(),
+            value.as_ref(),
+            flags,
+            ttl.into(),
+            Some(cas),
+        )
     }
 
     /// See [`Segcache::store`].
     pub fn store<B: AsRef<[u8]>>(&self, store: &Store<B>) -> Result<u64, Error> {
-        self.shard(store.key.as_ref()).store(store)
+        let hash = hash_key(store.key.as_ref());
+        self.shard_for(hash).store_hashed(store, hash)
+    }
+
+    /// One store of `mode` on the key's shard, the key hashed once.
+    fn store_mode(
+        &self,
+        mode: StoreMode,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Ttl,
+        cas: Option<u64>,
+    ) -> Result<(), Error> {
+        let store = Store {
+            flags,
+            ttl,
+            cas,
+            ..Store::new(mode, key, value)
+        };
+        self.store(&store).map(drop)
     }
 
     /// See [`Segcache::append`].
     pub fn append(&self, key: impl AsRef<[u8]>, data: impl AsRef<[u8]>) -> Result<(), Error> {
-        let key = key.as_ref();
-        self.shard(key).append(key, data)
+        self.store_mode(
+            StoreMode::Append,
+            key.as_ref(),
+            data.as_ref(),
+            0,
+            Ttl::Never,
+            None,
+        )
     }
 
     /// See [`Segcache::prepend`].
     pub fn prepend(&self, key: impl AsRef<[u8]>, data: impl AsRef<[u8]>) -> Result<(), Error> {
-        let key = key.as_ref();
-        self.shard(key).prepend(key, data)
+        self.store_mode(
+            StoreMode::Prepend,
+            key.as_ref(),
+            data.as_ref(),
+            0,
+            Ttl::Never,
+            None,
+        )
     }
 
     /// See [`Segcache::incr`].
     pub fn incr(&self, key: impl AsRef<[u8]>, delta: u64) -> Result<u64, Error> {
-        let key = key.as_ref();
-        self.shard(key).incr(key, delta)
+        self.arith(key.as_ref(), &ArithOpts::new(true, delta))
+            .map(|(v, _)| v)
     }
 
     /// See [`Segcache::decr`].
     pub fn decr(&self, key: impl AsRef<[u8]>, delta: u64) -> Result<u64, Error> {
+        self.arith(key.as_ref(), &ArithOpts::new(false, delta))
+            .map(|(v, _)| v)
+    }
+
+    /// See [`Segcache::arith`].
+    pub fn arith(&self, key: impl AsRef<[u8]>, opts: &ArithOpts) -> Result<(u64, u64), Error> {
         let key = key.as_ref();
-        self.shard(key).decr(key, delta)
+        let hash = hash_key(key);
+        self.shard_for(hash).arith_hashed(key, hash, opts)
     }
 
     /// See [`Segcache::touch`].
     pub fn touch(&self, key: impl AsRef<[u8]>, ttl: impl Into<Ttl>) -> Result<(), Error> {
         let key = key.as_ref();
-        self.shard(key).touch(key, ttl)
+        let hash = hash_key(key);
+        self.shard_for(hash).touch_hashed(key, hash, ttl.into())
     }
 
     /// See [`Segcache::delete`].
     pub fn delete(&self, key: impl AsRef<[u8]>) -> bool {
         let key = key.as_ref();
-        self.shard(key).delete(key)
+        let hash = hash_key(key);
+        self.shard_for(hash)
+            .delete_hashed(key, hash, &DeleteOpts::default())
+            .is_ok()
     }
 
     /// See [`Segcache::ttl`].
     pub fn ttl(&self, key: impl AsRef<[u8]>) -> Option<Ttl> {
         let key = key.as_ref();
-        self.shard(key).ttl(key)
+        let hash = hash_key(key);
+        self.shard_for(hash).ttl_hashed(key, hash)
     }
 
     /// Visits every live item, one shard (and one lock) at a time; items
@@ -451,6 +543,72 @@ mod tests {
         assert!(c.read_with("k", |i| i.is_some()));
         assert!(c.read_with("absent", |i| i.is_none()));
         assert_eq!((c.stats().hits, c.stats().misses), (1, 1));
+    }
+
+    #[test]
+    fn lean_read_counts_a_hit_or_a_miss_and_copies_nothing() {
+        let c = Segcache::builder().build_sharded(4).unwrap();
+        c.set("k", "value", 5, None).unwrap();
+        let got = c.get_value_with("k", |v, flags| (v.as_ptr(), v.to_vec(), flags));
+        let (ptr, value, flags) = got.unwrap();
+        assert_eq!((value, flags), (b"value".to_vec(), 5));
+        // The view is the item in the heap, not a copy.
+        c.read_with("k", |i| assert_eq!(i.unwrap().value().as_ptr(), ptr));
+        assert_eq!(c.get_value_with("absent", |v, _| v.len()), None);
+        assert_eq!((c.stats().hits, c.stats().misses), (2, 1));
+    }
+
+    #[test]
+    fn every_keyed_op_agrees_with_one_unsharded_cache() {
+        // The sharded layer hashes each key once and hands the hash down;
+        // a wrong hand-off would lose keys. Same ops, same answers.
+        use crate::ops::{ArithOpts, DeleteOpts, GetOpts, Request, Store, StoreMode};
+        let sharded = Segcache::builder().build_sharded(8).unwrap();
+        let mut single = Segcache::builder().build().unwrap();
+        let mut rng = 0x1234_5678_9abc_def1u64;
+        for step in 0..20_000u32 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let key = format!("key{}", rng % 300);
+            let value = step.to_string();
+            let request: Request<&[u8]> = match (rng >> 32) % 9 {
+                0 => Request::Store(Store::new(StoreMode::Set, key.as_bytes(), value.as_bytes())),
+                1 => Request::Store(Store::new(StoreMode::Add, key.as_bytes(), value.as_bytes())),
+                2 => Request::Store(Store::new(StoreMode::Append, key.as_bytes(), b"1")),
+                3 => Request::Delete {
+                    key: key.as_bytes(),
+                    opts: DeleteOpts::default(),
+                },
+                4 => Request::Arith {
+                    key: key.as_bytes(),
+                    opts: ArithOpts::new(true, 3),
+                },
+                5 => Request::Touch {
+                    key: key.as_bytes(),
+                    ttl: crate::Ttl::Never,
+                },
+                _ => Request::Get {
+                    key: key.as_bytes(),
+                    opts: GetOpts::default(),
+                },
+            };
+            let want = single.execute(&request);
+            assert_eq!(
+                format!("{:?}", sharded.execute(&request)).replace(char::is_numeric, ""),
+                format!("{want:?}").replace(char::is_numeric, ""),
+                "step {step}"
+            );
+            let plain = single.get_value_with(&key, |v, f| (v.to_vec(), f));
+            assert_eq!(sharded.get_value_with(&key, |v, f| (v.to_vec(), f)), plain);
+            assert_eq!(sharded.contains(&key), plain.is_some());
+            assert_eq!(sharded.ttl(&key), single.ttl(&key));
+        }
+        assert_eq!(sharded.len(), single.len());
+        sharded.set("key1", "x", 0, None).unwrap();
+        assert_eq!(sharded.incr("key1", 1), Err(Error::NotNumeric));
+        assert!(sharded.delete("key1"));
+        assert!(!sharded.delete("key1"));
     }
 
     #[test]
