@@ -16,7 +16,7 @@
 use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 use segcache::ops::{DeleteOpts, GetOpts};
 use segcache::{
     Eviction, Request, Response, RestoreOutcome, Segcache, ShardedCache, Store, StoreMode, Ttl,
@@ -26,7 +26,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::clock::PyManualClock;
-use crate::convert::{buf, conditional, int_arg, seconds_arg, to_py_err, ttl_arg, type_name};
+use crate::convert::{
+    buf, conditional, int_arg, seconds_arg, str_bytes, to_py_err, ttl_arg, type_name,
+};
 use crate::flight::{Flights, Role};
 use crate::key::{self, KeyBuf, KeyError};
 use crate::value::{self, Serializer, FLAG_BYTES, FLAG_STR};
@@ -163,17 +165,18 @@ impl PyCache {
     }
 
     /// The value stored under an encoded key, or `None`.
-    #[inline]
+    #[inline(always)]
     pub fn lookup<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let fetched = self.cache()?.read_with(key, |item| {
-            item.map(|it| value::fetch(py, it.value(), it.flags()))
-        });
+        let fetched = self
+            .cache()?
+            .get_value_with(key, |v, flags| value::fetch(py, v, flags));
         fetched.map(|f| f.finish(&self.serializer)).transpose()
     }
 
     /// Stores `value` under an encoded key in `mode` (compared with `cas`
     /// if given); the outer error is the value's (type, serializer), the
     /// inner the cache's.
+    #[inline(always)]
     pub fn store(
         &self,
         py: Python<'_>,
@@ -183,19 +186,56 @@ impl PyCache {
         mode: StoreMode,
         cas: Option<u64>,
     ) -> PyResult<Result<(), segcache::Error>> {
+        // bytes and str, the common values, go straight from the object.
+        if let Ok(b) = value.cast_exact::<PyBytes>() {
+            return self.store_bytes(py, key, b.as_bytes(), FLAG_BYTES, ttl, mode, cas);
+        }
+        if let Ok(s) = value.cast_exact::<PyString>() {
+            return self.store_bytes(py, key, str_bytes(s)?, FLAG_STR, ttl, mode, cas);
+        }
+        self.store_other(py, key, value, ttl, mode, cas)
+    }
+
+    /// [`store`](Self::store) for values that need encoding.
+    #[inline(never)]
+    fn store_other(
+        &self,
+        py: Python<'_>,
+        key: &[u8],
+        value: &Bound<'_, PyAny>,
+        ttl: Option<Duration>,
+        mode: StoreMode,
+        cas: Option<u64>,
+    ) -> PyResult<Result<(), segcache::Error>> {
         let v = value::encode(value, &self.serializer)?;
+        self.store_bytes(py, key, &v, v.flags, ttl, mode, cas)
+    }
+
+    /// Stores encoded bytes with their flags.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn store_bytes(
+        &self,
+        py: Python<'_>,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Option<Duration>,
+        mode: StoreMode,
+        cas: Option<u64>,
+    ) -> PyResult<Result<(), segcache::Error>> {
         let guard = self.cache()?;
         let cache: &ShardedCache = &guard;
         let store = Store {
             mode,
             key,
-            value: &*v,
-            flags: v.flags,
+            value,
+            flags,
             ttl: Ttl::from(ttl),
             cas,
             invalidate: false,
         };
-        let result = if v.len() >= DETACH_AT {
+        let result = if value.len() >= DETACH_AT {
             py.detach(|| cache.store(&store))
         } else {
             cache.store(&store)
@@ -501,6 +541,7 @@ impl PyCache {
 
     /// The value stored under key, or default when it is missing.
     #[pyo3(signature = (key, default=None))]
+    #[inline(always)]
     pub(crate) fn get<'py>(
         &self,
         py: Python<'py>,

@@ -101,11 +101,7 @@ unsafe fn call(
     args: *const *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
-    body: impl for<'py> FnOnce(
-        &PyCache,
-        Python<'py>,
-        &[Borrowed<'_, 'py, PyAny>],
-    ) -> PyResult<Bound<'py, PyAny>>,
+    body: impl for<'py> FnOnce(&PyCache, Python<'py>, &[Borrowed<'_, 'py, PyAny>]) -> *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
     let (_, min, max) = METHODS[slow];
     // SAFETY: CPython calls methods attached to the interpreter.
@@ -113,7 +109,9 @@ unsafe fn call(
     let out = catch_unwind(AssertUnwindSafe(|| {
         if !kwnames.is_null() || nargs < min || nargs > max {
             // SAFETY: forwarded from our caller.
-            return unsafe { call_slow(py, slow, slf, args, nargs, kwnames) };
+            return ret(py, unsafe {
+                call_slow(py, slow, slf, args, nargs, kwnames)
+            });
         }
         // SAFETY: the descriptor checked `slf`'s type; `args` holds
         // `nargs` (at most 3, checked above) live objects that the caller
@@ -138,16 +136,51 @@ unsafe fn call(
         body(unsafe { &*cache }, py, args)
     }));
     match out {
-        Ok(Ok(v)) => v.into_ptr(),
-        Ok(Err(e)) => {
-            e.restore(py);
-            std::ptr::null_mut()
-        }
-        Err(_) => {
-            PyRuntimeError::new_err("segcache: internal error (a Rust panic) in a Cache method")
-                .restore(py);
-            std::ptr::null_mut()
-        }
+        Ok(v) => v,
+        Err(_) => raise(
+            py,
+            PyRuntimeError::new_err("segcache: internal error (a Rust panic) in a Cache method"),
+        ),
+    }
+}
+
+/// A result as CPython takes it: a new reference, or NULL with the
+/// exception set.
+#[inline(always)]
+fn ret(py: Python<'_>, r: PyResult<Bound<'_, PyAny>>) -> *mut ffi::PyObject {
+    match r {
+        Ok(v) => v.into_ptr(),
+        Err(e) => raise(py, e),
+    }
+}
+
+/// Sets the exception; NULL.
+#[cold]
+fn raise(py: Python<'_>, e: PyErr) -> *mut ffi::PyObject {
+    e.restore(py);
+    std::ptr::null_mut()
+}
+
+/// A new reference to `None`.
+#[inline(always)]
+fn none() -> *mut ffi::PyObject {
+    // SAFETY: attached (every caller runs under `call`); None is immortal
+    // or at least alive for the interpreter's life.
+    unsafe {
+        let none = ffi::Py_None();
+        ffi::Py_IncRef(none);
+        none
+    }
+}
+
+/// A new reference to `True` or `False`.
+#[inline(always)]
+fn py_bool(b: bool) -> *mut ffi::PyObject {
+    // SAFETY: as `none`.
+    unsafe {
+        let v = if b { ffi::Py_True() } else { ffi::Py_False() };
+        ffi::Py_IncRef(v);
+        v
     }
 }
 
@@ -208,48 +241,53 @@ macro_rules! entry {
     };
 }
 
-/// `True`/`False` as a Python object.
-#[inline]
-fn py_bool(py: Python<'_>, b: bool) -> Bound<'_, PyAny> {
-    pyo3::types::PyBool::new(py, b).to_owned().into_any()
-}
-
 entry!(
     /// `Cache.get(key, default=None)`.
     get = 0,
-    |c, py, a| c.get(py, &a[0], a.get(1).map(|d| Bound::clone(d)))
+    |c, py, a| ret(py, c.get(py, &a[0], a.get(1).map(|d| Bound::clone(d))))
 );
 entry!(
     /// `Cache.set(key, value, ttl=None)`.
     set = 1,
-    |c, py, a| c
-        .set(py, &a[0], &a[1], a.get(2).map(|t| &**t))
-        .map(|()| py.None().into_bound(py))
+    |c, py, a| match c.set(py, &a[0], &a[1], a.get(2).map(|t| &**t)) {
+        Ok(()) => none(),
+        Err(e) => raise(py, e),
+    }
 );
 entry!(
     /// `Cache.delete(key)`.
     delete = 2,
-    |c, py, a| c.delete(&a[0]).map(|b| py_bool(py, b))
+    |c, py, a| match c.delete(&a[0]) {
+        Ok(b) => py_bool(b),
+        Err(e) => raise(py, e),
+    }
 );
 entry!(
     /// `Cache.__getitem__(key)`.
     getitem = 3,
-    |c, py, a| c.__getitem__(py, &a[0])
+    |c, py, a| ret(py, c.__getitem__(py, &a[0]))
 );
 entry!(
     /// `Cache.__setitem__(key, value)`.
     setitem = 4,
-    |c, py, a| c
-        .__setitem__(py, &a[0], &a[1])
-        .map(|()| py.None().into_bound(py))
+    |c, py, a| match c.__setitem__(py, &a[0], &a[1]) {
+        Ok(()) => none(),
+        Err(e) => raise(py, e),
+    }
 );
 entry!(
     /// `Cache.__delitem__(key)`.
     delitem = 5,
-    |c, py, a| c.__delitem__(&a[0]).map(|()| py.None().into_bound(py))
+    |c, py, a| match c.__delitem__(&a[0]) {
+        Ok(()) => none(),
+        Err(e) => raise(py, e),
+    }
 );
 entry!(
     /// `Cache.__contains__(key)`.
     contains = 6,
-    |c, py, a| c.__contains__(&a[0]).map(|b| py_bool(py, b))
+    |c, py, a| match c.__contains__(&a[0]) {
+        Ok(b) => py_bool(b),
+        Err(e) => raise(py, e),
+    }
 );
