@@ -28,23 +28,70 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple, PyType};
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::cache::PyCache;
 
-/// The methods this module replaces, in [`SLOW`]'s order: name and the
-/// positional argument counts the fast path takes (self excluded).
-const METHODS: [(&str, ffi::Py_ssize_t, ffi::Py_ssize_t); 7] = [
-    ("get", 1, 2),
-    ("set", 2, 3),
-    ("delete", 1, 1),
-    ("__getitem__", 1, 1),
-    ("__setitem__", 2, 2),
-    ("__delitem__", 1, 1),
-    ("__contains__", 1, 1),
+/// One method this module replaces: its name, its parameters (after
+/// self), how many are required, and whether they may be passed by
+/// keyword (the dunders' are positional-only).
+struct Method {
+    name: &'static str,
+    params: &'static [&'static CStr],
+    required: usize,
+    keywords: bool,
+}
+
+/// The methods this module replaces, in [`SLOW`]'s order.
+const METHODS: [Method; 7] = [
+    Method {
+        name: "get",
+        params: &[c"key", c"default"],
+        required: 1,
+        keywords: true,
+    },
+    Method {
+        name: "set",
+        params: &[c"key", c"value", c"ttl"],
+        required: 2,
+        keywords: true,
+    },
+    Method {
+        name: "delete",
+        params: &[c"key"],
+        required: 1,
+        keywords: true,
+    },
+    Method {
+        name: "__getitem__",
+        params: &[c"key"],
+        required: 1,
+        keywords: false,
+    },
+    Method {
+        name: "__setitem__",
+        params: &[c"key", c"value"],
+        required: 2,
+        keywords: false,
+    },
+    Method {
+        name: "__delitem__",
+        params: &[c"key"],
+        required: 1,
+        keywords: false,
+    },
+    Method {
+        name: "__contains__",
+        params: &[c"key"],
+        required: 1,
+        keywords: false,
+    },
 ];
+
+/// The most parameters a replaced method has.
+const MAX_PARAMS: usize = 3;
 
 /// The descriptors pyo3 generated for [`METHODS`] (strong references, kept
 /// for the life of the process), for calls the fast path does not take.
@@ -58,8 +105,10 @@ const ENTRIES: [ffi::PyCFunctionFastWithKeywords; 7] =
 /// ones, keeping each one's docstring and text signature.
 pub fn install(ty: &Bound<'_, PyType>) -> PyResult<()> {
     let py = ty.py();
-    for (i, (name, _, _)) in METHODS.iter().enumerate() {
-        let original = ty.getattr(*name)?;
+    for (i, method) in METHODS.iter().enumerate() {
+        let name = method.name;
+        debug_assert!(method.params.len() <= MAX_PARAMS);
+        let original = ty.getattr(name)?;
         let doc: Option<String> = original.getattr("__doc__")?.extract()?;
         let sig: Option<String> = original.getattr("__text_signature__")?.extract()?;
         // CPython reads a text signature from a docstring that starts with
@@ -69,7 +118,7 @@ pub fn install(ty: &Bound<'_, PyType>) -> PyResult<()> {
             None => doc.unwrap_or_default(),
         };
         let def = Box::leak(Box::new(ffi::PyMethodDef {
-            ml_name: CString::new(*name)?.into_raw(),
+            ml_name: CString::new(name)?.into_raw(),
             ml_meth: ffi::PyMethodDefPointer {
                 PyCFunctionFastWithKeywords: ENTRIES[i],
             },
@@ -82,7 +131,7 @@ pub fn install(ty: &Bound<'_, PyType>) -> PyResult<()> {
             Bound::from_owned_ptr_or_err(py, ffi::PyDescr_NewMethod(ty.as_type_ptr(), def))?
         };
         SLOW[i].store(original.unbind().into_ptr(), Ordering::Release);
-        ty.setattr(*name, descr)?;
+        ty.setattr(name, descr)?;
     }
     Ok(())
 }
@@ -103,25 +152,25 @@ unsafe fn call(
     kwnames: *mut ffi::PyObject,
     body: impl for<'py> FnOnce(&PyCache, Python<'py>, &[Borrowed<'_, 'py, PyAny>]) -> *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
-    let (_, min, max) = METHODS[slow];
     // SAFETY: CPython calls methods attached to the interpreter.
     let py = unsafe { Python::assume_attached() };
     let out = catch_unwind(AssertUnwindSafe(|| {
-        if !kwnames.is_null() || nargs < min || nargs > max {
+        // SAFETY: forwarded from our caller.
+        let Some((given, n)) = (unsafe { bind(&METHODS[slow], args, nargs, kwnames) }) else {
             // SAFETY: forwarded from our caller.
             return ret(py, unsafe {
                 call_slow(py, slow, slf, args, nargs, kwnames)
             });
-        }
-        // SAFETY: the descriptor checked `slf`'s type; `args` holds
-        // `nargs` (at most 3, checked above) live objects that the caller
-        // keeps alive for this call.
+        };
+        // SAFETY: the descriptor checked `slf`'s type; `bind` checked
+        // every pointer of `given[..n]`, live objects that the caller keeps
+        // alive for this call.
         let (cache, args) = unsafe {
-            debug_assert!(!slf.is_null() && (0..=3).contains(&nargs));
+            debug_assert!(!slf.is_null());
             let slf = Borrowed::from_ptr(py, slf);
-            let arg = |i: ffi::Py_ssize_t| {
-                if i < nargs {
-                    Borrowed::from_ptr(py, *args.offset(i))
+            let arg = |i: usize| {
+                if i < n {
+                    Borrowed::from_ptr(py, given[i])
                 } else {
                     slf
                 }
@@ -131,9 +180,8 @@ unsafe fn call(
                 [arg(0), arg(1), arg(2)],
             )
         };
-        let args = &args[..nargs as usize];
         // SAFETY: `slf` is borrowed for the call, so the cache outlives it.
-        body(unsafe { &*cache }, py, args)
+        body(unsafe { &*cache }, py, &args[..n])
     }));
     match out {
         Ok(v) => v,
@@ -142,6 +190,54 @@ unsafe fn call(
             PyRuntimeError::new_err("segcache: internal error (a Rust panic) in a Cache method"),
         ),
     }
+}
+
+/// The arguments of a call to `method` in parameter order, and how many
+/// (a prefix of its parameters, at least the required ones); `None` for
+/// anything else (too many, unknown or repeated keywords, a gap), which
+/// pyo3's method then reports.
+///
+/// # Safety
+/// As [`call`].
+#[inline(always)]
+unsafe fn bind(
+    method: &Method,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+) -> Option<([*mut ffi::PyObject; MAX_PARAMS], usize)> {
+    let params = method.params.len();
+    let nargs = usize::try_from(nargs).ok().filter(|&n| n <= params)?;
+    let mut given = [std::ptr::null_mut(); MAX_PARAMS];
+    // SAFETY: `args` holds `nargs` pointers.
+    unsafe { std::ptr::copy_nonoverlapping(args, given.as_mut_ptr(), nargs) };
+    let mut n = nargs;
+    if !kwnames.is_null() {
+        if !method.keywords {
+            return None;
+        }
+        // SAFETY: `kwnames` is a tuple of str; its values follow the
+        // positional arguments in `args`.
+        unsafe {
+            let nkw = usize::try_from(ffi::PyTuple_Size(kwnames)).ok()?;
+            for k in 0..nkw {
+                let name = ffi::PyTuple_GetItem(kwnames, k as ffi::Py_ssize_t);
+                let at = method
+                    .params
+                    .iter()
+                    .position(|p| ffi::PyUnicode_CompareWithASCIIString(name, p.as_ptr()) == 0)?;
+                if !given[at].is_null() {
+                    return None;
+                }
+                given[at] = *args.add(nargs + k);
+            }
+        }
+        n = given.iter().take_while(|p| !p.is_null()).count();
+        if given[n..].iter().any(|p| !p.is_null()) {
+            return None;
+        }
+    }
+    (n >= method.required).then_some((given, n))
 }
 
 /// A result as CPython takes it: a new reference, or NULL with the
