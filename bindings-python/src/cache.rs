@@ -129,7 +129,7 @@ fn default_shards(heap_size: usize, segment_size: usize) -> usize {
 }
 
 /// A key for a read: `None` when it is too long to be stored (a miss).
-#[inline]
+#[inline(always)]
 fn read_key<'a>(key: &'a Bound<'_, PyAny>, kb: &'a mut KeyBuf) -> PyResult<Option<&'a [u8]>> {
     match key::encode(key, false, kb) {
         Ok(k) => Ok(Some(k)),
@@ -139,7 +139,7 @@ fn read_key<'a>(key: &'a Bound<'_, PyAny>, kb: &'a mut KeyBuf) -> PyResult<Optio
 }
 
 /// A key for a write: every problem raises.
-#[inline]
+#[inline(always)]
 fn write_key<'a>(key: &'a Bound<'_, PyAny>, kb: &'a mut KeyBuf) -> PyResult<&'a [u8]> {
     key::encode(key, false, kb).map_err(KeyError::into_py)
 }
@@ -155,7 +155,7 @@ impl PyCache {
     /// (which may need the GIL to finish), nor starve it (`closing` turns
     /// new calls away). Callers take the guard after converting their
     /// arguments and run no Python code while holding it.
-    #[inline]
+    #[inline(always)]
     fn cache(&self) -> PyResult<CacheRef<'_>> {
         if self.closing.load(Ordering::Relaxed) {
             return Err(closed_error());
@@ -165,7 +165,7 @@ impl PyCache {
     }
 
     /// The value stored under an encoded key, or `None`.
-    #[inline(always)]
+    #[inline(never)]
     pub fn lookup<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
         let fetched = self
             .cache()?
@@ -244,11 +244,13 @@ impl PyCache {
     }
 
     /// Whether an encoded key is present.
+    #[inline(always)]
     pub fn contains_encoded(&self, key: &[u8]) -> PyResult<bool> {
         Ok(self.cache()?.contains(key))
     }
 
     /// Deletes an encoded key; `true` if it was present.
+    #[inline(always)]
     pub fn remove(&self, key: &[u8]) -> PyResult<bool> {
         Ok(self.cache()?.delete(key))
     }
@@ -583,6 +585,7 @@ impl PyCache {
     /// Stores value under key, replacing any old value; ttl in seconds
     /// (None or 0: never expires).
     #[pyo3(signature = (key, value, ttl=None))]
+    #[inline(always)]
     pub(crate) fn set(
         &self,
         py: Python<'_>,
@@ -700,6 +703,7 @@ impl PyCache {
     }
 
     /// Removes key; True if it was present.
+    #[inline(always)]
     pub(crate) fn delete(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         match read_key(key, &mut KeyBuf::new())? {
             Some(k) => self.remove(k),
@@ -1007,6 +1011,7 @@ impl PyCache {
         Ok(py.detach(|| cache.len()))
     }
 
+    #[inline(always)]
     pub(crate) fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         match read_key(key, &mut KeyBuf::new())? {
             Some(k) => Ok(self.cache()?.contains(k)),
@@ -1014,6 +1019,7 @@ impl PyCache {
         }
     }
 
+    #[inline(always)]
     pub(crate) fn __getitem__<'py>(
         &self,
         py: Python<'py>,
@@ -1026,6 +1032,7 @@ impl PyCache {
         found.ok_or_else(|| PyKeyError::new_err(key.clone().unbind()))
     }
 
+    #[inline(always)]
     pub(crate) fn __setitem__(
         &self,
         py: Python<'_>,
@@ -1038,6 +1045,7 @@ impl PyCache {
             .map_err(|e| to_py_err(e, Some(key)))
     }
 
+    #[inline(always)]
     pub(crate) fn __delitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
         if self.delete(key)? {
             Ok(())

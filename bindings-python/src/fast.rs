@@ -155,22 +155,34 @@ unsafe fn call(
     // SAFETY: CPython calls methods attached to the interpreter.
     let py = unsafe { Python::assume_attached() };
     let out = catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: forwarded from our caller.
-        let Some((given, n)) = (unsafe { bind(&METHODS[slow], args, nargs, kwnames) }) else {
+        let method = &METHODS[slow];
+        let mut bound = [std::ptr::null_mut(); MAX_PARAMS];
+        let (args, n) = match usize::try_from(nargs) {
+            // The common call: positional arguments only, as many as the
+            // method takes.
+            Ok(n) if kwnames.is_null() && (method.required..=method.params.len()).contains(&n) => {
+                (args, n)
+            }
             // SAFETY: forwarded from our caller.
-            return ret(py, unsafe {
-                call_slow(py, slow, slf, args, nargs, kwnames)
-            });
+            _ => match unsafe { bind(method, args, nargs, kwnames, &mut bound) } {
+                Some(n) => (bound.as_ptr(), n),
+                // SAFETY: forwarded from our caller.
+                None => {
+                    return ret(py, unsafe {
+                        call_slow(py, slow, slf, args, nargs, kwnames)
+                    })
+                }
+            },
         };
-        // SAFETY: the descriptor checked `slf`'s type; `bind` checked
-        // every pointer of `given[..n]`, live objects that the caller keeps
-        // alive for this call.
+        // SAFETY: the descriptor checked `slf`'s type; `args` holds `n`
+        // (at most MAX_PARAMS) live objects that the caller keeps alive
+        // for this call.
         let (cache, args) = unsafe {
-            debug_assert!(!slf.is_null());
+            debug_assert!(!slf.is_null() && n <= MAX_PARAMS);
             let slf = Borrowed::from_ptr(py, slf);
             let arg = |i: usize| {
                 if i < n {
-                    Borrowed::from_ptr(py, given[i])
+                    Borrowed::from_ptr(py, *args.add(i))
                 } else {
                     slf
                 }
@@ -192,52 +204,47 @@ unsafe fn call(
     }
 }
 
-/// The arguments of a call to `method` in parameter order, and how many
-/// (a prefix of its parameters, at least the required ones); `None` for
-/// anything else (too many, unknown or repeated keywords, a gap), which
-/// pyo3's method then reports.
+/// Puts the arguments of a call with keywords into `bound` in parameter
+/// order and returns how many there are (a prefix of the parameters, at
+/// least the required ones); `None` for anything else (too many, unknown
+/// or repeated keywords, a gap), which pyo3's method then reports.
 ///
 /// # Safety
 /// As [`call`].
-#[inline(always)]
+#[inline(never)]
 unsafe fn bind(
     method: &Method,
     args: *const *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
-) -> Option<([*mut ffi::PyObject; MAX_PARAMS], usize)> {
-    let params = method.params.len();
-    let nargs = usize::try_from(nargs).ok().filter(|&n| n <= params)?;
-    let mut given = [std::ptr::null_mut(); MAX_PARAMS];
-    // SAFETY: `args` holds `nargs` pointers.
-    unsafe { std::ptr::copy_nonoverlapping(args, given.as_mut_ptr(), nargs) };
-    let mut n = nargs;
-    if !kwnames.is_null() {
-        if !method.keywords {
-            return None;
-        }
-        // SAFETY: `kwnames` is a tuple of str; its values follow the
-        // positional arguments in `args`.
-        unsafe {
-            let nkw = usize::try_from(ffi::PyTuple_Size(kwnames)).ok()?;
-            for k in 0..nkw {
-                let name = ffi::PyTuple_GetItem(kwnames, k as ffi::Py_ssize_t);
-                let at = method
-                    .params
-                    .iter()
-                    .position(|p| ffi::PyUnicode_CompareWithASCIIString(name, p.as_ptr()) == 0)?;
-                if !given[at].is_null() {
-                    return None;
-                }
-                given[at] = *args.add(nargs + k);
+    bound: &mut [*mut ffi::PyObject; MAX_PARAMS],
+) -> Option<usize> {
+    let nargs = usize::try_from(nargs)
+        .ok()
+        .filter(|&n| n <= method.params.len())?;
+    if kwnames.is_null() || !method.keywords {
+        return None;
+    }
+    // SAFETY: `args` holds `nargs` positional arguments, then one value
+    // per name of `kwnames` (a tuple of str).
+    unsafe {
+        std::ptr::copy_nonoverlapping(args, bound.as_mut_ptr(), nargs);
+        let nkw = usize::try_from(ffi::PyTuple_Size(kwnames)).ok()?;
+        for k in 0..nkw {
+            let name = ffi::PyTuple_GetItem(kwnames, k as ffi::Py_ssize_t);
+            let at = method
+                .params
+                .iter()
+                .position(|p| ffi::PyUnicode_CompareWithASCIIString(name, p.as_ptr()) == 0)?;
+            if !bound[at].is_null() {
+                return None;
             }
-        }
-        n = given.iter().take_while(|p| !p.is_null()).count();
-        if given[n..].iter().any(|p| !p.is_null()) {
-            return None;
+            bound[at] = *args.add(nargs + k);
         }
     }
-    (n >= method.required).then_some((given, n))
+    let n = bound.iter().take_while(|p| !p.is_null()).count();
+    let gap = bound[n..].iter().any(|p| !p.is_null());
+    (n >= method.required && !gap).then_some(n)
 }
 
 /// A result as CPython takes it: a new reference, or NULL with the
