@@ -1,23 +1,21 @@
-//! The hot methods' entry points: `get`, `set`, `delete` and the mapping
-//! dunders of `Cache`, as plain `METH_FASTCALL` C functions installed over
-//! the ones pyo3 generated.
+//! The hot methods' entry points: `get`, `set` and `delete` of `Cache`,
+//! as plain `METH_FASTCALL` C functions installed over the ones pyo3
+//! generated.
 //!
-//! Owns the calling convention of these seven methods and nothing else:
-//! each entry point only unpacks positional arguments and calls the same
-//! `PyCache` method pyo3's wrapper calls, so behaviour is identical. What
-//! it saves per call is pyo3's trampoline (its thread-local attach count,
-//! deferred-decref pool check and panic trap) and its argument parser,
-//! about half of the binding's own instructions per `get`. A call with
-//! keyword arguments or an unexpected argument count is handed to the
-//! method pyo3 generated (kept aside at install time), so errors and
-//! keyword handling are pyo3's, unchanged.
+//! Owns the calling convention of these three methods and nothing else:
+//! each entry point only binds its arguments (positional or by keyword)
+//! and calls the same `PyCache` method pyo3's wrapper calls, so behaviour
+//! is identical. What it saves per call is pyo3's trampoline (its
+//! thread-local attach count, deferred-decref pool check and panic trap)
+//! and its argument parser, about half of the binding's own instructions
+//! per `get`. A call it cannot bind (unknown or repeated keywords, a wrong
+//! count) is handed to the method pyo3 generated (kept aside at install
+//! time), so error messages are pyo3's, unchanged.
 //!
-//! Installing `__getitem__`, `__setitem__`, `__delitem__` and
-//! `__contains__` as method descriptors makes CPython route `c[k]`,
-//! `c[k] = v`, `del c[k]` and `k in c` through its generic slots (which
-//! look the method up and vectorcall it), and makes the bound
-//! `c.__setitem__` a fast-call method instead of a slot wrapper that builds
-//! an argument tuple per call.
+//! The mapping dunders (`c[k]`, `c[k] = v`, `del c[k]`, `k in c`) stay
+//! pyo3's type slots: a method descriptor under `__getitem__` would make
+//! CPython dispatch the operators through its generic slot functions
+//! (a method lookup per call), ~100 instructions more than pyo3's slot.
 //!
 //! Must never: run Python code before its arguments are checked the way
 //! pyo3 would check them, let a panic cross into CPython, or hold a
@@ -35,58 +33,29 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use crate::cache::PyCache;
 
 /// One method this module replaces: its name, its parameters (after
-/// self), how many are required, and whether they may be passed by
-/// keyword (the dunders' are positional-only).
+/// self; each may be passed by keyword) and how many are required.
 struct Method {
     name: &'static str,
     params: &'static [&'static CStr],
     required: usize,
-    keywords: bool,
 }
 
 /// The methods this module replaces, in [`SLOW`]'s order.
-const METHODS: [Method; 7] = [
+const METHODS: [Method; 3] = [
     Method {
         name: "get",
         params: &[c"key", c"default"],
         required: 1,
-        keywords: true,
     },
     Method {
         name: "set",
         params: &[c"key", c"value", c"ttl"],
         required: 2,
-        keywords: true,
     },
     Method {
         name: "delete",
         params: &[c"key"],
         required: 1,
-        keywords: true,
-    },
-    Method {
-        name: "__getitem__",
-        params: &[c"key"],
-        required: 1,
-        keywords: false,
-    },
-    Method {
-        name: "__setitem__",
-        params: &[c"key", c"value"],
-        required: 2,
-        keywords: false,
-    },
-    Method {
-        name: "__delitem__",
-        params: &[c"key"],
-        required: 1,
-        keywords: false,
-    },
-    Method {
-        name: "__contains__",
-        params: &[c"key"],
-        required: 1,
-        keywords: false,
     },
 ];
 
@@ -95,11 +64,10 @@ const MAX_PARAMS: usize = 3;
 
 /// The descriptors pyo3 generated for [`METHODS`] (strong references, kept
 /// for the life of the process), for calls the fast path does not take.
-static SLOW: [AtomicPtr<ffi::PyObject>; 7] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 7];
+static SLOW: [AtomicPtr<ffi::PyObject>; 3] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 3];
 
 /// The entry points, in [`METHODS`]' order.
-const ENTRIES: [ffi::PyCFunctionFastWithKeywords; 7] =
-    [get, set, delete, getitem, setitem, delitem, contains];
+const ENTRIES: [ffi::PyCFunctionFastWithKeywords; 3] = [get, set, delete];
 
 /// Replaces pyo3's descriptors for [`METHODS`] on `Cache` with fast-call
 /// ones, keeping each one's docstring and text signature.
@@ -222,7 +190,7 @@ unsafe fn bind(
     let nargs = usize::try_from(nargs)
         .ok()
         .filter(|&n| n <= method.params.len())?;
-    if kwnames.is_null() || !method.keywords {
+    if kwnames.is_null() {
         return None;
     }
     // SAFETY: `args` holds `nargs` positional arguments, then one value
@@ -361,35 +329,6 @@ entry!(
     /// `Cache.delete(key)`.
     delete = 2,
     |c, py, a| match c.delete(&a[0]) {
-        Ok(b) => py_bool(b),
-        Err(e) => raise(py, e),
-    }
-);
-entry!(
-    /// `Cache.__getitem__(key)`.
-    getitem = 3,
-    |c, py, a| ret(py, c.__getitem__(py, &a[0]))
-);
-entry!(
-    /// `Cache.__setitem__(key, value)`.
-    setitem = 4,
-    |c, py, a| match c.__setitem__(py, &a[0], &a[1]) {
-        Ok(()) => none(),
-        Err(e) => raise(py, e),
-    }
-);
-entry!(
-    /// `Cache.__delitem__(key)`.
-    delitem = 5,
-    |c, py, a| match c.__delitem__(&a[0]) {
-        Ok(()) => none(),
-        Err(e) => raise(py, e),
-    }
-);
-entry!(
-    /// `Cache.__contains__(key)`.
-    contains = 6,
-    |c, py, a| match c.__contains__(&a[0]) {
         Ok(b) => py_bool(b),
         Err(e) => raise(py, e),
     }

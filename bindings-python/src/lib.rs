@@ -12,7 +12,7 @@
 //! - `value`: values to bytes and flags (bytes, str, int as themselves,
 //!   the rest through a serializer, pickle by default), and back;
 //! - `cache`: the `Cache` class;
-//! - `fast`: fast-call entry points for `Cache`'s hot methods;
+//! - `fast`: fast-call entry points for `Cache.get`, `set` and `delete`;
 //! - `iter`: iteration over live items;
 //! - `flight`: single-flight for `get_or_set` and the decorator;
 //! - `cached`: the decorator's native wrapper (`CachedFunction`);

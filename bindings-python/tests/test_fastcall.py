@@ -1,7 +1,7 @@
-"""The hot methods (get, set, delete and the mapping dunders) take every
-way of calling them that their signatures allow, and refuse the rest with
-the usual TypeError: they are plain fast-call C functions that hand
-anything unusual to the methods pyo3 generated."""
+"""The hot methods (get, set, delete) take every way of calling them that
+their signatures allow, and refuse the rest with the usual TypeError: they
+are plain fast-call C functions that hand anything unusual to the methods
+pyo3 generated. The mapping dunders beside them behave as before."""
 
 import inspect
 
