@@ -3,10 +3,13 @@ and a plain dict, in one process, interleaved.
 
 Per operation (ns per call from a Python loop over pre-built keys; the loop's
 own cost is included in every number and printed separately):
-- get hit, get miss, set (overwrite of a present key), delete (of a present
-  key), for 64-byte and 1 KiB bytes values over RESIDENT str keys (default
-  100,000), in a cache filled and then overwritten once before timing (the
-  steady state of a cache that has been running);
+- get hit, get miss (`c.get(k)`), set (`c[k] = v`, overwriting a present
+  key), delete (`del c[k]` of a present key), for 64-byte and 1 KiB bytes
+  values over RESIDENT str keys (default 100,000), in a cache filled and
+  then overwritten once before timing (the steady state of a cache that has
+  been running); moka-py, not a mapping, by `set(k, v)` and `remove(k)`;
+  segcache also by its methods `c.set(k, v)`, `c.set(k, v, ttl=3600)` and
+  `c.delete(k)`;
 - decorator hit: a one-argument function called with a cached int argument
   (segcache.cached, cachebox.cached, moka_py.cached, cachetools.cached,
   functools.lru_cache).
@@ -152,8 +155,26 @@ def per_set(fn, keys, value) -> float:
     return (now_ns() - t0) / len(keys)
 
 
+def per_setitem(c, keys, value) -> float:
+    gc.collect()
+    t0 = now_ns()
+    for k in keys:
+        c[k] = value
+    return (now_ns() - t0) / len(keys)
+
+
+def per_delitem(c, keys) -> float:
+    gc.collect()
+    t0 = now_ns()
+    for k in keys:
+        del c[k]
+    return (now_ns() - t0) / len(keys)
+
+
 def time_map(name: str, keys, missing, value) -> dict:
     get, put, delete = make_map(name, len(keys), len(value))
+    # The mapping itself, for the operators (moka-py has none).
+    c = None if name == "moka_py.Moka" else get.__self__
     # Filled, then overwritten once, untimed: the steady state of a cache
     # that has run for a while. (segcache's heap is memory it has not
     # touched yet until then: the first writes into it pay page faults,
@@ -166,17 +187,23 @@ def time_map(name: str, keys, missing, value) -> dict:
     out = {
         "get hit": per_call(get, keys),
         "get miss": per_call(get, missing),
-        "set": per_set(put, keys, value),
+        "set": per_set(put, keys, value) if c is None else per_setitem(c, keys, value),
     }
     if name == "segcache":
-        # The same overwrite with a per-item TTL (the peers here have none).
-        setter = get.__self__.set
+        # Its methods, and the same overwrite with a per-item TTL (the
+        # peers here have none).
+        out["set, c.set(k, v)"] = per_set(c.set, keys, value)
+        setter = c.set
         gc.collect()
         t0 = now_ns()
         for k in keys:
             setter(k, value, ttl=3600)
         out["set, ttl=3600"] = (now_ns() - t0) / len(keys)
-    out["delete"] = per_call(delete, keys)
+        out["delete, c.delete(k)"] = per_call(c.delete, keys)
+        assert get(keys[0]) is None, name
+        for k in keys:
+            put(k, value)
+    out["delete"] = per_call(delete, keys) if c is None else per_delitem(c, keys)
     assert get(keys[0]) is None, name
     return out
 
