@@ -157,6 +157,27 @@ enum Cmd {
         )]
         caches: Vec<String>,
     },
+    /// One throughput case on one cache, once, untimed: for instruction
+    /// counts under `valgrind --tool=callgrind --toggle-collect='*run_case*'`
+    /// (immune to other load on the machine; divide `Ir` by `--ops`).
+    #[command(hide = true)]
+    Opcount {
+        /// A `throughput --caches` name.
+        #[arg(long)]
+        cache: String,
+        /// A `throughput --only` case.
+        #[arg(long)]
+        op: String,
+        #[arg(long, default_value_t = 1_000_000)]
+        keys: usize,
+        #[arg(long, default_value_t = 100_000)]
+        ops: u64,
+        #[arg(long, default_value_t = 64)]
+        value: usize,
+        /// Zipf 0.99 key sequence instead of uniform.
+        #[arg(long)]
+        zipf: bool,
+    },
     /// Bytes of overhead per item beyond key+value (32 B keys, 64 B values).
     Memory {
         #[arg(long, default_value_t = 1_000_000)]
@@ -255,6 +276,14 @@ fn main() {
             budget_mib,
             &kinds(&caches),
         ),
+        Cmd::Opcount {
+            cache,
+            op,
+            keys,
+            ops,
+            value,
+            zipf,
+        } => run_opcount(&cache, &op, keys, ops, value, zipf),
         Cmd::Memory { items, only } => match only {
             Some(k) => measure_one(Kind::parse(&k).expect("cache name"), items),
             None => run_memory(items),
@@ -375,6 +404,42 @@ fn run_throughput(
     for line in rows {
         println!("{line}");
     }
+    Ok(())
+}
+
+fn run_opcount(
+    cache: &str,
+    op: &str,
+    n: usize,
+    ops: u64,
+    value_len: usize,
+    zipf: bool,
+) -> Result<(), String> {
+    let contender = Contender::parse(cache).ok_or(format!("unknown cache {cache:?}"))?;
+    let op = Op::ALL
+        .into_iter()
+        .find(|o| o.label() == op)
+        .ok_or(format!("unknown op {op:?}"))?;
+    let keys = Keys::new(n);
+    let value = vec![b'v'; value_len];
+    let dist = if zipf {
+        Dist::Zipf(0.99)
+    } else {
+        Dist::Uniform
+    };
+    let mut seq = KeySeq::new(n, (ops as usize).clamp(1 << 16, 1 << 22), dist, 7);
+    let mut built = contender.build(n, value_len);
+    throughput::fill(built.as_mut(), &keys, &value);
+    let r = throughput::run_case(built.as_mut(), &keys, &value, &mut seq, op, ops);
+    println!(
+        "{} {} {}: {} ops, {} hits, {} items",
+        contender.label(),
+        op.label(),
+        dist.label(),
+        r.ops,
+        r.hits,
+        built.len()
+    );
     Ok(())
 }
 

@@ -13,10 +13,10 @@ use crate::admission::Admission;
 use crate::builder::Eviction;
 use crate::clock::Clock;
 use crate::hashtable::{self, hash_key, HashTable, Inserted, Location, TableFull};
-use crate::item::{self, Meta, MAX_KEY_LEN, MAX_VALUE_FIELD};
+use crate::item::{self, Meta, RawItem, MAX_KEY_LEN, MAX_VALUE_FIELD};
 use crate::ops::{ArithOpts, DeleteOpts, Found, GetOpts, Request, Response, Store, StoreMode, Ttl};
 use crate::persist;
-use crate::segments::{SegState, Segments, NONE};
+use crate::segments::{SegState, SegmentHeader, Segments, NONE};
 use crate::ttl::{self, TtlBuckets, NEVER};
 use crate::{Builder, Error};
 use std::time::Duration;
@@ -26,41 +26,55 @@ use std::time::Duration;
 /// [`Segcache::get`] returns one; [`ShardedCache::read_with`](crate::ShardedCache::read_with)
 /// lends one to a closure while the shard is locked. [`OwnedItem`] is the
 /// copied form the other handles return.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+///
+/// Each accessor decodes its field from the item's bytes and its segment's
+/// header when called, so a read pays only for what its caller looks at.
+#[derive(Clone, Copy)]
 pub struct Item<'a> {
-    key: &'a [u8],
-    value: &'a [u8],
-    flags: u32,
-    cas: u64,
-    ttl: Ttl,
+    raw: RawItem<'a>,
+    header: &'a SegmentHeader,
+    loc: Location,
+    /// Cache time of the read (for [`ttl`](Self::ttl)).
+    now: u32,
 }
 
 impl<'a> Item<'a> {
     /// The item's key.
+    #[inline]
     pub fn key(&self) -> &'a [u8] {
-        self.key
+        self.raw.key()
     }
 
     /// The item's value, without a copy.
+    #[inline]
     pub fn value(&self) -> &'a [u8] {
-        self.value
+        self.raw.value()
     }
 
     /// Memcache client flags stored with the item (0 unless set).
+    #[inline]
     pub fn flags(&self) -> u32 {
-        self.flags
+        self.raw.client_flags()
     }
 
     /// This version's compare-and-swap token: unique per item version,
     /// changed by every write to the key but kept by a touch (and, rarely,
     /// changed when eviction compacts the item's segment).
+    #[inline]
     pub fn cas(&self) -> u64 {
-        self.cas
+        cas_token(self.raw, self.header, self.loc)
     }
 
     /// Time left: [`Ttl::Never`] or [`Ttl::After`] (whole seconds).
+    #[inline]
     pub fn ttl(&self) -> Ttl {
-        self.ttl
+        if self.header.expire_at == 0 {
+            Ttl::Never
+        } else {
+            Ttl::After(Duration::from_secs(
+                self.header.expire_at.saturating_sub(self.now) as u64,
+            ))
+        }
     }
 
     /// Copies the item out of the cache.
@@ -85,10 +99,10 @@ impl OwnedItem {
     /// Becomes a copy of `item`, in the buffers it already has.
     fn refill(&mut self, item: Item<'_>) {
         self.key.clear();
-        self.key.extend_from_slice(item.key);
+        self.key.extend_from_slice(item.key());
         self.value.clear();
-        self.value.extend_from_slice(item.value);
-        (self.flags, self.cas, self.ttl) = (item.flags, item.cas, item.ttl);
+        self.value.extend_from_slice(item.value());
+        (self.flags, self.cas, self.ttl) = (item.flags(), item.cas(), item.ttl());
     }
 
     /// The item's key.
@@ -122,14 +136,59 @@ impl OwnedItem {
     }
 }
 
+impl std::fmt::Debug for Item<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Item")
+            .field("key", &self.key())
+            .field("value", &self.value())
+            .field("flags", &self.flags())
+            .field("cas", &self.cas())
+            .field("ttl", &self.ttl())
+            .finish()
+    }
+}
+
+/// Items are equal when every accessor agrees.
+impl PartialEq for Item<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        (
+            self.key(),
+            self.value(),
+            self.flags(),
+            self.cas(),
+            self.ttl(),
+        ) == (
+            other.key(),
+            other.value(),
+            other.flags(),
+            other.cas(),
+            other.ttl(),
+        )
+    }
+}
+
+impl Eq for Item<'_> {}
+
+/// The CAS token of the item `raw` at `loc` in the segment with `header`:
+/// the one it keeps, or one made of its segment's generation and its
+/// location (`generation 23 | segment 20 | offset 21` bits), unique per
+/// item version.
+#[inline]
+fn cas_token(raw: RawItem<'_>, header: &SegmentHeader, loc: Location) -> u64 {
+    if let Some(kept) = raw.kept_cas() {
+        return kept;
+    }
+    ((header.generation as u64 & 0x7f_ffff) << 41) | ((loc.seg as u64) << 21) | loc.offset as u64
+}
+
 impl From<Item<'_>> for OwnedItem {
     fn from(item: Item<'_>) -> Self {
         OwnedItem {
-            key: item.key.to_vec(),
-            value: item.value.to_vec(),
-            flags: item.flags,
-            cas: item.cas,
-            ttl: item.ttl,
+            key: item.key().to_vec(),
+            value: item.value().to_vec(),
+            flags: item.flags(),
+            cas: item.cas(),
+            ttl: item.ttl(),
         }
     }
 }
@@ -346,6 +405,7 @@ pub(crate) fn request_key<B: AsRef<[u8]>>(request: &Request<B>) -> Option<&[u8]>
 
 /// TTL seconds as the write path takes them: `Some(0)` never, `None`
 /// already expired.
+#[inline]
 fn live_secs(ttl: Ttl) -> Result<Option<u32>, Error> {
     Ok(match ttl.to_secs()? {
         None => Some(0),
@@ -498,7 +558,7 @@ impl Segcache {
             self.grow_step(hashtable::GROW_STEP_READ);
         }
         let segs = &self.segs;
-        let (bucket, slot, info) = self.table.lookup(hash, |at| segs.item(at).key() == key)?;
+        let (bucket, slot, info) = self.table.lookup(hash, |at| segs.item(at).key_is(key))?;
         Some((bucket, slot, hashtable::location(info)))
     }
 
@@ -515,35 +575,24 @@ impl Segcache {
         true
     }
 
-    /// The CAS token of the item at `loc`: the one it keeps, or one made of
-    /// its segment's generation and its location (`generation 23 |
-    /// segment 20 | offset 21` bits), unique per item version.
+    /// The CAS token of the item at `loc` (see [`Item::cas`]).
     #[inline]
     fn cas_at(&self, loc: Location) -> u64 {
-        if let Some(kept) = self.segs.item(loc).kept_cas() {
-            return kept;
-        }
-        let header = &self.segs.headers[loc.seg as usize];
-        ((header.generation as u64 & 0x7f_ffff) << 41)
-            | ((loc.seg as u64) << 21)
-            | loc.offset as u64
+        cas_token(
+            self.segs.item(loc),
+            &self.segs.headers[loc.seg as usize],
+            loc,
+        )
     }
 
+    /// The item at `loc`, read at `now`.
+    #[inline]
     fn item_view(&self, loc: Location, now: u32) -> Item<'_> {
-        let raw = self.segs.item(loc);
-        let header = &self.segs.headers[loc.seg as usize];
         Item {
-            key: raw.key(),
-            value: raw.value(),
-            flags: raw.client_flags(),
-            cas: self.cas_at(loc),
-            ttl: if header.expire_at == 0 {
-                Ttl::Never
-            } else {
-                Ttl::After(Duration::from_secs(
-                    header.expire_at.saturating_sub(now) as u64
-                ))
-            },
+            raw: self.segs.item(loc),
+            header: &self.segs.headers[loc.seg as usize],
+            loc,
+            now,
         }
     }
 
@@ -596,8 +645,20 @@ impl Segcache {
     /// sharded cache, which hashes once to pick the shard).
     #[inline]
     pub(crate) fn get_hashed(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
+        if self.tags_say_miss(hash) {
+            return None;
+        }
+        self.get_found(key, hash)
+    }
+
+    /// The rest of [`get_hashed`](Self::get_hashed), once the tags did not
+    /// rule the key out (out of line, so a miss stays short).
+    #[inline(never)]
+    fn get_found(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
         let (loc, now) = self.hit(key, hash)?;
-        self.mark(loc, item::FETCHED);
+        if self.segs.item(loc).marks() & item::FETCHED == 0 {
+            self.mark(loc, item::FETCHED);
+        }
         Some(self.item_view(loc, now))
     }
 
@@ -637,9 +698,22 @@ impl Segcache {
         hash: u64,
         f: impl FnOnce(&[u8], u32) -> R,
     ) -> Option<R> {
+        if self.tags_say_miss(hash) {
+            return None;
+        }
         let (loc, _) = self.hit(key, hash)?;
         let raw = self.segs.item(loc);
         Some(f(raw.value(), raw.client_flags()))
+    }
+
+    /// A miss the table's tags prove with one load, counted: the fast
+    /// exit of a read (not taken while a delayed flush is pending, which
+    /// runs first, nor while the table grows).
+    #[inline(always)]
+    fn tags_say_miss(&mut self, hash: u64) -> bool {
+        let absent = self.flush_at.is_none() && self.table.absent_by_tags(hash);
+        self.counters.misses += absent as u64;
+        absent
     }
 
     /// The counted part of every plain read: finds the key's live item,
@@ -650,22 +724,28 @@ impl Segcache {
         // A miss needs no time: the clock is read once an entry is found,
         // unless a delayed flush is pending (then it goes first, as always).
         let pending = self.flush_at.is_some().then(|| self.now());
-        let live = self.find_hashed(key, hash).and_then(|(bucket, slot, loc)| {
-            let now = pending.unwrap_or_else(|| self.clock.now());
-            self.live_or_unlink(hash, loc, now)
-                .then_some((now, bucket, slot, loc))
-        });
-        match live {
-            Some((now, bucket, slot, loc)) => {
-                self.counters.hits += 1;
-                self.table.record_access(bucket, slot, now);
-                Some((loc, now))
-            }
-            None => {
-                self.counters.misses += 1;
-                None
-            }
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            self.counters.misses += 1;
+            return None;
         }
+        if self.table.is_growing() {
+            self.grow_step(hashtable::GROW_STEP_READ);
+        }
+        let segs = &self.segs;
+        let Some((bucket, slot, info)) = self.table.lookup(hash, |at| segs.item(at).key_is(key))
+        else {
+            self.counters.misses += 1;
+            return None;
+        };
+        let loc = hashtable::location(info);
+        let now = pending.unwrap_or_else(|| self.clock.now());
+        if !self.live_or_unlink(hash, loc, now) {
+            self.counters.misses += 1;
+            return None;
+        }
+        self.counters.hits += 1;
+        self.table.record_access_seen(bucket, slot, info, now);
+        Some((loc, now))
     }
 
     /// Starts loading the hash-table lines a lookup of the key hashed to
@@ -771,14 +851,38 @@ impl Segcache {
         flags: u32,
         ttl: impl Into<Ttl>,
     ) -> Result<(), Error> {
-        self.store_mode(
-            StoreMode::Set,
-            key.as_ref(),
-            value.as_ref(),
+        let key = key.as_ref();
+        self.set_hashed(key, hash_key(key), value.as_ref(), flags, ttl.into())
+    }
+
+    /// [`set`](Self::set) with the key's hash already computed: the
+    /// shortest write path (no condition to check, no CAS token to make).
+    #[inline]
+    pub(crate) fn set_hashed(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        value: &[u8],
+        flags: u32,
+        ttl: Ttl,
+    ) -> Result<(), Error> {
+        check_key(key)?;
+        let Some(secs) = live_secs(ttl)? else {
+            // Already expired: the general path unlinks the old item.
+            let store = Store {
+                flags,
+                ttl,
+                ..Store::new(StoreMode::Set, key, value)
+            };
+            return self.store_located(&store, hash).map(drop);
+        };
+        let meta = Meta {
             flags,
-            ttl.into(),
-            None,
-        )
+            ..Meta::default()
+        };
+        let now = self.now();
+        self.write(key, hash, [value, &[]], &meta, secs, now)
+            .map(drop)
     }
 
     /// Stores only if the key is absent, else [`Error::NotStored`].
@@ -870,7 +974,7 @@ impl Segcache {
             cas,
             ..Store::new(mode, key, value)
         };
-        self.store(&store).map(drop)
+        self.store_located(&store, hash_key(key)).map(drop)
     }
 
     /// Runs one store of any mode as one step and returns the new item's
@@ -882,11 +986,24 @@ impl Segcache {
     }
 
     /// [`store`](Self::store) with the key's hash already computed.
+    #[inline]
     pub(crate) fn store_hashed<B: AsRef<[u8]>>(
         &mut self,
         store: &Store<B>,
         hash: u64,
     ) -> Result<u64, Error> {
+        let stored = self.store_located(store, hash)?;
+        Ok(stored.map_or(0, |loc| self.cas_at(loc)))
+    }
+
+    /// Runs a store (the key's hash already computed); returns where the
+    /// new item went (`None`: its TTL had already expired, nothing is
+    /// left). The plain setters use this: they want no CAS token.
+    pub(crate) fn store_located<B: AsRef<[u8]>>(
+        &mut self,
+        store: &Store<B>,
+        hash: u64,
+    ) -> Result<Option<Location>, Error> {
         let (key, value) = (store.key.as_ref(), store.value.as_ref());
         check_key(key)?;
         let concat = matches!(store.mode, StoreMode::Append | StoreMode::Prepend);
@@ -954,22 +1071,22 @@ impl Segcache {
             };
             let written = self.write(key, hash, parts, &meta, ttl, now);
             self.scratch = old;
-            return written.map(|loc| self.cas_at(loc));
+            return written.map(Some);
         }
         let Some(ttl) = keep_ttl.or(secs) else {
             // Already expired: the store succeeds and leaves nothing readable.
             if let Some(loc) = found {
                 self.unlink_item(hash, loc);
             }
-            return Ok(0);
+            return Ok(None);
         };
         let meta = Meta {
             flags: store.flags,
             cas: None,
             marks,
         };
-        let loc = self.write(key, hash, [value, &[]], &meta, ttl, now)?;
-        Ok(self.cas_at(loc))
+        self.write(key, hash, [value, &[]], &meta, ttl, now)
+            .map(Some)
     }
 
     /// Adds `delta` to a decimal `u64` value, wrapping at 2^64; returns the
@@ -1534,7 +1651,7 @@ impl Segcache {
         };
         let inserted =
             self.table
-                .insert(hash, loc, may_evict, |at| segs.item(at).key() == key, grow);
+                .insert(hash, loc, may_evict, |at| segs.item(at).key_is(key), grow);
         let result = match inserted {
             Ok(Inserted { replaced, evicted }) => {
                 if let Some(old) = replaced {
@@ -1822,6 +1939,33 @@ mod tests {
         assert_eq!(c.get_value_with("k", |v, _| v.to_vec()), None);
         assert_eq!(c.stats().misses, 2);
         assert_eq!(c.len(), 1);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn set_checks_like_store_and_an_expired_ttl_removes() {
+        let (mut c, _) = small(Eviction::Merge);
+        c.set("k", "v", 3, None).unwrap();
+        assert_eq!(c.set("", "v", 0, None), Err(Error::EmptyKey));
+        let long = [b'k'; MAX_KEY_LEN + 1];
+        assert!(matches!(
+            c.set(long, "v", 0, None),
+            Err(Error::KeyTooLong { .. })
+        ));
+        let huge = vec![0u8; 1 << 20];
+        assert!(matches!(
+            c.set("k", &huge, 0, None),
+            Err(Error::ValueTooLarge { .. })
+        ));
+        // A failed set changed nothing.
+        assert_eq!(
+            c.get_value_with("k", |v, f| (v.to_vec(), f)),
+            Some((b"v".to_vec(), 3))
+        );
+        // Stored already expired: accepted, and nothing is left to read.
+        c.set("k", "w", 0, Ttl::Expired).unwrap();
+        assert!(c.get("k").is_none());
+        assert_eq!(c.len(), 0);
         c.check_invariants();
     }
 

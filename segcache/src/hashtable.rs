@@ -331,9 +331,10 @@ impl Table {
     }
 
     /// The first slot in `hash`'s window (its home up to the home's reach)
-    /// whose tag and check bits match and whose item info satisfies `pred`.
-    #[inline]
-    fn find(&self, hash: u64, pred: &mut impl FnMut(u64) -> bool) -> Option<(usize, usize)> {
+    /// whose tag and check bits match and whose item info satisfies `pred`:
+    /// (bucket, slot, item info).
+    #[inline(always)]
+    fn find(&self, hash: u64, pred: &mut impl FnMut(u64) -> bool) -> Option<(usize, usize, u64)> {
         let home = self.home(hash);
         let tag = tag_of(hash);
         let check = check_of(hash);
@@ -360,7 +361,7 @@ impl Table {
                 // `match_byte` only sets bits 0..SLOTS.
                 let info = unsafe { self.slot_unchecked(b, s) };
                 if displacement(info) == d && info >> CHECK_SHIFT == check && pred(info) {
-                    return Some((b, s));
+                    return Some((b, s, info));
                 }
             }
         }
@@ -562,6 +563,22 @@ impl HashTable {
         self.table.prefetch(home);
     }
 
+    /// True when the tags alone prove `hash`'s key absent: no table is
+    /// draining, and its home's control word has no matching tag and no
+    /// reach (one load, no slot read). False means "look properly".
+    #[inline(always)]
+    pub(crate) fn absent_by_tags(&self, hash: u64) -> bool {
+        if self.drain.is_some() {
+            return false;
+        }
+        let home = self.table.home(hash);
+        debug_assert!(home < self.table.homes);
+        // SAFETY: `home < homes` (`home` scales a 32-bit value by
+        // homes / 2^32), within `ctrl_unchecked`'s bound.
+        let word = unsafe { self.table.ctrl_unchecked(home) };
+        word & REACH_MASK == 0 && match_byte(word, tag_of(hash)) == 0
+    }
+
     /// The table and bucket a position names.
     #[inline]
     fn resolve(&self, bucket: usize) -> (&Table, usize) {
@@ -584,17 +601,31 @@ impl HashTable {
     }
 
     /// The position of the first slot, in whichever table holds `hash`'s
-    /// key, whose info satisfies `pred`.
+    /// key, whose info satisfies `pred`: (bucket, slot, item info).
     #[inline]
-    fn find(&self, hash: u64, mut pred: impl FnMut(u64) -> bool) -> Option<(usize, usize)> {
+    fn find(&self, hash: u64, mut pred: impl FnMut(u64) -> bool) -> Option<(usize, usize, u64)> {
         if let Some(drain) = &self.drain {
-            if drain.old.home(hash) >= drain.cursor {
-                if let Some((b, s)) = drain.old.find(hash, &mut pred) {
-                    return Some((b | OLD, s));
-                }
+            if let Some(found) = Self::find_old(drain, hash, &mut pred) {
+                return Some(found);
             }
         }
         self.table.find(hash, &mut pred)
+    }
+
+    /// [`find`](Self::find) in the table being drained (kept out of line:
+    /// a table grows rarely).
+    #[cold]
+    #[inline(never)]
+    fn find_old(
+        drain: &Drain,
+        hash: u64,
+        pred: &mut impl FnMut(u64) -> bool,
+    ) -> Option<(usize, usize, u64)> {
+        if drain.old.home(hash) < drain.cursor {
+            return None;
+        }
+        let (b, s, info) = drain.old.find(hash, pred)?;
+        Some((b | OLD, s, info))
     }
 
     #[inline]
@@ -611,8 +642,7 @@ impl HashTable {
         hash: u64,
         mut matches: impl FnMut(Location) -> bool,
     ) -> Option<(usize, usize, u64)> {
-        let (b, s) = self.find(hash, |info| matches(location(info)))?;
-        Some((b, s, self.info(b, s)))
+        self.find(hash, |info| matches(location(info)))
     }
 
     /// The item info at a known location, if the table points there.
@@ -635,7 +665,7 @@ impl HashTable {
         mut matches: impl FnMut(Location) -> bool,
         grow: impl FnOnce() -> Option<usize>,
     ) -> Result<Inserted, TableFull> {
-        if let Some((bucket, s)) = self.find(hash, |info| matches(location(info))) {
+        if let Some((bucket, s, _)) = self.find(hash, |info| matches(location(info))) {
             let (t, b) = self.resolve_mut(bucket);
             let old = t.slots[b * SLOTS + s];
             t.slots[b * SLOTS + s] = (old & !(SEG_MASK << SEG_SHIFT | OFFSET_MASK))
@@ -741,7 +771,7 @@ impl HashTable {
     /// Removes the entry pointing at `loc` (no key comparison: a location
     /// names one item). Returns its item info if the table pointed there.
     pub(crate) fn remove_at(&mut self, hash: u64, loc: Location) -> Option<u64> {
-        let (bucket, s) = self.find(hash, |info| same_location(info, loc))?;
+        let (bucket, s, _) = self.find(hash, |info| same_location(info, loc))?;
         Some(self.clear_at(bucket, s))
     }
 
@@ -750,8 +780,7 @@ impl HashTable {
     /// next insert or grow step.
     #[inline]
     pub(crate) fn locate(&self, hash: u64, loc: Location) -> Option<(usize, usize, u64)> {
-        let (b, s) = self.find(hash, |info| same_location(info, loc))?;
-        Some((b, s, self.info(b, s)))
+        self.find(hash, |info| same_location(info, loc))
     }
 
     /// Points the entry at (`bucket`, `slot`) to `to`, halving its access
@@ -792,6 +821,14 @@ impl HashTable {
     #[inline]
     pub(crate) fn record_access(&mut self, bucket: usize, slot: usize, now: u32) {
         let info = self.info(bucket, slot);
+        self.record_access_seen(bucket, slot, info, now);
+    }
+
+    /// [`record_access`](Self::record_access) with the slot's item info as
+    /// the lookup just read it (no second read when nothing changes).
+    #[inline]
+    pub(crate) fn record_access_seen(&mut self, bucket: usize, slot: usize, info: u64, now: u32) {
+        debug_assert_eq!(info, self.info(bucket, slot));
         let stamp = now as u64 & STAMP_MASK;
         let count = (info >> FREQ_SHIFT) & FREQ_MAX;
         if (info >> STAMP_SHIFT) & STAMP_MASK == stamp || count == FREQ_MAX {

@@ -62,6 +62,7 @@ pub(crate) fn item_size(key_len: usize, value_len: usize, meta: &Meta) -> usize 
 
 /// Writes an item whose value is the concatenation of `value_parts` into the
 /// front of `dst`, which must be exactly `item_size(..)` bytes long.
+#[inline]
 pub(crate) fn write(dst: &mut [u8], key: &[u8], value_parts: [&[u8]; 2], meta: &Meta) {
     let value_len = value_parts[0].len() + value_parts[1].len();
     debug_assert!(key.len() <= MAX_KEY_LEN && value_len <= MAX_VALUE_FIELD);
@@ -85,8 +86,10 @@ pub(crate) fn write(dst: &mut [u8], key: &[u8], value_parts: [&[u8]; 2], meta: &
     dst[at..at + key.len()].copy_from_slice(key);
     at += key.len();
     for part in value_parts {
-        dst[at..at + part.len()].copy_from_slice(part);
-        at += part.len();
+        if !part.is_empty() {
+            dst[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
     }
     debug_assert_eq!(at, dst.len());
 }
@@ -130,6 +133,13 @@ impl<'a> RawItem<'a> {
     pub(crate) fn key(&self) -> &'a [u8] {
         let start = HEADER_LEN + self.optional_len();
         &self.bytes[start..start + self.key_len()]
+    }
+
+    /// True if this item's key is `key` (lengths first: most mismatches
+    /// end at the length byte).
+    #[inline(always)]
+    pub(crate) fn key_is(&self, key: &[u8]) -> bool {
+        self.key_len() == key.len() && bytes_eq(self.key(), key)
     }
 
     #[inline]
@@ -183,6 +193,31 @@ impl<'a> RawItem<'a> {
     }
 }
 
+/// `a == b` for slices of equal length, inline for keys up to 32 bytes
+/// (a few word compares, overlapping at the ends, cost less than a call
+/// to `memcmp`); longer keys go to `memcmp`.
+#[inline]
+fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
+    debug_assert_eq!(a.len(), b.len());
+    let n = a.len();
+    let b = &b[..n];
+    let w64 = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().unwrap());
+    let w32 = |s: &[u8], at: usize| u32::from_ne_bytes(s[at..at + 4].try_into().unwrap());
+    match n {
+        0..=3 => a == b,
+        4..=8 => w32(a, 0) == w32(b, 0) && w32(a, n - 4) == w32(b, n - 4),
+        9..=16 => w64(a, 0) == w64(b, 0) && w64(a, n - 8) == w64(b, n - 8),
+        17..=32 => {
+            let diff = (w64(a, 0) ^ w64(b, 0))
+                | (w64(a, 8) ^ w64(b, 8))
+                | (w64(a, n - 16) ^ w64(b, n - 16))
+                | (w64(a, n - 8) ^ w64(b, n - 8));
+            diff == 0
+        }
+        _ => a == b,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,6 +256,29 @@ mod tests {
         };
         assert_eq!(item_size(32, 64, &kept), 113);
         assert_eq!(item_size(1, 0, &plain), 6);
+    }
+
+    #[test]
+    fn key_compare_agrees_with_slice_equality() {
+        let meta = Meta::default();
+        for len in 1..=70usize {
+            let key: Vec<u8> = (0..len as u8).map(|i| i.wrapping_mul(37)).collect();
+            let size = item_size(len, 3, &meta);
+            let mut buf = vec![0u8; size];
+            write(&mut buf, &key, [b"val", b""], &meta);
+            let item = RawItem::at(&buf);
+            assert!(item.key_is(&key), "len {len}");
+            // A difference at every position, and a different length.
+            for at in 0..len {
+                let mut other = key.clone();
+                other[at] ^= 0x80;
+                assert!(!item.key_is(&other), "len {len}, byte {at}");
+            }
+            assert!(!item.key_is(&key[..len - 1]));
+            let mut longer = key.clone();
+            longer.push(0);
+            assert!(!item.key_is(&longer));
+        }
     }
 
     #[test]

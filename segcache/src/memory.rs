@@ -12,13 +12,12 @@ use std::io;
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 
-/// Segment storage: anonymous memory, or a file mapped shared.
-pub(crate) enum Heap {
-    Anon(memmap2::MmapMut),
-    File {
-        map: memmap2::MmapMut,
-        path: PathBuf,
-    },
+/// Segment storage: anonymous memory, or a file mapped shared (one map
+/// either way, so reaching the bytes costs no branch).
+pub(crate) struct Heap {
+    map: memmap2::MmapMut,
+    /// The datapool file, when the heap lives in one.
+    path: Option<PathBuf>,
 }
 
 impl Heap {
@@ -27,7 +26,7 @@ impl Heap {
     pub(crate) fn anon(len: usize) -> io::Result<Heap> {
         let map = memmap2::MmapMut::map_anon(len)?;
         advise_huge_pages(&map);
-        Ok(Heap::Anon(map))
+        Ok(Heap { map, path: None })
     }
 
     /// Maps `path` (created, and sized to `len`, if need be) as the heap.
@@ -84,26 +83,23 @@ impl Heap {
         // can corrupt values but not memory safety. The map lives as long as
         // the Heap, and nothing else in this process maps the file.
         let map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&file)? };
-        Ok(Heap::File {
+        Ok(Heap {
             map,
-            path: path.to_path_buf(),
+            path: Some(path.to_path_buf()),
         })
     }
 
     /// Writes a file-backed heap's dirty pages to the file.
     pub(crate) fn flush(&self) -> io::Result<()> {
-        match self {
-            Heap::Anon(_) => Ok(()),
-            Heap::File { map, .. } => map.flush(),
+        match self.path {
+            None => Ok(()),
+            Some(_) => self.map.flush(),
         }
     }
 
     /// The datapool file, if the heap lives in one.
     pub(crate) fn path(&self) -> Option<&Path> {
-        match self {
-            Heap::Anon(_) => None,
-            Heap::File { path, .. } => Some(path),
-        }
+        self.path.as_deref()
     }
 }
 
@@ -112,18 +108,14 @@ impl Deref for Heap {
 
     #[inline]
     fn deref(&self) -> &[u8] {
-        match self {
-            Heap::Anon(map) | Heap::File { map, .. } => map,
-        }
+        &self.map
     }
 }
 
 impl DerefMut for Heap {
     #[inline]
     fn deref_mut(&mut self) -> &mut [u8] {
-        match self {
-            Heap::Anon(map) | Heap::File { map, .. } => map,
-        }
+        &mut self.map
     }
 }
 

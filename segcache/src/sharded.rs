@@ -238,14 +238,10 @@ impl ShardedCache {
         flags: u32,
         ttl: impl Into<Ttl>,
     ) -> Result<(), Error> {
-        self.store_mode(
-            StoreMode::Set,
-            key.as_ref(),
-            value.as_ref(),
-            flags,
-            ttl.into(),
-            None,
-        )
+        let key = key.as_ref();
+        let hash = hash_key(key);
+        self.shard_for(hash)
+            .set_hashed(key, hash, value.as_ref(), flags, ttl.into())
     }
 
     /// See [`Segcache::add`].
@@ -325,7 +321,8 @@ impl ShardedCache {
             cas,
             ..Store::new(mode, key, value)
         };
-        self.store(&store).map(drop)
+        let hash = hash_key(key);
+        self.shard_for(hash).store_located(&store, hash).map(drop)
     }
 
     /// See [`Segcache::append`].
