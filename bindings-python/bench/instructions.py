@@ -71,8 +71,11 @@ elif name == "cachetools":
 elif name == "dict":
     c = {}; get, put, delete = c.get, c.__setitem__, c.__delitem__
 else:
-    get = delete = lambda k: None; put = lambda k, v: None
-def run(get=get, put=put, delete=delete, keys=keys, missing=missing, v=v):
+    c = None; get = delete = lambda k: None; put = lambda k, v: None
+# Mappings are written to as users write: c[k] = v and del c[k] (moka-py,
+# not a mapping, and the bare loop through put/delete).
+mapping = name in ("segcache", "cachebox", "cachetools", "dict")
+def run(c=c if mapping else None, get=get, put=put, delete=delete, keys=keys, missing=missing, v=v):
     # Locals, not globals: the loop costs what it would in a function.
     for k in keys:
         put(k, v)
@@ -83,9 +86,17 @@ def run(get=get, put=put, delete=delete, keys=keys, missing=missing, v=v):
         elif op == "get miss":
             for k in missing:
                 get(k)
+        elif op == "set" and mapping:
+            for k in keys:
+                c[k] = v
         elif op == "set":
             for k in keys:
                 put(k, v)
+        elif op == "delete" and mapping:
+            for k in keys:
+                del c[k]
+            for k in keys:
+                c[k] = v
         elif op == "delete":
             for k in keys:
                 delete(k)

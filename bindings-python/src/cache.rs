@@ -226,21 +226,28 @@ impl PyCache {
     ) -> PyResult<Result<(), segcache::Error>> {
         let guard = self.cache()?;
         let cache: &ShardedCache = &guard;
-        let store = Store {
-            mode,
-            key,
-            value,
-            flags,
-            ttl: Ttl::from(ttl),
-            cas,
-            invalidate: false,
+        let ttl = Ttl::from(ttl);
+        let write = || {
+            if mode == StoreMode::Set && cas.is_none() {
+                // The core's direct path for a plain set.
+                return cache.set(key, value, flags, ttl);
+            }
+            let store = Store {
+                mode,
+                key,
+                value,
+                flags,
+                ttl,
+                cas,
+                invalidate: false,
+            };
+            cache.store(&store).map(drop)
         };
-        let result = if value.len() >= DETACH_AT {
-            py.detach(|| cache.store(&store))
+        Ok(if value.len() >= DETACH_AT {
+            py.detach(write)
         } else {
-            cache.store(&store)
-        };
-        Ok(result.map(drop))
+            write()
+        })
     }
 
     /// Whether an encoded key is present.
