@@ -66,6 +66,13 @@ const MAX_PARAMS: usize = 3;
 /// for the life of the process), for calls the fast path does not take.
 static SLOW: [AtomicPtr<ffi::PyObject>; 3] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 3];
 
+/// Each method's parameter names as interned `str`s (leaked: they live as
+/// long as the process), in [`METHODS`]' order: CPython interns the
+/// keyword names of a call written in code, so a pointer comparison
+/// usually binds a keyword.
+static NAMES: [[AtomicPtr<ffi::PyObject>; MAX_PARAMS]; 3] =
+    [const { [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_PARAMS] }; 3];
+
 /// The entry points, in [`METHODS`]' order.
 const ENTRIES: [ffi::PyCFunctionFastWithKeywords; 3] = [get, set, delete];
 
@@ -98,6 +105,14 @@ pub fn install(ty: &Bound<'_, PyType>) -> PyResult<()> {
         let descr = unsafe {
             Bound::from_owned_ptr_or_err(py, ffi::PyDescr_NewMethod(ty.as_type_ptr(), def))?
         };
+        for (j, param) in method.params.iter().enumerate() {
+            // SAFETY: a NUL-terminated ASCII name; attached.
+            let name = unsafe { ffi::PyUnicode_InternFromString(param.as_ptr()) };
+            if name.is_null() {
+                return Err(PyErr::fetch(py));
+            }
+            NAMES[i][j].store(name, Ordering::Release);
+        }
         SLOW[i].store(original.unbind().into_ptr(), Ordering::Release);
         ty.setattr(name, descr)?;
     }
@@ -132,7 +147,7 @@ unsafe fn call(
                 (args, n)
             }
             // SAFETY: forwarded from our caller.
-            _ => match unsafe { bind(method, args, nargs, kwnames, &mut bound) } {
+            _ => match unsafe { bind(slow, args, nargs, kwnames, &mut bound) } {
                 Some(n) => (bound.as_ptr(), n),
                 // SAFETY: forwarded from our caller.
                 None => {
@@ -172,21 +187,23 @@ unsafe fn call(
     }
 }
 
-/// Puts the arguments of a call with keywords into `bound` in parameter
-/// order and returns how many there are (a prefix of the parameters, at
-/// least the required ones); `None` for anything else (too many, unknown
-/// or repeated keywords, a gap), which pyo3's method then reports.
+/// Puts the arguments of a call with keywords to `METHODS[slow]` into
+/// `bound` in parameter order and returns how many there are (a prefix of
+/// the parameters, at least the required ones); `None` for anything else
+/// (too many, unknown or repeated keywords, a gap), which pyo3's method
+/// then reports.
 ///
 /// # Safety
 /// As [`call`].
 #[inline(never)]
 unsafe fn bind(
-    method: &Method,
+    slow: usize,
     args: *const *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
     bound: &mut [*mut ffi::PyObject; MAX_PARAMS],
 ) -> Option<usize> {
+    let method = &METHODS[slow];
     let nargs = usize::try_from(nargs)
         .ok()
         .filter(|&n| n <= method.params.len())?;
@@ -200,10 +217,17 @@ unsafe fn bind(
         let nkw = usize::try_from(ffi::PyTuple_Size(kwnames)).ok()?;
         for k in 0..nkw {
             let name = ffi::PyTuple_GetItem(kwnames, k as ffi::Py_ssize_t);
-            let at = method
-                .params
+            let interned = &NAMES[slow][..method.params.len()];
+            let at = match interned
                 .iter()
-                .position(|p| ffi::PyUnicode_CompareWithASCIIString(name, p.as_ptr()) == 0)?;
+                .position(|p| p.load(Ordering::Relaxed) == name)
+            {
+                Some(at) => at,
+                None => method
+                    .params
+                    .iter()
+                    .position(|p| ffi::PyUnicode_CompareWithASCIIString(name, p.as_ptr()) == 0)?,
+            };
             if !bound[at].is_null() {
                 return None;
             }
