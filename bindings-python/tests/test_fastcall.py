@@ -178,3 +178,14 @@ def test_refcounts_do_not_leak(cache):
     # None is immortal from 3.12 (its count is fixed); before, a leak
     # would show as thousands.
     assert abs(after[2] - before[2]) < 100
+
+
+def test_keywords_built_at_run_time_bind_too(cache):
+    # Names from code are interned (bound by pointer); these are built at
+    # run time, so they are compared by value.
+    ttl, default = "".join(["t", "tl"]), "".join(["def", "ault"])
+    cache.set("k", b"v", **{ttl: 100})
+    assert 90 <= cache.ttl("k") <= 100
+    assert cache.get("missing", **{default: 3}) == 3
+    with pytest.raises(TypeError):
+        cache.set("k", b"v", **{"".join(["t", "tx"]): 1})
