@@ -80,6 +80,11 @@ const ENTRIES: [ffi::PyCFunctionFastWithKeywords; 3] = [get, set, delete];
 /// ones, keeping each one's docstring and text signature.
 pub fn install(ty: &Bound<'_, PyType>) -> PyResult<()> {
     let py = ty.py();
+    if !SLOW[0].load(Ordering::Acquire).is_null() {
+        // Installed already (the module initialised again): the methods on
+        // `ty` are ours, and must not become their own slow path.
+        return Ok(());
+    }
     for (i, method) in METHODS.iter().enumerate() {
         let name = method.name;
         debug_assert!(method.params.len() <= MAX_PARAMS);
@@ -119,8 +124,8 @@ pub fn install(ty: &Bound<'_, PyType>) -> PyResult<()> {
     Ok(())
 }
 
-/// Runs `body` on the cache behind `slf` and the positional arguments, or
-/// hands the call to pyo3's method `slow` (keywords, another count).
+/// Runs `body` on the cache behind `slf` and its bound arguments, or hands
+/// a call it cannot bind to pyo3's method `SLOW[slow]`.
 ///
 /// # Safety
 /// CPython's fast-call contract: attached, `slf` an instance of `Cache`
