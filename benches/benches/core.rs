@@ -41,7 +41,7 @@ fn core(c: &mut Criterion) {
         let value = vec![b'v'; value_len];
         let mut cache = SegcacheOps::for_items(n, value_len);
         fill(&mut cache, &keys, &value);
-        assert_eq!(cache.len(), n, "every resident key fits");
+        assert_eq!(cache.held(), Some(n), "every resident key fits");
         let mut seq = KeySeq::new(n, 1 << 20, Dist::Uniform, 11);
         let label = |op: &str| BenchmarkId::new(op, format!("{value_len}B/{n}keys"));
 

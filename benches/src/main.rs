@@ -345,7 +345,10 @@ fn run_throughput(
             .map(|&c| {
                 let mut cache = c.build(n, v);
                 throughput::fill(cache.as_mut(), &keys, &value);
-                eprintln!("{} {v} B: filled ({} items held)", c.label(), cache.len());
+                match cache.held() {
+                    Some(n) => eprintln!("{} {v} B: filled ({n} items held)", c.label()),
+                    None => eprintln!("{} {v} B: filled", c.label()),
+                }
                 cache
             })
             .collect();
@@ -438,7 +441,7 @@ fn run_opcount(
         dist.label(),
         r.ops,
         r.hits,
-        built.len()
+        built.held().map_or("?".to_string(), |n| n.to_string())
     );
     Ok(())
 }

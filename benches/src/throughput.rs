@@ -41,12 +41,9 @@ pub trait OpCache {
     fn set(&mut self, key: &[u8], value: &[u8]);
     /// Removes `key`; true if it was there.
     fn delete(&mut self, key: &[u8]) -> bool;
-    /// Items currently held.
-    fn len(&self) -> usize;
-    /// True when nothing is held.
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
+    /// Items currently held, if the cache can tell (Pelikan's crate counts
+    /// items only in its `debug` build, which also checksums every item).
+    fn held(&self) -> Option<usize>;
 }
 
 /// The caches the throughput comparison knows.
@@ -60,17 +57,19 @@ pub enum Contender {
     QuickSync,
     MokaSync,
     Lru,
+    PelikanMerge,
 }
 
 impl Contender {
     /// Every contender, segcache first (the baseline for ratios).
-    pub const ALL: [Contender; 6] = [
+    pub const ALL: [Contender; 7] = [
         Contender::Segcache,
         Contender::SegcacheLean,
         Contender::QuickUnsync,
         Contender::QuickSync,
         Contender::MokaSync,
         Contender::Lru,
+        Contender::PelikanMerge,
     ];
 
     /// Display and command-line name.
@@ -82,6 +81,7 @@ impl Contender {
             Contender::QuickSync => "quick_cache-sync",
             Contender::MokaSync => "moka-sync",
             Contender::Lru => "lru",
+            Contender::PelikanMerge => "pelikan-merge",
         }
     }
 
@@ -102,6 +102,7 @@ impl Contender {
             Contender::QuickSync => Box::new(QuickSyncOps::new(items, value_len)),
             Contender::MokaSync => Box::new(MokaOps::new(items)),
             Contender::Lru => Box::new(LruOps::new(items)),
+            Contender::PelikanMerge => Box::new(PelikanOps::new(items, value_len)),
         }
     }
 }
@@ -174,8 +175,8 @@ impl OpCache for SegcacheOps {
     fn delete(&mut self, key: &[u8]) -> bool {
         self.cache.delete(key)
     }
-    fn len(&self) -> usize {
-        self.cache.len()
+    fn held(&self) -> Option<usize> {
+        Some(self.cache.len())
     }
 }
 
@@ -256,8 +257,8 @@ impl OpCache for QuickUnsyncOps {
     fn delete(&mut self, key: &[u8]) -> bool {
         self.cache.remove(key).is_some()
     }
-    fn len(&self) -> usize {
-        self.cache.len()
+    fn held(&self) -> Option<usize> {
+        Some(self.cache.len())
     }
 }
 
@@ -295,8 +296,8 @@ impl OpCache for QuickSyncOps {
     fn delete(&mut self, key: &[u8]) -> bool {
         self.cache.remove(key).is_some()
     }
-    fn len(&self) -> usize {
-        self.cache.len()
+    fn held(&self) -> Option<usize> {
+        Some(self.cache.len())
     }
 }
 
@@ -335,9 +336,77 @@ impl OpCache for MokaOps {
     fn delete(&mut self, key: &[u8]) -> bool {
         self.cache.remove(key).is_some()
     }
-    fn len(&self) -> usize {
+    fn held(&self) -> Option<usize> {
         self.cache.run_pending_tasks();
-        self.cache.entry_count() as usize
+        Some(self.cache.entry_count() as usize)
+    }
+}
+
+// ------------------------------------------------------ Pelikan segcache
+
+/// Pelikan's own segment cache (crates.io `segcache` 0.4.4, renamed
+/// `pelikan_segcache`), `Policy::Merge { max: 8, merge: 4, compact: 2 }`
+/// (its defaults), 1 MiB segments, no TTL, overflow buckets allowed for
+/// every bucket (`overflow_factor(1.0)`, as Pelikan's server configures it;
+/// without them a bucket's eighth key fails to insert). Its `get` takes `&self` and
+/// lends the value, like ours.
+pub struct PelikanOps {
+    cache: pelikan_segcache::Segcache,
+}
+
+impl PelikanOps {
+    /// The same heap rule as [`SegcacheOps::for_items`] (about twice the
+    /// items' bytes with Pelikan's ~14-byte item header), and a table of
+    /// 8-slot buckets at or under ~50% load.
+    pub fn new(items: usize, value_len: usize) -> PelikanOps {
+        let seg = 1usize << 20;
+        let item = 14 + KEY_LEN + value_len;
+        let heap = ((items * item * 2) / seg + 1).max(64) * seg;
+        let mut hash_power = 7u8;
+        while (1usize << hash_power) < items * 2 {
+            hash_power += 1;
+        }
+        let cache = pelikan_segcache::Segcache::builder()
+            .heap_size(heap)
+            .segment_size(seg as i32)
+            .hash_power(hash_power)
+            .overflow_factor(1.0)
+            .eviction(pelikan_segcache::Policy::Merge {
+                max: 8,
+                merge: 4,
+                compact: 2,
+            })
+            .build()
+            .expect("pelikan segcache config");
+        PelikanOps { cache }
+    }
+}
+
+impl OpCache for PelikanOps {
+    #[inline]
+    fn get(&mut self, key: &[u8]) -> bool {
+        match self.cache.get(key) {
+            Some(item) => {
+                if let pelikan_segcache::Value::Bytes(v) = item.value() {
+                    black_box(v.len());
+                }
+                true
+            }
+            None => false,
+        }
+    }
+    #[inline]
+    fn set(&mut self, key: &[u8], value: &[u8]) {
+        // Its two-choice table can refuse a key even at a low load (1 of
+        // 100 k keys at 38% here); the bench's hit check reports that.
+        let _ = self.cache.insert(key, value, None, Duration::ZERO);
+    }
+    #[inline]
+    fn delete(&mut self, key: &[u8]) -> bool {
+        self.cache.delete(key)
+    }
+    fn held(&self) -> Option<usize> {
+        None
     }
 }
 
@@ -377,8 +446,8 @@ impl OpCache for LruOps {
     fn delete(&mut self, key: &[u8]) -> bool {
         self.cache.pop(key).is_some()
     }
-    fn len(&self) -> usize {
-        self.cache.len()
+    fn held(&self) -> Option<usize> {
+        Some(self.cache.len())
     }
 }
 
@@ -610,7 +679,9 @@ mod tests {
         for c in Contender::ALL {
             let mut cache = c.build(keys.resident(), value.len());
             fill(cache.as_mut(), &keys, &value);
-            assert_eq!(cache.len(), 5_000, "{}", c.label());
+            if let Some(n) = cache.held() {
+                assert_eq!(n, 5_000, "{}", c.label());
+            }
             let mut seq = KeySeq::new(5_000, 4096, Dist::Zipf(0.99), 1);
             let r = run_case(cache.as_mut(), &keys, &value, &mut seq, Op::GetHit, 4096);
             assert_eq!(r.hits, 4096, "{} get-hit", c.label());

@@ -40,7 +40,7 @@ start_target() { # NAME -> sets T_PORT, T_PID
         start_server T --workers "$WORKERS" --heap-size 256MiB
         T_PID="$T_PID" ;;
     segcache-pinned)
-        # Worker i on core i, the storage thread on the next core.
+        # Worker i on core i, the storage thread (several workers) on the next.
         local last=$((WORKERS))
         start_server T --workers "$WORKERS" --heap-size 256MiB --pin "0-$last" ;;
     memcached)
@@ -69,7 +69,8 @@ say ""
 say "Command: \`WORKERS=$WORKERS CONNS=$CONNS STEP_SECS=$STEP_SECS bash examples/server/scripts/bench.sh\`"
 say ""
 say "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(uname -r); memcached $(memcached -V | awk '{print $2}'); loadgen, servers and the kernel share these cores."
-say "Workload: keys 4-32 B, values 64/256 B, 80:20 get:set, uniform over 50,000 prefilled keys, $CONNS connections, open loop, latency from scheduled send to full reply. segcache-server: $WORKERS worker(s) + 1 storage thread; memcached: -t $WORKERS. Pinned: segcache \`--pin 0-$WORKERS\`, memcached under \`taskset -c 0-$WORKERS\`."
+if [ "$WORKERS" = 1 ]; then SHAPE="1 worker owning the cache (no storage thread)"; else SHAPE="$WORKERS workers + 1 storage thread"; fi
+say "Workload: keys 4-32 B, values 64/256 B, 80:20 get:set, uniform over 50,000 prefilled keys, $CONNS connections, open loop, latency from scheduled send to full reply. segcache-server: $SHAPE; memcached: -t $WORKERS. Pinned: segcache \`--pin 0-$WORKERS\`, memcached under \`taskset -c 0-$WORKERS\`."
 say ""
 say "| server | target rate | achieved | p50 us | p99 us | p999 us | max us |"
 say "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"

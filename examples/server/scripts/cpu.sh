@@ -6,7 +6,8 @@
 # /proc/PID/stat) over a measured window, divided by the requests the load
 # generator completed in it. Rounds are interleaved (every server at every
 # rate, then again) and the median and range over rounds are reported,
-# with p999 at each rate.
+# with the context switches per request (all the server's threads) and
+# p999 at each rate.
 #
 # Env: RATES (default "20000 50000 80000"), ROUNDS (3), SECS (4), CONNS
 # (128), WORKERS (1), PELIKAN_SEGCACHE (unset: skipped), PIN (0/1: pin
@@ -36,6 +37,10 @@ trap cleanup EXIT
 
 cpu_ticks() { # PID -> utime+stime of the whole process
     awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
+ctx_switches() { # PID -> voluntary + involuntary context switches of its threads
+    cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {n += $2} END {print n + 0}'
 }
 
 # field NAME LINE
@@ -99,13 +104,16 @@ for round in $(seq 1 "$ROUNDS"); do
             --connections "$CONNS" >/dev/null
         for rate in $RATES; do
             before="$(cpu_ticks "$T_PID")"
+            cs_before="$(ctx_switches "$T_PID")"
             line="$("$LOADGEN" --port "$T_PORT" --rate "$rate" --duration "$SECS" \
                 --warmup 0 --connections "$CONNS" --no-fill)"
             after="$(cpu_ticks "$T_PID")"
+            cs_after="$(ctx_switches "$T_PID")"
             done_reqs="$(field requests "$line")"
             [ -n "$done_reqs" ] || done_reqs="$(python3 -c "print(int(float('$(field achieved "$line")') * $SECS))")"
             us="$(python3 -c "print(f'{($after - $before) / $TICKS * 1e6 / max(1, $done_reqs):.2f}')")"
-            echo "$server $rate $round $us $(field p999_us "$line") $(field achieved "$line")" >>"$RESULTS"
+            cs="$(python3 -c "print(f'{($cs_after - $cs_before) / max(1, $done_reqs):.3f}')")"
+            echo "$server $rate $round $us $(field p999_us "$line") $(field achieved "$line") $cs" >>"$RESULTS"
         done
         stop_pid "$T_PID"
     done
@@ -120,14 +128,18 @@ import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 servers, rates = sys.argv[2].split(), sys.argv[3].split()
 print("| rate (req/s) | " + " | ".join(f"{s} CPU µs/req" for s in servers) + " | " +
+      " | ".join(f"{s} ctx sw/req" for s in servers) + " | " +
       " | ".join(f"{s} p999 µs" for s in servers) + " |")
-print("| ---: | " + " | ".join("---:" for _ in servers * 2) + " |")
+print("| ---: | " + " | ".join("---:" for _ in servers * 3) + " |")
 for r in rates:
-    cpu, p999 = [], []
+    cpu, cs, p999 = [], [], []
     for s in servers:
-        us = sorted(float(x[3]) for x in rows if x[0] == s and x[1] == r)
-        lat = sorted(float(x[4]) for x in rows if x[0] == s and x[1] == r)
+        mine = [x for x in rows if x[0] == s and x[1] == r]
+        us = sorted(float(x[3]) for x in mine)
+        lat = sorted(float(x[4]) for x in mine)
+        sw = sorted(float(x[6]) for x in mine)
         cpu.append(f"{statistics.median(us):.2f} [{us[0]:.2f}-{us[-1]:.2f}]")
+        cs.append(f"{statistics.median(sw):.2f}")
         p999.append(f"{statistics.median(lat):.0f}")
-    print(f"| {r} | " + " | ".join(cpu) + " | " + " | ".join(p999) + " |")
+    print(f"| {r} | " + " | ".join(cpu) + " | " + " | ".join(cs) + " | " + " | ".join(p999) + " |")
 PY

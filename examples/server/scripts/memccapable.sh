@@ -9,19 +9,25 @@ set -euo pipefail
 need_pkg libmemcached-tools memccapable memcapable
 TOOL="$(command -v memccapable || command -v memcapable)"
 build_server
-start_server SRV --workers 2
-trap 'stop_pid "$SRV_PID"' EXIT
-echo "segcache-server on 127.0.0.1:$SRV_PORT; running $TOOL -a"
-LOG="$(mktemp)"
-set +e
-timeout 120 "$TOOL" -a -h 127.0.0.1 -p "$SRV_PORT" 2>&1 | tee "$LOG"
-rc=${PIPESTATUS[0]}
-set -e
-passed=$(grep -c '\[pass\]' "$LOG" || true)
-failed=$(grep -Ec '\[(fail|FAIL)' "$LOG" || true)
-echo "memccapable: $passed passed, $failed failed (exit $rc)"
-if [ "$rc" != 0 ] || [ "$failed" != 0 ] || [ "$passed" = 0 ]; then
-    echo "memccapable: FAILED" >&2
-    exit 1
-fi
+# Both shapes of the server: one worker owning the cache (inline), and two
+# workers sharing the storage thread.
+for workers in 1 2; do
+    start_server SRV --workers "$workers"
+    trap 'stop_pid "$SRV_PID"' EXIT
+    echo "segcache-server (--workers $workers) on 127.0.0.1:$SRV_PORT; running $TOOL -a"
+    LOG="$(mktemp)"
+    set +e
+    timeout 120 "$TOOL" -a -h 127.0.0.1 -p "$SRV_PORT" 2>&1 | tee "$LOG"
+    rc=${PIPESTATUS[0]}
+    set -e
+    stop_pid "$SRV_PID"
+    trap - EXIT
+    passed=$(grep -c '\[pass\]' "$LOG" || true)
+    failed=$(grep -Ec '\[(fail|FAIL)' "$LOG" || true)
+    echo "memccapable (--workers $workers): $passed passed, $failed failed (exit $rc)"
+    if [ "$rc" != 0 ] || [ "$failed" != 0 ] || [ "$passed" = 0 ]; then
+        echo "memccapable: FAILED" >&2
+        exit 1
+    fi
+done
 echo "memccapable: all ASCII tests pass"

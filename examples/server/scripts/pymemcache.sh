@@ -21,12 +21,18 @@ fi
 SUITE="$("$VENV/bin/python" -c 'import os, pymemcache.test as t; print(os.path.dirname(t.__file__))')"
 
 build_server
-start_server SRV --workers 2
-trap 'stop_pid "$SRV_PID"' EXIT
-echo "segcache-server on 127.0.0.1:$SRV_PORT; running pymemcache $PYMEMCACHE_VERSION integration tests"
 # The suite's conftest.py (--server/--port) lives beside the tests.
 cd "$SUITE"
-timeout 300 "$VENV/bin/pytest" -q -p no:cacheprovider -W ignore::pytest.PytestUnknownMarkWarning \
-    -m integration --server 127.0.0.1 --port "$SRV_PORT" \
-    --deselect test_integration.py::test_tls \
-    test_integration.py
+# Both shapes of the server: one worker owning the cache (inline), and two
+# workers sharing the storage thread.
+for workers in 1 2; do
+    start_server SRV --workers "$workers"
+    trap 'stop_pid "$SRV_PID"' EXIT
+    echo "segcache-server (--workers $workers) on 127.0.0.1:$SRV_PORT; running pymemcache $PYMEMCACHE_VERSION integration tests"
+    timeout 300 "$VENV/bin/pytest" -q -p no:cacheprovider -W ignore::pytest.PytestUnknownMarkWarning \
+        -m integration --server 127.0.0.1 --port "$SRV_PORT" \
+        --deselect test_integration.py::test_tls \
+        test_integration.py
+    stop_pid "$SRV_PID"
+    trap - EXIT
+done

@@ -9,10 +9,10 @@
 //! a longer one closes the connection. This module must never block on a
 //! client: it reads and writes only what the sockets take.
 
+use crate::backend::StatsSource;
 use crate::worker::Ctx;
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token, Waker};
-use segcache::StorageHandle;
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -60,7 +60,7 @@ struct AdminConn {
 
 impl AdminConn {
     /// Handles every complete line in the input.
-    fn process(&mut self, handle: &StorageHandle, ctx: &Ctx) {
+    fn process(&mut self, stats: &StatsSource, ctx: &Ctx) {
         while !self.closing {
             if self.output.len() - self.written > MAX_OUTPUT {
                 // Asks without reading the answers: not worth buffering.
@@ -84,7 +84,7 @@ impl AdminConn {
             if let Some((head_only, path)) = self.http.take() {
                 self.headers += 1;
                 if text.is_empty() || self.headers > MAX_HEADERS {
-                    self.http_reply(head_only, &path, handle, ctx);
+                    self.http_reply(head_only, &path, stats, ctx);
                     self.closing = true;
                 } else {
                     self.http = Some((head_only, path));
@@ -102,14 +102,14 @@ impl AdminConn {
                     let path = words.next().unwrap_or("/").to_string();
                     // HTTP/0.9-style request without a version: no headers.
                     if words.next().is_none() {
-                        self.http_reply(method == "HEAD", &path, handle, ctx);
+                        self.http_reply(method == "HEAD", &path, stats, ctx);
                         self.closing = true;
                     } else {
                         self.http = Some((method == "HEAD", path));
                     }
                 }
                 Some("stats") => {
-                    for (name, value) in ctx.metrics.stat_lines(storage_stats(handle).as_ref()) {
+                    for (name, value) in ctx.metrics.stat_lines(stats.stats().as_ref()) {
                         crate::protocol::write_stat(&mut self.output, name, value);
                     }
                     self.output.extend_from_slice(b"END\r\n");
@@ -124,12 +124,9 @@ impl AdminConn {
         }
     }
 
-    fn http_reply(&mut self, head_only: bool, path: &str, handle: &StorageHandle, ctx: &Ctx) {
+    fn http_reply(&mut self, head_only: bool, path: &str, stats: &StatsSource, ctx: &Ctx) {
         let (status, body) = match path {
-            "/metrics" => (
-                "200 OK",
-                ctx.metrics.prometheus(storage_stats(handle).as_ref()),
-            ),
+            "/metrics" => ("200 OK", ctx.metrics.prometheus(stats.stats().as_ref())),
             "/" => ("200 OK", "segcache-server admin: GET /metrics\n".into()),
             _ => ("404 Not Found", "not found\n".into()),
         };
@@ -184,15 +181,8 @@ impl AdminConn {
     }
 }
 
-fn storage_stats(handle: &StorageHandle) -> Option<segcache::Stats> {
-    match handle.call(segcache::Request::Stats) {
-        Ok(segcache::Response::Stats(s)) => Some(*s),
-        _ => None,
-    }
-}
-
 /// Serves the admin port until `ctx.shutdown` is set (and the waker woken).
-pub fn run(mut poll: Poll, mut listener: TcpListener, handle: StorageHandle, ctx: Arc<Ctx>) {
+pub fn run(mut poll: Poll, mut listener: TcpListener, stats: StatsSource, ctx: Arc<Ctx>) {
     if let Err(e) = poll
         .registry()
         .register(&mut listener, LISTENER, Interest::READABLE)
@@ -226,7 +216,7 @@ pub fn run(mut poll: Poll, mut listener: TcpListener, handle: StorageHandle, ctx
                             match conn.read() {
                                 None => alive = false,
                                 Some(more) => {
-                                    conn.process(&handle, &ctx);
+                                    conn.process(&stats, &ctx);
                                     if more {
                                         continue;
                                     }

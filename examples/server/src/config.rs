@@ -18,6 +18,7 @@
 //! [worker]
 //! threads = 2
 //! pin = "0-2"          # optional: one core per worker, then the storage thread
+//!                      # (threads = 1: the worker owns the cache, no storage thread)
 //!
 //! [seg]
 //! heap_size = "64MiB"
@@ -70,7 +71,8 @@ pub struct Cli {
     /// Port to listen on; 0 picks a free one [default: 12321].
     #[arg(long)]
     pub port: Option<u16>,
-    /// Worker (network) threads [default: 2].
+    /// Worker (network) threads [default: 2]. One worker owns the cache
+    /// itself; several share a storage thread that owns it.
     #[arg(long)]
     pub workers: Option<usize>,
     /// Bytes of item storage, e.g. 64MiB or 1GiB [default: 64MiB].
@@ -92,7 +94,7 @@ pub struct Cli {
     #[arg(long)]
     pub admin_port: Option<u16>,
     /// Pin threads to cores, e.g. `0-3` or `0,2,4`: worker i gets the i-th
-    /// core of the list, the storage thread the next one.
+    /// core of the list, the storage thread (several workers) the next one.
     #[arg(long, value_name = "CORES")]
     pub pin: Option<String>,
     /// Keep the heap in this file and restart warm: restore on start (when

@@ -10,9 +10,11 @@
 //!   (`ms` with `C` on a set or replace is a compare-and-swap, `ma N`
 //!   vivifies with `J`...), which replies `noreply` and `q` hide, and meta
 //!   flags answered in request order.
-//! * The batch: commands of a worker's event-loop round are submitted to the
-//!   storage thread at once (pipelined); `Kind` records how to render each
-//!   reply when `render` collects the responses in submission order.
+//! * The batch: commands of a worker's event-loop round are submitted to
+//!   its [`Backend`] (one message to the storage thread, or run inline);
+//!   `Kind` records how to render each reply when `render` collects the
+//!   responses in submission order. Inline, a plain `get` renders the item
+//!   where it lies instead.
 //!
 //! # What it must never do
 //! * Compose a command out of several storage requests that change data:
@@ -22,6 +24,7 @@
 //!   stored.
 //! * Touch sockets: the worker owns I/O and hands this module bytes.
 
+use crate::backend::Backend;
 use crate::metrics::{Cmd, Metrics, Outcome, WorkerStats};
 use crate::protocol::{
     self, exptime_ttl, msg, write_client_error, write_meta_data, write_meta_end, write_meta_flag,
@@ -29,7 +32,6 @@ use crate::protocol::{
     MetaKey, MetaStatus, ParseError, Reply, Tokens,
 };
 use segcache::ops::{ArithOpts, DeleteOpts, Found, GetOpts};
-use segcache::storage::Client;
 use segcache::{Error as StoreError, Request, Response, Store, StoreMode, Ttl};
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -138,7 +140,7 @@ pub(crate) struct Batch {
 
 /// The storage client and the batch, borrowed apart from the connections.
 pub(crate) struct Pipe<'a> {
-    pub client: &'a mut Client,
+    pub backend: &'a mut Backend,
     pub batch: &'a mut Batch,
     pub stats: &'a WorkerStats,
     pub now_unix: u64,
@@ -179,6 +181,11 @@ impl Pipe<'_> {
     fn local(&mut self, conn: usize, f: impl FnOnce(&mut Vec<u8>)) {
         let start = self.batch.arena.len();
         f(&mut self.batch.arena);
+        self.local_since(conn, start);
+    }
+
+    /// Queues what was written to the arena from `start` on as a reply.
+    fn local_since(&mut self, conn: usize, start: usize) {
         let end = self.batch.arena.len();
         if end == start {
             return;
@@ -196,19 +203,12 @@ impl Pipe<'_> {
         self.push(conn, Kind::Local(start..end));
     }
 
-    /// Submits storage requests; on failure (storage stopped) queues a
-    /// server error instead and returns false. Requests already submitted
-    /// for this command are consumed by `kind` anyway: callers submit
-    /// everything first, then push the kind only on success.
-    fn submit(&mut self, conn: usize, reqs: impl IntoIterator<Item = Request>) -> bool {
-        for req in reqs {
-            if self.client.submit(req).is_err() {
-                self.local(conn, |o| write_server_error(o, "storage unavailable"));
-                return false;
-            }
-            self.batch.submitted += 1;
-        }
-        true
+    /// Submits one storage request; the kind pushed next (or a later
+    /// one) consumes its response. Should storage stop, the round's
+    /// responses are missing and every reply says so.
+    fn submit(&mut self, req: Request<&[u8]>) {
+        self.backend.submit(&req);
+        self.batch.submitted += 1;
     }
 
     fn count_request(&mut self) {
@@ -234,12 +234,11 @@ impl Pipe<'_> {
         self.local(conn, |o| e.write_reply(o));
         if let Some(key) = e.too_large_key(buf) {
             let req = Request::Delete {
-                key: key.to_vec(),
+                key,
                 opts: DeleteOpts::default(),
             };
-            if self.submit(conn, [req]) {
-                self.push(conn, Kind::Discard);
-            }
+            self.submit(req);
+            self.push(conn, Kind::Discard);
         }
     }
 
@@ -266,15 +265,14 @@ impl Pipe<'_> {
                 let touch = exptime.map(|e| self.ttl(e));
                 for key in keys {
                     let req = Request::Get {
-                        key: key.to_vec(),
+                        key,
                         opts: GetOpts {
                             touch,
                             ..GetOpts::default()
                         },
                     };
-                    if self.submit(conn, [req]) {
-                        self.push(conn, Kind::Discard);
-                    }
+                    self.submit(req);
+                    self.push(conn, Kind::Discard);
                 }
                 self.local(conn, |o| write_client_error(o, msg::BAD_FORMAT));
             }
@@ -299,22 +297,20 @@ impl Pipe<'_> {
                     flags,
                     ttl: self.ttl(exptime),
                     cas,
-                    ..Store::new(mode, key.to_vec(), value.to_vec())
+                    ..Store::new(mode, key, value)
                 };
-                if self.submit(conn, [Request::Store(store)]) {
-                    let cas = cas.is_some();
-                    self.push(conn, Kind::Store { cas, noreply });
-                }
+                self.submit(Request::Store(store));
+                let cas = cas.is_some();
+                self.push(conn, Kind::Store { cas, noreply });
             }
             Command::Delete { key, noreply } => {
                 stats.cmd(Cmd::Delete);
                 let req = Request::Delete {
-                    key: key.to_vec(),
+                    key,
                     opts: DeleteOpts::default(),
                 };
-                if self.submit(conn, [req]) {
-                    self.push(conn, Kind::Delete { noreply });
-                }
+                self.submit(req);
+                self.push(conn, Kind::Delete { noreply });
             }
             Command::Incr {
                 key,
@@ -339,12 +335,11 @@ impl Pipe<'_> {
             } => {
                 stats.cmd(Cmd::Touch);
                 let req = Request::Touch {
-                    key: key.to_vec(),
+                    key,
                     ttl: self.ttl(exptime),
                 };
-                if self.submit(conn, [req]) {
-                    self.push(conn, Kind::Touch { noreply });
-                }
+                self.submit(req);
+                self.push(conn, Kind::Touch { noreply });
             }
             Command::FlushAll { noreply, .. } if !self.settings.flush_enabled => {
                 stats.cmd(Cmd::FlushAll);
@@ -361,9 +356,8 @@ impl Pipe<'_> {
                 } else {
                     self.ttl(delay).duration().unwrap_or(Duration::ZERO)
                 };
-                if self.submit(conn, [Request::Flush { delay }]) {
-                    self.push(conn, Kind::Done { noreply });
-                }
+                self.submit(Request::Flush { delay });
+                self.push(conn, Kind::Done { noreply });
             }
             Command::Version => {
                 stats.cmd(Cmd::Version);
@@ -380,9 +374,8 @@ impl Pipe<'_> {
             Command::Stats { args } => {
                 stats.cmd(Cmd::Stats);
                 if args.is_empty() {
-                    if self.submit(conn, [Request::Stats]) {
-                        self.push(conn, Kind::Stats);
-                    }
+                    self.submit(Request::Stats);
+                    self.push(conn, Kind::Stats);
                 } else {
                     let settings = self.settings;
                     self.local(conn, |o| stats_subcommand(o, args, settings));
@@ -405,10 +398,9 @@ impl Pipe<'_> {
             Command::MetaDebug { key } => {
                 stats.cmd(Cmd::Mg);
                 let req = peek(key.bytes());
-                if self.submit(conn, [req]) {
-                    let key = self.bytes(key.bytes());
-                    self.push(conn, Kind::MetaDebug { key });
-                }
+                self.submit(req);
+                let key = self.bytes(key.bytes());
+                self.push(conn, Kind::MetaDebug { key });
             }
             Command::MetaGet { key, flags } => {
                 stats.cmd(Cmd::Mg);
@@ -427,13 +419,12 @@ impl Pipe<'_> {
                     ttl: flags.ttl.filter(|_| flags.has(b'I')).map(|t| self.ttl(t)),
                 };
                 let req = Request::Delete {
-                    key: key.bytes().to_vec(),
+                    key: key.bytes(),
                     opts,
                 };
-                if self.submit(conn, [req]) {
-                    let (key, flags) = self.meta_ranges(&key, &flags);
-                    self.push(conn, Kind::MetaDelete { key, flags });
-                }
+                self.submit(req);
+                let (key, flags) = self.meta_ranges(&key, &flags);
+                self.push(conn, Kind::MetaDelete { key, flags });
             }
             Command::MetaArithmetic { key, flags } => {
                 stats.cmd(Cmd::Ma);
@@ -447,29 +438,44 @@ impl Pipe<'_> {
     /// memcached), then `END`.
     fn retrieve(&mut self, conn: usize, keys: Tokens<'_>, cas: bool, touch: Option<Ttl>) {
         for key in keys {
+            if touch.is_none() {
+                // Inline, a plain read renders the item where it lies: no
+                // response, no copy of the value but the reply's.
+                let start = self.batch.arena.len();
+                let (arena, stats) = (&mut self.batch.arena, self.stats);
+                let rendered = self.backend.get_inline(key, |item| match item {
+                    Some(it) => {
+                        stats.add(Outcome::GetHits, 1);
+                        write_value(arena, key, it.flags(), it.value(), cas.then_some(it.cas()));
+                    }
+                    None => stats.add(Outcome::GetMisses, 1),
+                });
+                if rendered.is_some() {
+                    self.local_since(conn, start);
+                    continue;
+                }
+            }
             let req = Request::Get {
-                key: key.to_vec(),
+                key,
                 opts: GetOpts {
                     touch,
                     ..GetOpts::default()
                 },
             };
-            if self.submit(conn, [req]) {
-                let key = self.bytes(key);
-                self.push(conn, Kind::Value { key, cas });
-            }
+            self.submit(req);
+            let key = self.bytes(key);
+            self.push(conn, Kind::Value { key, cas });
         }
         self.local(conn, protocol::write_end);
     }
 
     fn arith(&mut self, conn: usize, key: &[u8], incr: bool, delta: u64, noreply: bool) {
         let req = Request::Arith {
-            key: key.to_vec(),
+            key,
             opts: ArithOpts::new(incr, delta),
         };
-        if self.submit(conn, [req]) {
-            self.push(conn, Kind::Arith { incr, noreply });
-        }
+        self.submit(req);
+        self.push(conn, Kind::Arith { incr, noreply });
     }
 
     /// The key (decoded) and flag tokens of a meta command, kept in the
@@ -505,32 +511,24 @@ impl Pipe<'_> {
         };
         // A `t` before `T` reports the TTL the item had before the touch.
         let peek = flags.ttl.is_some() && t_before_touch(&flags);
-        let mut reqs = Vec::with_capacity(2);
         if peek {
-            reqs.push(self::peek(key.bytes()));
+            self.submit(self::peek(key.bytes()));
         }
-        reqs.push(Request::Get {
-            key: key.bytes().to_vec(),
+        self.submit(Request::Get {
+            key: key.bytes(),
             opts,
         });
-        let submitted = self.batch.submitted;
-        if self.submit(conn, reqs) {
-            let (key, flags) = self.meta_ranges(&key, &flags);
-            self.push(
-                conn,
-                Kind::MetaGet {
-                    key,
-                    flags,
-                    peek,
-                    touch,
-                    vivify,
-                },
-            );
-        } else {
-            for _ in submitted..self.batch.submitted {
-                self.push(conn, Kind::Discard);
-            }
-        }
+        let (key, flags) = self.meta_ranges(&key, &flags);
+        self.push(
+            conn,
+            Kind::MetaGet {
+                key,
+                flags,
+                peek,
+                touch,
+                vivify,
+            },
+        );
     }
 
     fn meta_set(&mut self, conn: usize, key: MetaKey<'_>, value: &[u8], flags: MetaFlags<'_>) {
@@ -555,14 +553,13 @@ impl Pipe<'_> {
             invalidate: compare && flags.has(b'I') && cas != Some(0),
             ..Store::new(
                 if compare { StoreMode::Set } else { mode },
-                key.bytes().to_vec(),
-                value.to_vec(),
+                key.bytes(),
+                value,
             )
         };
-        if self.submit(conn, [Request::Store(store)]) {
-            let (key, flags) = self.meta_ranges(&key, &flags);
-            self.push(conn, Kind::MetaSet { key, flags });
-        }
+        self.submit(Request::Store(store));
+        let (key, flags) = self.meta_ranges(&key, &flags);
+        self.push(conn, Kind::MetaSet { key, flags });
     }
 
     fn meta_arith(&mut self, conn: usize, key: MetaKey<'_>, flags: MetaFlags<'_>) {
@@ -584,44 +581,35 @@ impl Pipe<'_> {
         // `N`, and for a `t` that memcached prints before `T` or `N` apply.
         let peek_before = (flags.has(b'q') && flags.vivify.is_some())
             || (peek_after && (flags.ttl.is_some() || flags.vivify.is_some()));
-        let mut reqs = Vec::with_capacity(3);
         if peek_before {
-            reqs.push(self::peek(key.bytes()));
+            self.submit(self::peek(key.bytes()));
         }
-        reqs.push(Request::Arith {
-            key: key.bytes().to_vec(),
+        self.submit(Request::Arith {
+            key: key.bytes(),
             opts,
         });
         if peek_after {
-            reqs.push(self::peek(key.bytes()));
+            self.submit(self::peek(key.bytes()));
         }
-        let submitted = self.batch.submitted;
-        if self.submit(conn, reqs) {
-            let (key, flags) = self.meta_ranges(&key, &flags);
-            self.push(
-                conn,
-                Kind::MetaArith {
-                    key,
-                    flags,
-                    peek_before,
-                    peek_after,
-                    touch,
-                    vivify,
-                },
-            );
-        } else {
-            // Responses of what was submitted must still be consumed.
-            for _ in submitted..self.batch.submitted {
-                self.push(conn, Kind::Discard);
-            }
-        }
+        let (key, flags) = self.meta_ranges(&key, &flags);
+        self.push(
+            conn,
+            Kind::MetaArith {
+                key,
+                flags,
+                peek_before,
+                peek_after,
+                touch,
+                vivify,
+            },
+        );
     }
 }
 
 /// A read that changes nothing and counts nothing.
-fn peek(key: &[u8]) -> Request {
+fn peek(key: &[u8]) -> Request<&[u8]> {
     Request::Get {
-        key: key.to_vec(),
+        key,
         opts: GetOpts {
             bump: false,
             ..GetOpts::default()
@@ -774,14 +762,17 @@ fn write_echo_flags(out: &mut Vec<u8>, flags: &MetaFlags<'_>, key: &[u8]) {
     }
 }
 
-/// Fetches the next storage response (`None` if storage failed).
-fn next(client: &mut Client) -> Option<Response> {
-    client.recv().ok().flatten()
+/// The round's storage responses, in submission order.
+pub(crate) type Replies<'r> = std::slice::Iter<'r, Response>;
+
+/// The next storage response (`None` if storage failed).
+fn next<'r>(replies: &mut Replies<'r>) -> Option<&'r Response> {
+    replies.next()
 }
 
 /// The TTL of a peek's item (`Never` if it vanished).
-fn peeked_ttl(client: &mut Client) -> Option<Ttl> {
-    match next(client) {
+fn peeked_ttl(replies: &mut Replies<'_>) -> Option<Ttl> {
+    match next(replies) {
         Some(Response::Get(Ok(Some(found)))) => Some(found.item.ttl()),
         _ => None,
     }
@@ -791,7 +782,7 @@ fn peeked_ttl(client: &mut Client) -> Option<Ttl> {
 pub(crate) fn render(
     kind: Kind,
     arena: &[u8],
-    client: &mut Client,
+    replies: &mut Replies<'_>,
     out: &mut Vec<u8>,
     stats: &WorkerStats,
     metrics: &Metrics,
@@ -802,9 +793,9 @@ pub(crate) fn render(
     match kind {
         Kind::Local(r) => out.extend_from_slice(&arena[r]),
         Kind::Discard => {
-            let _ = next(client);
+            let _ = next(replies);
         }
-        Kind::Value { key, cas } => match next(client) {
+        Kind::Value { key, cas } => match next(replies) {
             Some(Response::Get(Ok(Some(found)))) => {
                 stats.add(Outcome::GetHits, 1);
                 let it = &found.item;
@@ -817,12 +808,12 @@ pub(crate) fn render(
                 );
             }
             Some(Response::Get(Ok(None))) => stats.add(Outcome::GetMisses, 1),
-            Some(Response::Get(Err(e))) => write_store_error(out, &e, stats),
+            Some(Response::Get(Err(e))) => write_store_error(out, e, stats),
             _ => failed(out),
         },
         Kind::Store { cas, noreply } => {
             let start = out.len();
-            match next(client) {
+            match next(replies) {
                 Some(Response::Stored(Ok(_))) => {
                     stats.add(Outcome::Stored, 1);
                     if cas {
@@ -838,7 +829,7 @@ pub(crate) fn render(
                             _ => {}
                         }
                     }
-                    write_store_error(out, &e, stats);
+                    write_store_error(out, e, stats);
                 }
                 _ => failed(out),
             }
@@ -848,7 +839,7 @@ pub(crate) fn render(
         }
         Kind::Delete { noreply } => {
             let start = out.len();
-            match next(client) {
+            match next(replies) {
                 Some(Response::Deleted(Ok(()))) => {
                     stats.add(Outcome::DeleteHits, 1);
                     Reply::Deleted.write(out);
@@ -857,7 +848,7 @@ pub(crate) fn render(
                     stats.add(Outcome::DeleteMisses, 1);
                     Reply::NotFound.write(out);
                 }
-                Some(Response::Deleted(Err(e))) => write_store_error(out, &e, stats),
+                Some(Response::Deleted(Err(e))) => write_store_error(out, e, stats),
                 _ => failed(out),
             }
             if noreply {
@@ -871,16 +862,16 @@ pub(crate) fn render(
                 (Outcome::DecrHits, Outcome::DecrMisses)
             };
             let start = out.len();
-            match next(client) {
+            match next(replies) {
                 Some(Response::Number(Ok((n, _)))) => {
                     stats.add(hit, 1);
-                    protocol::write_number(out, n);
+                    protocol::write_number(out, *n);
                 }
                 Some(Response::Number(Err(e))) => {
-                    if e == StoreError::NotFound {
+                    if *e == StoreError::NotFound {
                         stats.add(miss, 1);
                     }
-                    write_store_error(out, &e, stats);
+                    write_store_error(out, e, stats);
                 }
                 _ => failed(out),
             }
@@ -890,7 +881,7 @@ pub(crate) fn render(
         }
         Kind::Touch { noreply } => {
             let start = out.len();
-            match next(client) {
+            match next(replies) {
                 Some(Response::Touched(Ok(()))) => {
                     stats.add(Outcome::TouchHits, 1);
                     Reply::Touched.write(out);
@@ -899,7 +890,7 @@ pub(crate) fn render(
                     stats.add(Outcome::TouchMisses, 1);
                     Reply::NotFound.write(out);
                 }
-                Some(Response::Touched(Err(e))) => write_store_error(out, &e, stats),
+                Some(Response::Touched(Err(e))) => write_store_error(out, e, stats),
                 _ => failed(out),
             }
             if noreply {
@@ -907,7 +898,7 @@ pub(crate) fn render(
             }
         }
         Kind::Done { noreply } => {
-            let ok = matches!(next(client), Some(Response::Done));
+            let ok = matches!(next(replies), Some(Response::Done));
             if !noreply {
                 if ok {
                     Reply::Ok.write(out);
@@ -916,9 +907,9 @@ pub(crate) fn render(
                 }
             }
         }
-        Kind::Stats => match next(client) {
+        Kind::Stats => match next(replies) {
             Some(Response::Stats(st)) => {
-                for (name, value) in metrics.stat_lines(Some(&st)) {
+                for (name, value) in metrics.stat_lines(Some(st)) {
                     protocol::write_stat(out, name, value);
                 }
                 protocol::write_end(out);
@@ -932,17 +923,17 @@ pub(crate) fn render(
             touch,
             vivify,
         } => {
-            let before = if peek { peeked_ttl(client) } else { None };
+            let before = if peek { peeked_ttl(replies) } else { None };
             let flags = reparse(flags);
             let key = &arena[key];
-            match next(client) {
+            match next(replies) {
                 Some(Response::Get(Ok(Some(found)))) => {
                     if flags.has(b'u') {
                         // a peek counts nothing
                     } else {
                         stats.add(Outcome::GetHits, 1);
                     }
-                    render_meta_hit(out, &flags, key, &found, before, touch, vivify);
+                    render_meta_hit(out, &flags, key, found, before, touch, vivify);
                 }
                 Some(Response::Get(Ok(None))) => {
                     if !flags.has(b'u') {
@@ -955,21 +946,21 @@ pub(crate) fn render(
                         write_meta_end(out);
                     }
                 }
-                Some(Response::Get(Err(e))) => write_store_error(out, &e, stats),
+                Some(Response::Get(Err(e))) => write_store_error(out, e, stats),
                 _ => failed(out),
             }
         }
         Kind::MetaSet { key, flags } => {
             let flags = reparse(flags);
-            let (status, cas) = match next(client) {
+            let (status, cas) = match next(replies) {
                 Some(Response::Stored(Ok(cas))) => {
                     stats.add(Outcome::Stored, 1);
-                    (MetaStatus::Header, cas)
+                    (MetaStatus::Header, *cas)
                 }
                 Some(Response::Stored(Err(StoreError::NotStored))) => (MetaStatus::NotStored, 0),
                 Some(Response::Stored(Err(StoreError::Exists))) => (MetaStatus::Exists, 0),
                 Some(Response::Stored(Err(StoreError::NotFound))) => (MetaStatus::NotFound, 0),
-                Some(Response::Stored(Err(e))) => return write_store_error(out, &e, stats),
+                Some(Response::Stored(Err(e))) => return write_store_error(out, e, stats),
                 _ => return failed(out),
             };
             // `q` hides success only.
@@ -992,7 +983,7 @@ pub(crate) fn render(
         }
         Kind::MetaDelete { key, flags } => {
             let flags = reparse(flags);
-            let status = match next(client) {
+            let status = match next(replies) {
                 Some(Response::Deleted(Ok(()))) => {
                     stats.add(Outcome::DeleteHits, 1);
                     MetaStatus::Header
@@ -1002,7 +993,7 @@ pub(crate) fn render(
                     MetaStatus::NotFound
                 }
                 Some(Response::Deleted(Err(StoreError::Exists))) => MetaStatus::Exists,
-                Some(Response::Deleted(Err(e))) => return write_store_error(out, &e, stats),
+                Some(Response::Deleted(Err(e))) => return write_store_error(out, e, stats),
                 _ => return failed(out),
             };
             // `q` hides success only (memcached shows NF and EX).
@@ -1022,13 +1013,17 @@ pub(crate) fn render(
         } => {
             let flags = reparse(flags);
             let before = if peek_before {
-                Some(peeked_ttl(client))
+                Some(peeked_ttl(replies))
             } else {
                 None
             };
             let existed = before.is_none_or(|b| b.is_some());
-            let reply = next(client);
-            let after = if peek_after { peeked_ttl(client) } else { None };
+            let reply = next(replies);
+            let after = if peek_after {
+                peeked_ttl(replies)
+            } else {
+                None
+            };
             let (hit, miss) = if flags.incr() {
                 (Outcome::IncrHits, Outcome::IncrMisses)
             } else {
@@ -1036,7 +1031,7 @@ pub(crate) fn render(
             };
             let key = &arena[key];
             let status = match reply {
-                Some(Response::Number(Ok((n, cas)))) => {
+                Some(&Response::Number(Ok((n, cas)))) => {
                     stats.add(hit, 1);
                     // `q` hides every success, with or without the value,
                     // except a vivified one (as memcached).
@@ -1088,14 +1083,14 @@ pub(crate) fn render(
                     MetaStatus::NotFound
                 }
                 Some(Response::Number(Err(StoreError::Exists))) => MetaStatus::Exists,
-                Some(Response::Number(Err(e))) => return write_store_error(out, &e, stats),
+                Some(Response::Number(Err(e))) => return write_store_error(out, e, stats),
                 _ => return failed(out),
             };
             write_meta_status(out, status);
             write_echo_flags(out, &flags, key);
             write_meta_end(out);
         }
-        Kind::MetaDebug { key } => match next(client) {
+        Kind::MetaDebug { key } => match next(replies) {
             Some(Response::Get(Ok(Some(found)))) => {
                 use std::io::Write as _;
                 let it = &found.item;
@@ -1118,7 +1113,7 @@ pub(crate) fn render(
                 );
             }
             Some(Response::Get(Ok(None))) => out.extend_from_slice(b"EN\r\n"),
-            Some(Response::Get(Err(e))) => write_store_error(out, &e, stats),
+            Some(Response::Get(Err(e))) => write_store_error(out, e, stats),
             _ => failed(out),
         },
     }

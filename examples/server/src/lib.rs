@@ -3,6 +3,8 @@
 //! * [`protocol`]: the memcache ASCII + meta parser and reply encoders.
 //! * [`executor`]: each parsed command as core requests (one atomic step
 //!   each on the storage thread), and each response as memcached's reply.
+//! * [`backend`]: where storage requests run: the storage thread, or
+//!   inline on the one worker's own cache.
 //! * [`config`]: TOML file + command line flags.
 //! * [`server`]: listener, start-up and graceful shutdown.
 //! * [`admin`]: the admin port's event loop (`stats`, `GET /metrics`).
@@ -12,6 +14,7 @@
 //! * [`metrics`]: counters, latency histogram, `stats` and Prometheus text.
 
 pub mod admin;
+pub mod backend;
 pub mod budget;
 pub mod config;
 pub mod executor;

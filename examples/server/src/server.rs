@@ -2,19 +2,21 @@
 //!
 //! Threads: the caller's thread runs the listener (accepts, enforces
 //! `max_connections`, hands connections round-robin to the workers over a
-//! channel plus a mio `Waker`); N [`Worker`]s; one segcache storage thread;
+//! channel plus a mio `Waker`); N [`Worker`]s; with more than one worker,
+//! one segcache storage thread (a single worker owns the cache itself);
 //! an admin thread (plain-text `stats`/`version`/`quit`, and HTTP
 //! `GET /metrics` in Prometheus text format); a signal thread that turns
 //! SIGTERM/SIGINT into a shutdown: stop accepting, let workers answer what
 //! they already read and write it out, stop storage, return.
 
 use crate::admin;
+use crate::backend::{Backend, OwnedCache, StatsPort, StatsSource};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::worker::{Ctx, Worker};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
-use segcache::{Segcache, StorageConfig, StorageHandle};
+use segcache::{RestoreOutcome, Segcache, StorageConfig, StorageHandle};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -52,10 +54,11 @@ pub struct Server {
     poll: Poll,
     wakers: Vec<Arc<Waker>>,
     senders: Vec<Sender<mio::net::TcpStream>>,
-    workers: Vec<JoinHandle<()>>,
+    workers: Vec<JoinHandle<Result<(), String>>>,
     admin: Option<JoinHandle<()>>,
+    /// The storage thread (absent when the one worker owns the cache).
     storage: Option<segcache::storage::StorageThread>,
-    handle: StorageHandle,
+    handle: Option<StorageHandle>,
     ctx: Arc<Ctx>,
     pub listen_addr: SocketAddr,
     pub admin_addr: SocketAddr,
@@ -100,12 +103,18 @@ impl Server {
         let max_value = config.max_value.min(config.segment_size);
         let pin = config.pin.clone();
         let core_for = |i: usize| pin.as_ref().map(|cores| cores[i % cores.len()]);
+        // One worker owns the cache itself (no storage thread to hand
+        // requests to and wake, as Pelikan's server with one worker);
+        // several share a storage thread.
+        let inline = config.workers == 1;
         if let Some(cores) = &pin {
-            if cores.len() < config.workers + 1 {
+            let threads = config.workers + usize::from(!inline);
+            if cores.len() < threads {
                 eprintln!(
-                    "segcache-server: --pin lists {} core(s) for {} worker(s) + 1 storage thread; cores are reused",
+                    "segcache-server: --pin lists {} core(s) for {} worker(s){}; cores are reused",
                     cores.len(),
-                    config.workers
+                    config.workers,
+                    if inline { "" } else { " + 1 storage thread" }
                 );
             }
         }
@@ -119,40 +128,55 @@ impl Server {
         if let Some(path) = &config.datapool {
             builder = builder.datapool(path).restore(true);
         }
-        let (handle, storage) = builder
-            .spawn_storage(StorageConfig {
-                queue_capacity: 4096,
-                expire_interval: Duration::from_secs(1),
-                pin_core: core_for(config.workers),
-                name: "segcache-storage".into(),
-            })
-            .map_err(|e| match e {
-                segcache::Error::InvalidConfig { field, reason } => {
-                    StartError::Config(crate::config::ConfigError {
-                        key: Config::seg_key(field),
-                        reason,
-                    })
-                }
-                segcache::Error::Persistence(reason) => {
-                    StartError::Config(crate::config::ConfigError {
-                        key: "seg.datapool (--datapool)".into(),
-                        reason,
-                    })
-                }
-                other => StartError::Io(format!("cannot start storage: {other}")),
-            })?;
+        let storage_err = |e| match e {
+            segcache::Error::InvalidConfig { field, reason } => {
+                StartError::Config(crate::config::ConfigError {
+                    key: Config::seg_key(field),
+                    reason,
+                })
+            }
+            segcache::Error::Persistence(reason) => {
+                StartError::Config(crate::config::ConfigError {
+                    key: "seg.datapool (--datapool)".into(),
+                    reason,
+                })
+            }
+            other => StartError::Io(format!("cannot start storage: {other}")),
+        };
+        let (mut own_cache, handle, storage) = if inline {
+            (
+                Some(OwnedCache::new(builder.build().map_err(storage_err)?)),
+                None,
+                None,
+            )
+        } else {
+            let (handle, storage) = builder
+                .spawn_storage(StorageConfig {
+                    queue_capacity: 4096,
+                    expire_interval: Duration::from_secs(1),
+                    pin_core: core_for(config.workers),
+                    name: "segcache-storage".into(),
+                })
+                .map_err(storage_err)?;
+            (None, Some(handle), Some(storage))
+        };
+        let restored = match (&own_cache, &handle) {
+            (Some(cache), _) => cache.restore_outcome().clone(),
+            (None, Some(handle)) => handle.restore_outcome().clone(),
+            (None, None) => RestoreOutcome::NotRequested,
+        };
 
         if let Some(path) = &config.datapool {
-            match handle.restore_outcome() {
-                segcache::RestoreOutcome::Restored { items } => eprintln!(
+            match &restored {
+                RestoreOutcome::Restored { items } => eprintln!(
                     "segcache-server: datapool {}: restored {items} items",
                     path.display()
                 ),
-                segcache::RestoreOutcome::Fresh { reason } => eprintln!(
+                RestoreOutcome::Fresh { reason } => eprintln!(
                     "segcache-server: datapool {}: starting empty: {reason}",
                     path.display()
                 ),
-                segcache::RestoreOutcome::NotRequested => {}
+                RestoreOutcome::NotRequested => {}
             }
         }
         let mut listener = listen(config.listen, config.backlog)
@@ -178,10 +202,7 @@ impl Server {
             max_value,
             // A restored cache may hold values of any size.
             largest: Arc::new(std::sync::atomic::AtomicUsize::new(
-                if matches!(
-                    handle.restore_outcome(),
-                    segcache::RestoreOutcome::Restored { .. }
-                ) {
+                if matches!(restored, RestoreOutcome::Restored { .. }) {
                     max_value
                 } else {
                     0
@@ -222,10 +243,19 @@ impl Server {
         let mut wakers = vec![Arc::clone(&listener_waker)];
         let mut senders = Vec::new();
         let mut workers = Vec::new();
+        let mut stats_source = handle.clone().map(StatsSource::Thread);
         for i in 0..config.workers {
             let (wpoll, waker) = Worker::poll_and_waker().map_err(io_err("worker poll"))?;
             let (tx, rx) = mpsc::channel();
-            let client = handle.client();
+            let backend = match (own_cache.take(), &handle) {
+                (Some(cache), _) => {
+                    let port = Arc::new(StatsPort::new(Arc::clone(&waker)));
+                    stats_source = Some(StatsSource::Inline(Arc::clone(&port)));
+                    Backend::inline(cache, port)
+                }
+                (None, Some(handle)) => Backend::thread(handle.client()),
+                (None, None) => unreachable!("one worker owns the cache, or a storage thread does"),
+            };
             let stats = Arc::clone(&metrics.workers[i]);
             let wctx = Arc::clone(&ctx);
             let core = core_for(i);
@@ -235,19 +265,20 @@ impl Server {
                     if let Some(core) = core {
                         pin_current(&format!("worker {i}"), core);
                     }
-                    Worker::new(wpoll, rx, client, stats, wctx).run();
+                    Worker::new(wpoll, rx, backend, stats, wctx).run()
                 })
                 .map_err(io_err("spawn worker"))?;
             wakers.push(waker);
             senders.push(tx);
             workers.push(join);
         }
+        let stats_source = stats_source.expect("at least one worker");
 
         let (admin_poll, admin_waker) = admin::poll_and_waker().map_err(io_err("admin poll"))?;
-        let (admin_handle, admin_ctx) = (handle.clone(), Arc::clone(&ctx));
+        let admin_ctx = Arc::clone(&ctx);
         let admin = thread::Builder::new()
             .name("admin".into())
-            .spawn(move || admin::run(admin_poll, admin_listener, admin_handle, admin_ctx))
+            .spawn(move || admin::run(admin_poll, admin_listener, stats_source, admin_ctx))
             .map_err(io_err("spawn admin"))?;
         wakers.push(admin_waker);
 
@@ -258,7 +289,7 @@ impl Server {
             senders,
             workers,
             admin: Some(admin),
-            storage: Some(storage),
+            storage,
             handle,
             ctx,
             listen_addr,
@@ -336,16 +367,23 @@ impl Server {
         (self.shutdown_trigger())();
         drop(self.listener);
         drop(self.senders);
+        let mut failure = None;
         for w in self.workers.drain(..) {
-            let _ = w.join();
+            match w.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => failure = Some(e),
+                Err(_) => failure = Some("a worker thread panicked".to_string()),
+            }
         }
         if let Some(a) = self.admin.take() {
             let _ = a.join();
         }
-        self.handle.shutdown();
-        match self.storage.take().map(|s| s.join()) {
-            Some(Err(e)) => Err(format!("storage thread failed: {e}")),
-            _ => Ok(()),
+        if let Some(handle) = self.handle.take() {
+            handle.shutdown();
         }
+        if let Some(Err(e)) = self.storage.take().map(|s| s.join()) {
+            failure = Some(format!("storage thread failed: {e}"));
+        }
+        failure.map_or(Ok(()), Err)
     }
 }

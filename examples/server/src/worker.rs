@@ -1,19 +1,23 @@
 //! A worker thread: an epoll (mio) event loop over its share of the client
-//! connections (connection I/O only), talking to the storage thread through
-//! one pipelining [`segcache::storage::Client`]. What a command means and
-//! how its reply reads is the executor's ([`crate::executor`]).
+//! connections (connection I/O only), reaching the cache through its
+//! [`Backend`] (the storage thread, or a cache of its own when it is the
+//! only worker). What a command means and how its reply reads is the
+//! executor's ([`crate::executor`]).
 //!
 //! # One loop iteration
 //! 1. Wait for events (or not at all when some connection still has work).
-//! 2. For every readable connection, read what the socket has, parse every
-//!    complete command and hand it to the executor, which submits its core
-//!    request (pipelined) and notes how to render the reply. Commands
+//! 2. For every readable connection, read what the socket has (a short
+//!    read ends its turn: the socket is empty), parse every complete
+//!    command and hand it to the executor, which submits its core
+//!    request and notes how to render the reply. Commands
 //!    answered without storage (`version`, parse errors...) get a
 //!    pre-rendered entry, so every connection's replies stay in order.
 //! 3. Collect the storage responses in submission order and let the
 //!    executor render each connection's replies into its write buffer: one
-//!    batch, not a request/response ping-pong per command.
+//!    batch (one message to the storage thread), not a request/response
+//!    ping-pong per command.
 //! 4. Write what each socket takes; the rest waits for a writable event.
+//! 5. The backend's chores (an inline cache's expiry and admin stats).
 //!
 //! Never interprets a command or a response itself.
 //!
@@ -28,13 +32,13 @@
 //! * Affect another connection: every failure (a parse error, a reset, a
 //!   half-sent value) is answered or closed on that connection only.
 
+use crate::backend::Backend;
 use crate::budget::{self, Budget, Held};
 use crate::executor::{render, Batch, Pipe, Settings};
 use crate::metrics::{Metrics, Outcome, WorkerStats};
 use crate::protocol::{self, parse, ParseError};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
-use segcache::storage::Client;
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Receiver;
@@ -130,12 +134,14 @@ pub struct Worker {
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
     incoming: Receiver<TcpStream>,
-    client: Client,
+    backend: Backend,
     stats: Arc<WorkerStats>,
     ctx: Arc<Ctx>,
     batch: Batch,
     dirty: Vec<usize>,
     again: Vec<usize>,
+    /// An empty list traded with `dirty` and `again` as they are walked.
+    spare: Vec<usize>,
     now_unix: u64,
     read_at: Instant,
     budget: Budget,
@@ -146,7 +152,7 @@ impl Worker {
     pub fn new(
         poll: Poll,
         incoming: Receiver<TcpStream>,
-        client: Client,
+        backend: Backend,
         stats: Arc<WorkerStats>,
         ctx: Arc<Ctx>,
     ) -> Self {
@@ -155,12 +161,13 @@ impl Worker {
             conns: Vec::new(),
             free: Vec::new(),
             incoming,
-            client,
+            backend,
             stats,
             ctx: Arc::clone(&ctx),
             batch: Batch::default(),
             dirty: Vec::new(),
             again: Vec::new(),
+            spare: Vec::new(),
             now_unix: crate::metrics::unix_now(),
             read_at: Instant::now(),
             budget: ctx.limits.budget(),
@@ -177,17 +184,22 @@ impl Worker {
     }
 
     /// Serves connections until shutdown, then answers what was read and
-    /// writes it out (for at most a few seconds) before returning.
-    pub fn run(mut self) {
+    /// writes it out (for at most a few seconds) before returning. Returns
+    /// why saving an inline cache's datapool failed, if it did.
+    pub fn run(mut self) -> Result<(), String> {
         let mut events = Events::with_capacity(1024);
         loop {
-            let timeout = if !self.again.is_empty() {
+            let mut timeout = if !self.again.is_empty() {
                 Some(Duration::ZERO)
             } else if self.ctx.limits.idle_timeout.is_some() {
                 Some(Duration::from_secs(1))
             } else {
                 None
             };
+            if let Some(due) = self.backend.deadline() {
+                let left = due.saturating_duration_since(Instant::now());
+                timeout = Some(timeout.map_or(left, |t| t.min(left)));
+            }
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     eprintln!("segcache-server: worker poll failed: {e}");
@@ -207,19 +219,28 @@ impl Worker {
                     self.on_writable(t);
                 }
                 if event.is_readable() || event.is_read_closed() || event.is_error() {
-                    self.on_readable(t);
+                    // Edge-triggered: a read shorter than the room offered
+                    // emptied the socket, and more data raises a new event.
+                    // Read on to the end when the peer closed or erred.
+                    let drain = event.is_read_closed() || event.is_error();
+                    self.on_readable(t, !drain);
                 }
             }
-            for t in std::mem::take(&mut self.again) {
-                self.on_readable(t);
+            // Swapped with a spare list, so neither list is reallocated.
+            let mut again = std::mem::replace(&mut self.again, std::mem::take(&mut self.spare));
+            for t in again.drain(..) {
+                self.on_readable(t, false);
             }
+            self.spare = again;
             self.finish_round();
+            self.backend.chores(self.read_at);
             self.sweep_idle();
             if self.ctx.shutdown.load(Ordering::SeqCst) {
                 break;
             }
         }
         self.drain();
+        self.backend.finish()
     }
 
     /// Graceful end: read what clients already sent, answer it, write the
@@ -233,7 +254,7 @@ impl Worker {
                 .fetch_sub(1, Ordering::Relaxed);
         }
         for t in 0..self.conns.len() {
-            self.on_readable(t);
+            self.on_readable(t, false);
             if let Some(c) = self.conns[t].as_mut() {
                 c.closing = true;
                 mark(&mut self.dirty, c, t);
@@ -318,7 +339,10 @@ impl Worker {
         }
     }
 
-    fn on_readable(&mut self, t: usize) {
+    /// Reads and answers what connection `t` sent; with `short_ends`, a
+    /// read that did not fill the room offered ends the turn (it emptied
+    /// the socket: saves the read that would only say "would block").
+    fn on_readable(&mut self, t: usize, short_ends: bool) {
         // Requests already buffered first (after a pause).
         self.process_input(t);
         let max_buf = self.ctx.settings.max_value + protocol::MAX_MULTIGET_LINE_LEN + 4096;
@@ -379,10 +403,14 @@ impl Worker {
                     return;
                 }
                 Ok(n) => {
+                    let short = conn.rend + n < conn.rbuf.len();
                     conn.rend += n;
                     conn.last_read = self.read_at;
                     self.stats.add(Outcome::BytesRead, n as u64);
                     self.process_input(t);
+                    if short && short_ends {
+                        return;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -428,7 +456,7 @@ impl Worker {
                 break;
             }
             let mut pipe = Pipe {
-                client: &mut self.client,
+                backend: &mut self.backend,
                 batch: &mut self.batch,
                 stats: &self.stats,
                 now_unix: self.now_unix,
@@ -570,13 +598,15 @@ impl Worker {
     fn collect(&mut self) {
         let metrics = Arc::clone(&self.ctx.metrics);
         let batch = &mut self.batch;
+        self.backend.run();
+        let mut replies = self.backend.replies().iter();
         for action in batch.actions.drain(..) {
             match self.conns.get_mut(action.conn).and_then(Option::as_mut) {
                 Some(conn) => {
                     render(
                         action.kind,
                         &batch.arena,
-                        &mut self.client,
+                        &mut replies,
                         &mut conn.wbuf,
                         &self.stats,
                         &metrics,
@@ -590,7 +620,7 @@ impl Worker {
                     render(
                         action.kind,
                         &batch.arena,
-                        &mut self.client,
+                        &mut replies,
                         &mut sink,
                         &self.stats,
                         &metrics,
@@ -598,6 +628,7 @@ impl Worker {
                 }
             }
         }
+        self.backend.clear();
         batch.arena.clear();
         if batch.arena.capacity() > (4 << 20) {
             batch.arena.shrink_to(64 << 10);
@@ -622,7 +653,8 @@ impl Worker {
     /// End of an event-loop round: answer, write, close.
     fn finish_round(&mut self) {
         self.collect();
-        for t in std::mem::take(&mut self.dirty) {
+        let mut dirty = std::mem::replace(&mut self.dirty, std::mem::take(&mut self.spare));
+        for t in dirty.drain(..) {
             let Some(conn) = self.conns.get_mut(t).and_then(Option::as_mut) else {
                 continue;
             };
@@ -639,6 +671,7 @@ impl Worker {
                 self.close(t);
             }
         }
+        self.spare = dirty;
         self.budget.trim();
         self.stats.set_buffered(self.budget.used());
     }

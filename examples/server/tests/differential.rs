@@ -1183,12 +1183,22 @@ fn exchange(out: &mut Outcome, mc: &mut Peer, us: &mut Peer, cas: &mut CasPairs,
 
 #[test]
 fn replies_match_memcached_byte_for_byte() {
+    differential("2");
+}
+
+/// One worker owns the cache itself (no storage thread): the same replies.
+#[test]
+fn replies_match_memcached_byte_for_byte_with_the_cache_inline() {
+    differential("1");
+}
+
+fn differential(workers: &str) {
     let Some(mc) = Memcached::start(&["-m", "64", "-I", "1m"]) else {
         return;
     };
     let ours = Server::start(&[
         "--workers",
-        "2",
+        workers,
         "--heap-size",
         "64MiB",
         "--max-value",

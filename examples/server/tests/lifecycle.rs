@@ -1,7 +1,8 @@
 //! Start-up and shutdown: config errors (file and flag) exit 2 naming the
 //! key; a config file is honoured; the admin port serves `stats` and
 //! Prometheus `/metrics`; SIGTERM with requests in flight exits 0 after
-//! answering them.
+//! answering them; expired items are reclaimed unread. Each with the
+//! storage thread (2 workers) and with the cache inline (1 worker).
 
 mod common;
 use common::{Conn, Server, BIN};
@@ -114,7 +115,17 @@ fn config_file_is_used_and_flags_override_it() {
 
 #[test]
 fn admin_stats_and_metrics() {
-    let server = Server::start(&[]);
+    admin_reports(&["--workers", "2"]);
+}
+
+/// The admin port asks the worker that owns the cache for its stats.
+#[test]
+fn admin_stats_and_metrics_with_the_cache_inline() {
+    admin_reports(&["--workers", "1"]);
+}
+
+fn admin_reports(args: &[&str]) {
+    let server = Server::start(args);
     let mut c = server.connect();
     c.expect(
         b"set a 0 0 1\r\nx\r\nget a\r\nget b\r\n",
@@ -159,7 +170,16 @@ fn admin_stats_and_metrics() {
 
 #[test]
 fn sigterm_with_requests_in_flight_exits_0() {
-    let mut server = Server::start(&[]);
+    sigterm_under_load(&["--workers", "2"]);
+}
+
+#[test]
+fn sigterm_with_requests_in_flight_exits_0_with_the_cache_inline() {
+    sigterm_under_load(&["--workers", "1"]);
+}
+
+fn sigterm_under_load(args: &[&str]) {
+    let mut server = Server::start(args);
     let addr = server.addr;
     // Several clients keep pipelining while the signal arrives.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -219,4 +239,42 @@ fn sigint_idle_exits_0() {
     let mut server = Server::start(&[]);
     let _idle = server.connect();
     assert_eq!(server.signal_and_wait("INT"), Some(0));
+}
+
+/// Expired segments are reclaimed in the background (by the storage
+/// thread, or by the one worker that owns the cache) although nobody
+/// reads the items again.
+fn expired_items_are_reclaimed_unread(args: &[&str]) {
+    let server = Server::start(args);
+    let mut c = server.connect();
+    for i in 0..100 {
+        c.expect(
+            format!("set gone{i} 0 1 5\r\nvalue\r\n").as_bytes(),
+            b"STORED\r\n",
+        );
+    }
+    let mut admin = Conn::new(server.admin);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let expired = loop {
+        let n: u64 = common::stat(&mut admin, "expirations")
+            .expect("expirations stat")
+            .parse()
+            .unwrap();
+        if n > 0 || std::time::Instant::now() > deadline {
+            break n;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(expired, 100, "every item expired without being read");
+    assert_eq!(common::stat(&mut admin, "curr_items").as_deref(), Some("0"));
+}
+
+#[test]
+fn expired_items_are_reclaimed_unread_by_the_storage_thread() {
+    expired_items_are_reclaimed_unread(&["--workers", "2"]);
+}
+
+#[test]
+fn expired_items_are_reclaimed_unread_with_the_cache_inline() {
+    expired_items_are_reclaimed_unread(&["--workers", "1"]);
 }

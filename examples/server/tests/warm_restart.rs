@@ -10,11 +10,31 @@ use std::process::{Command, Stdio};
 
 #[test]
 fn sigterm_saves_and_sigkill_does_not() {
-    let dir = std::env::temp_dir().join(format!("segcache-server-warm-{}", std::process::id()));
+    saves_on_sigterm_only("2");
+}
+
+/// One worker owns the cache (no storage thread) and saves it itself.
+#[test]
+fn sigterm_saves_and_sigkill_does_not_with_the_cache_inline() {
+    saves_on_sigterm_only("1");
+}
+
+fn saves_on_sigterm_only(workers: &str) {
+    let dir = std::env::temp_dir().join(format!(
+        "segcache-server-warm-{}-{workers}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let pool = dir.join("pool");
     let pool_arg = pool.to_str().unwrap().to_string();
-    let args = ["--heap-size", "16MiB", "--datapool", pool_arg.as_str()];
+    let args = [
+        "--heap-size",
+        "16MiB",
+        "--datapool",
+        pool_arg.as_str(),
+        "--workers",
+        workers,
+    ];
 
     let mut server = Server::start(&args);
     let mut conn = server.connect();
@@ -70,16 +90,34 @@ fn an_unusable_datapool_path_is_a_config_error() {
 
 #[test]
 fn a_save_that_fails_on_sigterm_exits_nonzero() {
-    let dir =
-        std::env::temp_dir().join(format!("segcache-server-warm-fail-{}", std::process::id()));
+    failed_save_exits_nonzero("2");
+}
+
+#[test]
+fn a_save_that_fails_on_sigterm_exits_nonzero_with_the_cache_inline() {
+    failed_save_exits_nonzero("1");
+}
+
+fn failed_save_exits_nonzero(workers: &str) {
+    let dir = std::env::temp_dir().join(format!(
+        "segcache-server-warm-fail-{}-{workers}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let pool = dir.join("pool");
     let pool_arg = pool.to_str().unwrap().to_string();
-    let mut server = Server::start(&["--heap-size", "16MiB", "--datapool", pool_arg.as_str()]);
+    let mut server = Server::start(&[
+        "--heap-size",
+        "16MiB",
+        "--datapool",
+        pool_arg.as_str(),
+        "--workers",
+        workers,
+    ]);
     let mut conn = server.connect();
     conn.expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
     drop(conn);
-    // A directory where the snapshot goes: the storage thread's save fails,
+    // A directory where the snapshot goes: the save fails,
     // and the server must say so with its exit code.
     std::fs::create_dir(dir.join("pool.meta")).unwrap();
     assert_eq!(
@@ -87,6 +125,61 @@ fn a_save_that_fails_on_sigterm_exits_nonzero() {
         Some(1),
         "failed save exits 1"
     );
+    drop(server);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A start that fails after the cache restored its snapshot (the port is
+/// taken) saves the cache again on its way out: the snapshot is consumed
+/// at start, and the next start must still find the items. With the
+/// cache inline (one worker), the failed start drops the cache in place.
+#[test]
+fn a_start_that_fails_after_restoring_keeps_the_snapshot_with_the_cache_inline() {
+    let dir = std::env::temp_dir().join(format!(
+        "segcache-server-warm-failstart-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pool = dir.join("pool");
+    let pool_arg = pool.to_str().unwrap().to_string();
+    let args = [
+        "--heap-size",
+        "16MiB",
+        "--datapool",
+        pool_arg.as_str(),
+        "--workers",
+        "1",
+    ];
+    let mut server = Server::start(&args);
+    let mut conn = server.connect();
+    conn.expect(b"set kept 7 0 4\r\nsafe\r\n", b"STORED\r\n");
+    drop(conn);
+    assert_eq!(server.signal_and_wait("TERM"), Some(0));
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let mut failed = Command::new(BIN)
+        .args(["--port", &port, "--admin-port", "0"])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run segcache-server");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = failed.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "did not exit");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1), "a taken port fails the start");
+    drop(taken);
+
+    let server = Server::start(&args);
+    let mut conn = server.connect();
+    conn.expect(b"get kept\r\n", b"VALUE kept 7 4\r\nsafe\r\nEND\r\n");
+    drop(conn);
     drop(server);
     std::fs::remove_dir_all(&dir).ok();
 }

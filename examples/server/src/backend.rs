@@ -1,0 +1,352 @@
+//! Where a worker's storage requests run, and how their responses come
+//! back: on the shared storage thread (several workers), or inline on a
+//! cache the worker owns (one worker: as Pelikan's server runs with one
+//! worker thread, no hand-off, no thread to wake, nothing to wait for).
+//!
+//! # The storage thread
+//! The requests of one event-loop round go into one reusable
+//! [`segcache::Batch`] (keys and values copied into its arena, no
+//! allocation in steady state) and cross to the storage thread as **one**
+//! message when the worker collects the round: one wake-up per round, not
+//! one per request, and read replies reuse the last round's buffers.
+//!
+//! # Inline
+//! Each request runs as it is submitted; its response waits in order with
+//! the others of the round. The worker also does the storage thread's
+//! chores: [`Segcache::expire`] at least once a second, `stats` for the
+//! admin port ([`StatsPort`]), and the datapool save at shutdown.
+//!
+//! This module never interprets a request or renders a reply (that is
+//! [`crate::executor`]'s), and never touches sockets.
+
+use mio::Waker;
+use segcache::storage::Client;
+use segcache::{Item, Request, Response, RestoreOutcome, Segcache, StorageHandle};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often an inline cache runs [`Segcache::expire`].
+const EXPIRE_EVERY: Duration = Duration::from_secs(1);
+/// How long the admin port waits for an inline worker's stats.
+const STATS_WAIT: Duration = Duration::from_secs(1);
+
+/// Most bytes of read replies a storage-thread batch keeps for reuse.
+const RETAIN_MAX: usize = 256 << 10;
+
+/// Bytes a response holds in its buffers.
+fn reply_bytes(reply: &Response) -> usize {
+    match reply {
+        Response::Get(Ok(Some(found))) => found.item.key().len() + found.item.value().len(),
+        _ => 0,
+    }
+}
+
+/// Key and value bytes of a request.
+fn request_bytes(request: &Request<&[u8]>) -> usize {
+    match request {
+        Request::Get { key, .. }
+        | Request::Delete { key, .. }
+        | Request::Arith { key, .. }
+        | Request::Touch { key, .. } => key.len(),
+        Request::Store(store) => store.key.len() + store.value.len(),
+        _ => 0,
+    }
+}
+
+/// A worker's way to the cache: build one with [`Backend::thread`] or
+/// [`Backend::inline`].
+pub struct Backend(Way);
+
+enum Way {
+    /// The shared storage thread, one batch per round.
+    Thread {
+        client: Client,
+        batch: segcache::Batch,
+        /// The last run was answered (false: storage has stopped).
+        answered: bool,
+        /// Key and value bytes copied into the batch this round.
+        copied: usize,
+    },
+    /// The worker's own cache.
+    Inline(Box<Inline>),
+}
+
+/// A cache a single worker owns.
+struct Inline {
+    cache: OwnedCache,
+    /// Responses of the round so far, in submission order.
+    replies: Vec<Response>,
+    next_expire: Instant,
+    port: Arc<StatsPort>,
+}
+
+impl Backend {
+    /// Requests go to the storage thread through `client`.
+    pub fn thread(client: Client) -> Self {
+        Backend(Way::Thread {
+            client,
+            batch: segcache::Batch::new(),
+            answered: false,
+            copied: 0,
+        })
+    }
+
+    /// Requests run on `cache`, owned by the calling worker; `port` is how
+    /// the admin port asks for its stats.
+    pub fn inline(cache: OwnedCache, port: Arc<StatsPort>) -> Self {
+        Backend(Way::Inline(Box::new(Inline {
+            cache,
+            replies: Vec::new(),
+            next_expire: Instant::now() + EXPIRE_EVERY,
+            port,
+        })))
+    }
+
+    /// Queues (thread) or runs (inline) one request; its response is the
+    /// next one [`replies`](Self::replies) yields after the earlier ones.
+    pub(crate) fn submit(&mut self, request: &Request<&[u8]>) {
+        match &mut self.0 {
+            Way::Thread { batch, copied, .. } => {
+                *copied += request_bytes(request);
+                batch.push(request);
+            }
+            Way::Inline(inline) => inline.replies.push(inline.cache.get_mut().execute(request)),
+        }
+    }
+
+    /// A plain `get` (counts a hit or a miss, as `Request::Get` with
+    /// default options does) whose item `f` reads in place, without a
+    /// copy or a response: only inline, else `None` and `f` is not called.
+    pub(crate) fn get_inline<R>(
+        &mut self,
+        key: &[u8],
+        f: impl FnOnce(Option<Item<'_>>) -> R,
+    ) -> Option<R> {
+        match &mut self.0 {
+            Way::Inline(inline) => Some(f(inline.cache.get_mut().get(key))),
+            Way::Thread { .. } => None,
+        }
+    }
+
+    /// Runs what was queued (thread: one message, waiting for its
+    /// answer; inline: already done).
+    pub(crate) fn run(&mut self) {
+        if let Way::Thread {
+            client,
+            batch,
+            answered,
+            ..
+        } = &mut self.0
+        {
+            *answered = batch.is_empty() || client.run(batch).is_ok();
+        }
+    }
+
+    /// The responses of the round, in submission order (after
+    /// [`run`](Self::run)); fewer than were submitted if storage stopped.
+    pub(crate) fn replies(&self) -> &[Response] {
+        match &self.0 {
+            Way::Thread {
+                batch, answered, ..
+            } => {
+                if *answered {
+                    batch.responses()
+                } else {
+                    &[]
+                }
+            }
+            Way::Inline(inline) => &inline.replies,
+        }
+    }
+
+    /// Starts the next round (buffers are kept).
+    pub(crate) fn clear(&mut self) {
+        match &mut self.0 {
+            Way::Thread { batch, copied, .. } => {
+                // A round of large keys and values would stay in the
+                // batch's arena and reply buffers (kept for reuse) out of
+                // the memory budget's sight: start over with empty buffers.
+                let held: usize = batch.responses().iter().map(reply_bytes).sum();
+                if held + std::mem::take(copied) > RETAIN_MAX {
+                    *batch = segcache::Batch::new();
+                } else {
+                    batch.clear();
+                }
+            }
+            Way::Inline(inline) => inline.replies.clear(),
+        }
+    }
+
+    /// When the worker must be back for [`chores`](Self::chores) at the
+    /// latest.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        match &self.0 {
+            Way::Thread { .. } => None,
+            Way::Inline(inline) => Some(inline.next_expire),
+        }
+    }
+
+    /// The storage thread's periodic work, for an inline cache: expiry
+    /// when due, and stats the admin port asked for. Cheap when there is
+    /// nothing to do (a clock comparison and an atomic load).
+    pub(crate) fn chores(&mut self, now: Instant) {
+        let Way::Inline(inline) = &mut self.0 else {
+            return;
+        };
+        if now >= inline.next_expire {
+            inline.cache.get_mut().expire();
+            inline.next_expire = now + EXPIRE_EVERY;
+        }
+        if inline.port.wanted.load(Ordering::Acquire) {
+            inline.port.answer(inline.cache.get_mut().stats());
+        }
+    }
+
+    /// The end of the worker: an inline cache with a datapool is saved for
+    /// a warm restart (the storage thread does this for its own).
+    pub(crate) fn finish(self) -> Result<(), String> {
+        match self.0 {
+            Way::Thread { .. } => Ok(()),
+            Way::Inline(mut inline) => {
+                inline.port.close();
+                inline.cache.save()
+            }
+        }
+    }
+}
+
+/// A cache one worker will own. Saved to its datapool (if it has one) by
+/// the worker when it stops, or when dropped before that (a start that failed
+/// after the cache was built): as the storage thread saves its cache
+/// whenever it ends, except after a panic (the cache may be half-changed).
+pub struct OwnedCache(Option<Segcache>);
+
+impl OwnedCache {
+    /// Wraps a built cache.
+    pub fn new(cache: Segcache) -> Self {
+        OwnedCache(Some(cache))
+    }
+
+    /// What the cache found in its datapool.
+    pub fn restore_outcome(&self) -> &RestoreOutcome {
+        self.get().restore_outcome()
+    }
+
+    fn get(&self) -> &Segcache {
+        self.0.as_ref().expect("present until saved")
+    }
+
+    fn get_mut(&mut self) -> &mut Segcache {
+        self.0.as_mut().expect("present until saved")
+    }
+
+    /// Saves a cache with a datapool (once); the cache is gone after.
+    fn save(&mut self) -> Result<(), String> {
+        match self.0.take() {
+            Some(cache) if cache.has_datapool() => cache
+                .save()
+                .map_err(|e| format!("saving the datapool: {e}")),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Drop for OwnedCache {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        if let Err(e) = self.save() {
+            eprintln!("segcache-server: {e}");
+        }
+    }
+}
+
+/// How the admin thread gets stats from an inline worker's cache: it
+/// raises a flag and wakes the worker, which answers at the end of its
+/// current round.
+pub struct StatsPort {
+    wanted: AtomicBool,
+    state: Mutex<PortState>,
+    ready: Condvar,
+    waker: Arc<Waker>,
+}
+
+#[derive(Default)]
+struct PortState {
+    answer: Option<segcache::Stats>,
+    closed: bool,
+}
+
+impl StatsPort {
+    /// A port to the worker woken by `waker`.
+    pub fn new(waker: Arc<Waker>) -> Self {
+        StatsPort {
+            wanted: AtomicBool::new(false),
+            state: Mutex::new(PortState::default()),
+            ready: Condvar::new(),
+            waker,
+        }
+    }
+
+    /// Asks the worker for its cache's stats; `None` if it does not answer
+    /// within a second or has stopped.
+    fn ask(&self) -> Option<segcache::Stats> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if state.closed {
+            return None;
+        }
+        state.answer = None;
+        self.wanted.store(true, Ordering::Release);
+        let _ = self.waker.wake();
+        let deadline = Instant::now() + STATS_WAIT;
+        while state.answer.is_none() && !state.closed {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            state = self
+                .ready
+                .wait_timeout(state, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        self.wanted.store(false, Ordering::Release);
+        state.answer.take()
+    }
+
+    fn answer(&self, stats: segcache::Stats) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.wanted.store(false, Ordering::Release);
+        state.answer = Some(stats);
+        self.ready.notify_all();
+    }
+
+    fn close(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.closed = true;
+        self.ready.notify_all();
+    }
+}
+
+/// Where the admin port gets the cache's stats.
+pub enum StatsSource {
+    /// The storage thread.
+    Thread(StorageHandle),
+    /// The worker that owns the cache.
+    Inline(Arc<StatsPort>),
+}
+
+impl StatsSource {
+    /// The cache's stats, `None` if storage does not answer.
+    pub fn stats(&self) -> Option<segcache::Stats> {
+        match self {
+            StatsSource::Thread(handle) => match handle.call(Request::Stats) {
+                Ok(Response::Stats(s)) => Some(*s),
+                _ => None,
+            },
+            StatsSource::Inline(port) => port.ask(),
+        }
+    }
+}
