@@ -200,8 +200,8 @@ impl OpCache for SegcacheLeanOps {
     fn delete(&mut self, key: &[u8]) -> bool {
         self.0.delete(key)
     }
-    fn len(&self) -> usize {
-        self.0.len()
+    fn held(&self) -> Option<usize> {
+        self.0.held()
     }
 }
 
