@@ -146,6 +146,33 @@ mod tests {
     }
 
     #[test]
+    fn a_take_from_the_middle_keeps_the_order_of_the_rest() {
+        // One bucket, newest first.
+        let mut g = Ghosts::with_capacity(WAYS);
+        assert_eq!(g.capacity(), WAYS);
+        // Distinct fingerprints (the top bits); one bucket takes them all.
+        let key = |fp: u64| fp << 49 | 0x1234;
+        let keys: Vec<u64> = (1..=WAYS as u64).map(key).collect();
+        for (i, &k) in keys.iter().enumerate() {
+            g.insert(k, i % 2 == 1);
+        }
+        assert_eq!(g.take(keys[2]), Some(false));
+        // The freed way goes to the next insert; nothing else is lost.
+        g.insert(key(99), true);
+        for (i, &k) in keys.iter().enumerate().filter(|&(i, _)| i != 2) {
+            assert_eq!(g.take(k), Some(i % 2 == 1), "key {i}");
+        }
+        assert_eq!(g.take(key(99)), Some(true));
+        // One insert more than the bucket holds pushes out the oldest.
+        for &k in &keys {
+            g.insert(k, false);
+        }
+        g.insert(key(99), false);
+        assert_eq!(g.take(keys[0]), None, "the oldest made way");
+        assert_eq!(g.take(key(99)), Some(false));
+    }
+
+    #[test]
     fn old_entries_make_way_for_new_ones() {
         let mut g = Ghosts::with_capacity(256);
         for i in 0..10_000 {
