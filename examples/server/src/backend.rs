@@ -5,10 +5,13 @@
 //!
 //! # The storage thread
 //! The requests of one event-loop round go into one reusable
-//! [`segcache::Batch`] (keys and values copied into its arena, no
-//! allocation in steady state) and cross to the storage thread as **one**
-//! message when the worker collects the round: one wake-up per round, not
-//! one per request, and read replies reuse the last round's buffers.
+//! [`segcache::Batch`] (keys and values copied into its arena, read
+//! replies copied into buffers it keeps: no allocation in steady state)
+//! and cross to the storage thread as **one** message when the worker
+//! collects the round ([`Backend::start`]): one wake-up per round, not one
+//! per request. The worker does not block on it: the storage thread wakes
+//! the worker's event loop (its `mio::Waker`) when the batch is answered,
+//! and [`Backend::try_finish`] takes it back.
 //!
 //! # Inline
 //! Each request runs as it is submitted; its response waits in order with
@@ -31,28 +34,9 @@ const EXPIRE_EVERY: Duration = Duration::from_secs(1);
 /// How long the admin port waits for an inline worker's stats.
 const STATS_WAIT: Duration = Duration::from_secs(1);
 
-/// Most bytes of read replies a storage-thread batch keeps for reuse.
+/// Most bytes a storage-thread batch keeps for reuse (its arena and read
+/// reply buffers).
 const RETAIN_MAX: usize = 256 << 10;
-
-/// Bytes a response holds in its buffers.
-fn reply_bytes(reply: &Response) -> usize {
-    match reply {
-        Response::Get(Ok(Some(found))) => found.item.key().len() + found.item.value().len(),
-        _ => 0,
-    }
-}
-
-/// Key and value bytes of a request.
-fn request_bytes(request: &Request<&[u8]>) -> usize {
-    match request {
-        Request::Get { key, .. }
-        | Request::Delete { key, .. }
-        | Request::Arith { key, .. }
-        | Request::Touch { key, .. } => key.len(),
-        Request::Store(store) => store.key.len() + store.value.len(),
-        _ => 0,
-    }
-}
 
 /// A worker's way to the cache: build one with [`Backend::thread`] or
 /// [`Backend::inline`].
@@ -65,8 +49,6 @@ enum Way {
         batch: segcache::Batch,
         /// The last run was answered (false: storage has stopped).
         answered: bool,
-        /// Key and value bytes copied into the batch this round.
-        copied: usize,
     },
     /// The worker's own cache.
     Inline(Box<Inline>),
@@ -82,13 +64,14 @@ struct Inline {
 }
 
 impl Backend {
-    /// Requests go to the storage thread through `client`.
+    /// Requests go to the storage thread through `client`, which should
+    /// notify (see `StorageHandle::client_with_notify`) the worker's
+    /// waker: the worker sleeps in its poll while a batch runs.
     pub fn thread(client: Client) -> Self {
         Backend(Way::Thread {
             client,
             batch: segcache::Batch::new(),
             answered: false,
-            copied: 0,
         })
     }
 
@@ -107,10 +90,7 @@ impl Backend {
     /// next one [`replies`](Self::replies) yields after the earlier ones.
     pub(crate) fn submit(&mut self, request: &Request<&[u8]>) {
         match &mut self.0 {
-            Way::Thread { batch, copied, .. } => {
-                *copied += request_bytes(request);
-                batch.push(request);
-            }
+            Way::Thread { batch, .. } => batch.push(request),
             Way::Inline(inline) => inline.replies.push(inline.cache.get_mut().execute(request)),
         }
     }
@@ -129,17 +109,58 @@ impl Backend {
         }
     }
 
-    /// Runs what was queued (thread: one message, waiting for its
-    /// answer; inline: already done).
-    pub(crate) fn run(&mut self) {
-        if let Way::Thread {
+    /// Sends what was queued (thread: one message). True when its answer
+    /// is still to come: call [`try_finish`](Self::try_finish) whenever
+    /// the worker's waker fires until it says done. False when the
+    /// responses are ready (inline: they already are).
+    pub(crate) fn start(&mut self) -> bool {
+        let Way::Thread {
             client,
             batch,
             answered,
-            ..
         } = &mut self.0
-        {
-            *answered = batch.is_empty() || client.run(batch).is_ok();
+        else {
+            return false;
+        };
+        if batch.is_empty() {
+            *answered = true;
+            return false;
+        }
+        match client.submit_batch(batch) {
+            Ok(true) => true,
+            // Unreachable: a worker has no other request or batch out.
+            // Run it blocking rather than lose it.
+            Ok(false) => {
+                *answered = client.run(batch).is_ok();
+                false
+            }
+            Err(_) => {
+                *answered = false;
+                false
+            }
+        }
+    }
+
+    /// Whether the batch sent by [`start`](Self::start) is back (never
+    /// blocks); its responses are then in [`replies`](Self::replies).
+    pub(crate) fn try_finish(&mut self) -> bool {
+        let Way::Thread {
+            client,
+            batch,
+            answered,
+        } = &mut self.0
+        else {
+            return true;
+        };
+        match client.try_complete(batch) {
+            Ok(done) => {
+                *answered = done;
+                done
+            }
+            Err(_) => {
+                *answered = false;
+                true
+            }
         }
     }
 
@@ -163,12 +184,11 @@ impl Backend {
     /// Starts the next round (buffers are kept).
     pub(crate) fn clear(&mut self) {
         match &mut self.0 {
-            Way::Thread { batch, copied, .. } => {
+            Way::Thread { batch, .. } => {
                 // A round of large keys and values would stay in the
                 // batch's arena and reply buffers (kept for reuse) out of
                 // the memory budget's sight: start over with empty buffers.
-                let held: usize = batch.responses().iter().map(reply_bytes).sum();
-                if held + std::mem::take(copied) > RETAIN_MAX {
+                if batch.retained_bytes() > RETAIN_MAX {
                     *batch = segcache::Batch::new();
                 } else {
                     batch.clear();

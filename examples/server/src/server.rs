@@ -253,7 +253,14 @@ impl Server {
                     stats_source = Some(StatsSource::Inline(Arc::clone(&port)));
                     Backend::inline(cache, port)
                 }
-                (None, Some(handle)) => Backend::thread(handle.client()),
+                (None, Some(handle)) => {
+                    // The storage thread wakes the worker's poll when a
+                    // batch is answered.
+                    let waker = Arc::clone(&waker);
+                    Backend::thread(handle.client_with_notify(move || {
+                        let _ = waker.wake();
+                    }))
+                }
                 (None, None) => unreachable!("one worker owns the cache, or a storage thread does"),
             };
             let stats = Arc::clone(&metrics.workers[i]);
