@@ -507,8 +507,8 @@ impl Client {
 
     /// Sends every request of `batch` to the storage thread as one message
     /// (after the requests submitted before it) without waiting: `batch`
-    /// is left empty (with spare buffers) until [`try_complete`]
-    /// (Self::try_complete) or [`run`](Self::run) hands it back answered.
+    /// is left empty (with spare buffers) until
+    /// [`try_complete`](Self::try_complete) hands it back answered.
     /// Keys and values travel in the batch's arena and read replies reuse
     /// buffers of earlier runs, so refilling and rerunning one `Batch`
     /// allocates nothing in steady state.
