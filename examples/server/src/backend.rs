@@ -9,9 +9,11 @@
 //! replies copied into buffers it keeps: no allocation in steady state)
 //! and cross to the storage thread as **one** message when the worker
 //! collects the round ([`Backend::start`]): one wake-up per round, not one
-//! per request. The worker does not block on it: the storage thread wakes
-//! the worker's event loop (its `mio::Waker`) when the batch is answered,
-//! and [`Backend::try_finish`] takes it back.
+//! per request. The worker waits for the answer without spinning, asleep
+//! in an epoll of the backend's own ([`StorageWait`]) that the storage
+//! thread wakes when the batch is answered ([`Backend::wait`]); the
+//! worker's socket events stay queued in the worker's poll meanwhile, so
+//! they cannot wake it before the batch is back.
 //!
 //! # Inline
 //! Each request runs as it is submitted; its response waits in order with
@@ -22,7 +24,7 @@
 //! This module never interprets a request or renders a reply (that is
 //! [`crate::executor`]'s), and never touches sockets.
 
-use mio::Waker;
+use mio::{Events, Poll, Token, Waker};
 use segcache::storage::Client;
 use segcache::{Item, Request, Response, RestoreOutcome, Segcache, StorageHandle};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,6 +33,9 @@ use std::time::{Duration, Instant};
 
 /// How often an inline cache runs [`Segcache::expire`].
 const EXPIRE_EVERY: Duration = Duration::from_secs(1);
+/// Longest sleep of a worker waiting for the storage thread between
+/// checks (only matters if a wake-up were lost).
+const WAIT_BOUND: Duration = Duration::from_millis(100);
 /// How long the admin port waits for an inline worker's stats.
 const STATS_WAIT: Duration = Duration::from_secs(1);
 
@@ -49,6 +54,8 @@ enum Way {
         batch: segcache::Batch,
         /// The last run was answered (false: storage has stopped).
         answered: bool,
+        /// Where the worker sleeps until a batch is answered.
+        wait: StorageWait,
     },
     /// The worker's own cache.
     Inline(Box<Inline>),
@@ -64,14 +71,18 @@ struct Inline {
 }
 
 impl Backend {
-    /// Requests go to the storage thread through `client`, which should
-    /// notify (see `StorageHandle::client_with_notify`) the worker's
-    /// waker: the worker sleeps in its poll while a batch runs.
-    pub fn thread(client: Client) -> Self {
+    /// Requests go to the storage thread through a client of `handle`
+    /// that wakes `wait` when a batch is answered.
+    pub fn thread(handle: &StorageHandle, wait: StorageWait) -> Self {
+        let waker = Arc::clone(&wait.waker);
+        let client = handle.client_with_notify(move || {
+            let _ = waker.wake();
+        });
         Backend(Way::Thread {
             client,
             batch: segcache::Batch::new(),
             answered: false,
+            wait,
         })
     }
 
@@ -118,6 +129,7 @@ impl Backend {
             client,
             batch,
             answered,
+            ..
         } = &mut self.0
         else {
             return false;
@@ -141,25 +153,29 @@ impl Backend {
         }
     }
 
-    /// Whether the batch sent by [`start`](Self::start) is back (never
-    /// blocks); its responses are then in [`replies`](Self::replies).
-    pub(crate) fn try_finish(&mut self) -> bool {
+    /// Sleeps until the batch sent by [`start`](Self::start) is back;
+    /// its responses are then in [`replies`](Self::replies).
+    pub(crate) fn wait(&mut self) {
         let Way::Thread {
             client,
             batch,
             answered,
+            wait,
         } = &mut self.0
         else {
-            return true;
+            return;
         };
-        match client.try_complete(batch) {
-            Ok(done) => {
-                *answered = done;
-                done
-            }
-            Err(_) => {
-                *answered = false;
-                true
+        loop {
+            match client.try_complete(batch) {
+                Ok(true) => {
+                    *answered = true;
+                    return;
+                }
+                Ok(false) => wait.sleep(),
+                Err(_) => {
+                    *answered = false;
+                    return;
+                }
             }
         }
     }
@@ -232,6 +248,36 @@ impl Backend {
                 inline.port.close();
                 inline.cache.save()
             }
+        }
+    }
+}
+
+/// An epoll a worker sleeps in while the storage thread runs its batch,
+/// woken by the storage thread alone.
+pub struct StorageWait {
+    poll: Poll,
+    events: Events,
+    waker: Arc<Waker>,
+}
+
+impl StorageWait {
+    /// A new epoll and its waker.
+    pub fn new() -> std::io::Result<Self> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), Token(0))?);
+        Ok(StorageWait {
+            poll,
+            events: Events::with_capacity(4),
+            waker,
+        })
+    }
+
+    /// Sleeps until woken (or briefly after a poll error). The timeout
+    /// only bounds a lost wake-up: the storage thread wakes it when a
+    /// batch is answered and when it stops.
+    fn sleep(&mut self) {
+        if self.poll.poll(&mut self.events, Some(WAIT_BOUND)).is_err() {
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }

@@ -10,7 +10,7 @@
 //! they already read and write it out, stop storage, return.
 
 use crate::admin;
-use crate::backend::{Backend, OwnedCache, StatsPort, StatsSource};
+use crate::backend::{Backend, OwnedCache, StatsPort, StatsSource, StorageWait};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::worker::{Ctx, Worker};
@@ -254,12 +254,8 @@ impl Server {
                     Backend::inline(cache, port)
                 }
                 (None, Some(handle)) => {
-                    // The storage thread wakes the worker's poll when a
-                    // batch is answered.
-                    let waker = Arc::clone(&waker);
-                    Backend::thread(handle.client_with_notify(move || {
-                        let _ = waker.wake();
-                    }))
+                    let wait = StorageWait::new().map_err(io_err("storage wait poll"))?;
+                    Backend::thread(handle, wait)
                 }
                 (None, None) => unreachable!("one worker owns the cache, or a storage thread does"),
             };

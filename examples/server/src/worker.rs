@@ -16,8 +16,8 @@
 //!    executor render each connection's replies into its write buffer: one
 //!    batch (one message to the storage thread), not a request/response
 //!    ping-pong per command. While the storage thread runs it the worker
-//!    sleeps in its poll (the storage thread wakes it), writing to sockets
-//!    that become writable and noting the readable ones for after.
+//!    sleeps in the backend's own poll until the storage thread wakes it
+//!    (socket events wait in the worker's poll meanwhile).
 //! 4. Write what each socket takes; the rest waits for a writable event.
 //! 5. The backend's chores (an inline cache's expiry and admin stats).
 //!
@@ -148,8 +148,6 @@ pub struct Worker {
     read_at: Instant,
     budget: Budget,
     last_sweep: Instant,
-    /// Events seen while waiting for the storage thread.
-    waiting_events: Events,
 }
 
 impl Worker {
@@ -176,7 +174,6 @@ impl Worker {
             read_at: Instant::now(),
             budget: ctx.limits.budget(),
             last_sweep: Instant::now(),
-            waiting_events: Events::with_capacity(1024),
         }
     }
 
@@ -603,7 +600,7 @@ impl Worker {
     fn collect(&mut self) {
         let metrics = Arc::clone(&self.ctx.metrics);
         if self.backend.start() {
-            self.await_storage();
+            self.backend.wait();
         }
         let batch = &mut self.batch;
         let mut replies = self.backend.replies().iter();
@@ -655,42 +652,6 @@ impl Worker {
         }
         batch.requests = 0;
         batch.submitted = 0;
-    }
-
-    /// Sleeps in the poll until the storage thread has answered the batch
-    /// sent: new connections are taken and writable sockets written
-    /// meanwhile; readable ones are read after the batch is rendered
-    /// (nothing closes, so the batch's connections stay in place).
-    fn await_storage(&mut self) {
-        let mut events = std::mem::replace(&mut self.waiting_events, Events::with_capacity(0));
-        while !self.backend.try_finish() {
-            // The timeout only bounds a lost wake-up; the storage thread
-            // wakes us when the batch is answered or when it stops.
-            if let Err(e) = self
-                .poll
-                .poll(&mut events, Some(Duration::from_millis(100)))
-            {
-                if e.kind() != io::ErrorKind::Interrupted {
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                continue;
-            }
-            for event in events.iter() {
-                let token = event.token();
-                if token == WAKER {
-                    self.accept_new();
-                    continue;
-                }
-                if event.is_writable() {
-                    self.on_writable(token.0);
-                }
-                if event.is_readable() || event.is_read_closed() || event.is_error() {
-                    // Edge-triggered: read it to the end later.
-                    self.again.push(token.0);
-                }
-            }
-        }
-        self.waiting_events = events;
     }
 
     /// End of an event-loop round: answer, write, close.
