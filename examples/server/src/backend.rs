@@ -8,10 +8,10 @@
 //! [`segcache::Batch`] (keys and values copied into its arena, read
 //! replies copied into buffers it keeps: no allocation in steady state)
 //! and cross to the storage thread as **one** message when the worker
-//! collects the round ([`Backend::start`]): one wake-up per round, not one
+//! collects the round (`Backend::start`): one wake-up per round, not one
 //! per request. The worker waits for the answer without spinning, asleep
 //! in an epoll of the backend's own ([`StorageWait`]) that the storage
-//! thread wakes when the batch is answered ([`Backend::wait`]); the
+//! thread wakes when the batch is answered (`Backend::wait`); the
 //! worker's socket events stay queued in the worker's poll meanwhile, so
 //! they cannot wake it before the batch is back.
 //!
@@ -55,7 +55,7 @@ enum Way {
         /// The last run was answered (false: storage has stopped).
         answered: bool,
         /// Where the worker sleeps until a batch is answered.
-        wait: StorageWait,
+        wait: Box<StorageWait>,
     },
     /// The worker's own cache.
     Inline(Box<Inline>),
@@ -82,7 +82,7 @@ impl Backend {
             client,
             batch: segcache::Batch::new(),
             answered: false,
-            wait,
+            wait: Box::new(wait),
         })
     }
 
