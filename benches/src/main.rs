@@ -441,7 +441,7 @@ fn run_opcount(
         dist.label(),
         r.ops,
         r.hits,
-        built.len()
+        built.held().map_or("?".to_string(), |n| n.to_string())
     );
     Ok(())
 }

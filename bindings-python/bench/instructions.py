@@ -10,8 +10,8 @@ x KEYS): setup and interpreter start cancel out; the Python loop's own
 instructions (`for k in keys: f(k)`) are included, and printed alone as
 "loop".
 
-    python bench/instructions.py              # needs valgrind; ~2 minutes
-    python bench/instructions.py --keys 1000 --reps 10
+    python bench/instructions.py              # needs valgrind; ~15 minutes
+    python bench/instructions.py --keys 1000 --reps 30
 """
 
 from __future__ import annotations
@@ -71,8 +71,11 @@ elif name == "cachetools":
 elif name == "dict":
     c = {}; get, put, delete = c.get, c.__setitem__, c.__delitem__
 else:
-    get = delete = lambda k: None; put = lambda k, v: None
-def run(get=get, put=put, delete=delete, keys=keys, missing=missing, v=v):
+    c = None; get = delete = lambda k: None; put = lambda k, v: None
+# Mappings are written to as users write: c[k] = v and del c[k] (moka-py,
+# not a mapping, and the bare loop through put/delete).
+mapping = name in ("segcache", "cachebox", "cachetools", "dict")
+def run(c=c if mapping else None, get=get, put=put, delete=delete, keys=keys, missing=missing, v=v):
     # Locals, not globals: the loop costs what it would in a function.
     for k in keys:
         put(k, v)
@@ -83,9 +86,17 @@ def run(get=get, put=put, delete=delete, keys=keys, missing=missing, v=v):
         elif op == "get miss":
             for k in missing:
                 get(k)
+        elif op == "set" and mapping:
+            for k in keys:
+                c[k] = v
         elif op == "set":
             for k in keys:
                 put(k, v)
+        elif op == "delete" and mapping:
+            for k in keys:
+                del c[k]
+            for k in keys:
+                c[k] = v
         elif op == "delete":
             for k in keys:
                 delete(k)
@@ -102,10 +113,14 @@ OPS = ["get hit", "get miss", "set", "delete"]
 def instructions(script: str, args: list) -> int:
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "cg.out")
+        # A fixed str hash seed: with a random one, dict layouts (and when
+        # they resize) differ between the short and the long run, which
+        # moved results by up to ~100 instructions per operation.
         proc = subprocess.run(
             ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, script, *args],
             capture_output=True,
             text=True,
+            env={**os.environ, "PYTHONHASHSEED": "0"},
         )
         if proc.returncode != 0:
             raise RuntimeError(proc.stderr[-2000:])
@@ -123,8 +138,9 @@ def per_op(script: str, name: str, op: str, keys: int, reps: int, vlen: int) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keys", type=int, default=1000)
-    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--value", type=int, default=64, help="value bytes")
+    ap.add_argument("--caches", default=",".join(CACHES), help="comma-separated subset of " + ",".join(CACHES))
     args = ap.parse_args()
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(CHILD)
@@ -132,14 +148,18 @@ def main() -> None:
     try:
         print(f"Instructions per operation (callgrind), {args.keys} hot str keys, {args.value}-byte values; "
               "delete is the mean of a delete and the re-insert after it.\n")
-        print("| operation | " + " | ".join(CACHES) + " |")
-        print("|---|" + "---:|" * len(CACHES))
+        chosen = args.caches.split(",")
+        maps = [c for c in CACHES if c in chosen]
+        # functools stands in for dict among the decorators.
+        decorated = [c for c in DECORATED if c in chosen or (c == "functools" and "dict" in chosen)]
+        print("| operation | " + " | ".join(maps) + " |")
+        print("|---|" + "---:|" * len(maps))
         for op in OPS:
-            cells = [f"{per_op(script, c, op, args.keys, args.reps, args.value):.0f}" for c in CACHES]
+            cells = [f"{per_op(script, c, op, args.keys, args.reps, args.value):.0f}" for c in maps]
             print(f"| {op} | " + " | ".join(cells) + " |")
-        print("\n| decorator hit | " + " | ".join(DECORATED) + " |")
-        print("|---|" + "---:|" * len(DECORATED))
-        cells = [f"{per_op(script, c, 'decorator hit', args.keys, args.reps, args.value):.0f}" for c in DECORATED]
+        print("\n| decorator hit | " + " | ".join(decorated) + " |")
+        print("|---|" + "---:|" * len(decorated))
+        cells = [f"{per_op(script, c, 'decorator hit', args.keys, args.reps, args.value):.0f}" for c in decorated]
         print("| int argument | " + " | ".join(cells) + " |")
     finally:
         os.unlink(script)

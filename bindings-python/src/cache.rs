@@ -16,7 +16,7 @@
 use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 use segcache::ops::{DeleteOpts, GetOpts};
 use segcache::{
     Eviction, Request, Response, RestoreOutcome, Segcache, ShardedCache, Store, StoreMode, Ttl,
@@ -26,7 +26,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::clock::PyManualClock;
-use crate::convert::{buf, conditional, int_arg, seconds_arg, to_py_err, ttl_arg, type_name};
+use crate::convert::{
+    buf, conditional, int_arg, seconds_arg, str_bytes, to_py_err, ttl_arg, type_name,
+};
 use crate::flight::{Flights, Role};
 use crate::key::{self, KeyBuf, KeyError};
 use crate::value::{self, Serializer, FLAG_BYTES, FLAG_STR};
@@ -127,7 +129,7 @@ fn default_shards(heap_size: usize, segment_size: usize) -> usize {
 }
 
 /// A key for a read: `None` when it is too long to be stored (a miss).
-#[inline]
+#[inline(always)]
 fn read_key<'a>(key: &'a Bound<'_, PyAny>, kb: &'a mut KeyBuf) -> PyResult<Option<&'a [u8]>> {
     match key::encode(key, false, kb) {
         Ok(k) => Ok(Some(k)),
@@ -137,7 +139,7 @@ fn read_key<'a>(key: &'a Bound<'_, PyAny>, kb: &'a mut KeyBuf) -> PyResult<Optio
 }
 
 /// A key for a write: every problem raises.
-#[inline]
+#[inline(always)]
 fn write_key<'a>(key: &'a Bound<'_, PyAny>, kb: &'a mut KeyBuf) -> PyResult<&'a [u8]> {
     key::encode(key, false, kb).map_err(KeyError::into_py)
 }
@@ -153,7 +155,7 @@ impl PyCache {
     /// (which may need the GIL to finish), nor starve it (`closing` turns
     /// new calls away). Callers take the guard after converting their
     /// arguments and run no Python code while holding it.
-    #[inline]
+    #[inline(always)]
     fn cache(&self) -> PyResult<CacheRef<'_>> {
         if self.closing.load(Ordering::Relaxed) {
             return Err(closed_error());
@@ -163,17 +165,18 @@ impl PyCache {
     }
 
     /// The value stored under an encoded key, or `None`.
-    #[inline]
+    #[inline(never)]
     pub fn lookup<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let fetched = self.cache()?.read_with(key, |item| {
-            item.map(|it| value::fetch(py, it.value(), it.flags()))
-        });
+        let fetched = self
+            .cache()?
+            .get_value_with(key, |v, flags| value::fetch(py, v, flags));
         fetched.map(|f| f.finish(&self.serializer)).transpose()
     }
 
     /// Stores `value` under an encoded key in `mode` (compared with `cas`
     /// if given); the outer error is the value's (type, serializer), the
     /// inner the cache's.
+    #[inline(always)]
     pub fn store(
         &self,
         py: Python<'_>,
@@ -183,32 +186,78 @@ impl PyCache {
         mode: StoreMode,
         cas: Option<u64>,
     ) -> PyResult<Result<(), segcache::Error>> {
+        // bytes and str, the common values, go straight from the object.
+        if let Ok(b) = value.cast_exact::<PyBytes>() {
+            return self.store_bytes(py, key, b.as_bytes(), FLAG_BYTES, ttl, mode, cas);
+        }
+        if let Ok(s) = value.cast_exact::<PyString>() {
+            return self.store_bytes(py, key, str_bytes(s)?, FLAG_STR, ttl, mode, cas);
+        }
+        self.store_other(py, key, value, ttl, mode, cas)
+    }
+
+    /// [`store`](Self::store) for values that need encoding.
+    #[inline(never)]
+    fn store_other(
+        &self,
+        py: Python<'_>,
+        key: &[u8],
+        value: &Bound<'_, PyAny>,
+        ttl: Option<Duration>,
+        mode: StoreMode,
+        cas: Option<u64>,
+    ) -> PyResult<Result<(), segcache::Error>> {
         let v = value::encode(value, &self.serializer)?;
+        self.store_bytes(py, key, &v, v.flags, ttl, mode, cas)
+    }
+
+    /// Stores encoded bytes with their flags.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn store_bytes(
+        &self,
+        py: Python<'_>,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Option<Duration>,
+        mode: StoreMode,
+        cas: Option<u64>,
+    ) -> PyResult<Result<(), segcache::Error>> {
         let guard = self.cache()?;
         let cache: &ShardedCache = &guard;
-        let store = Store {
-            mode,
-            key,
-            value: &*v,
-            flags: v.flags,
-            ttl: Ttl::from(ttl),
-            cas,
-            invalidate: false,
+        let ttl = Ttl::from(ttl);
+        let write = || {
+            if mode == StoreMode::Set && cas.is_none() {
+                // The core's direct path for a plain set.
+                return cache.set(key, value, flags, ttl);
+            }
+            let store = Store {
+                mode,
+                key,
+                value,
+                flags,
+                ttl,
+                cas,
+                invalidate: false,
+            };
+            cache.store(&store).map(drop)
         };
-        let result = if v.len() >= DETACH_AT {
-            py.detach(|| cache.store(&store))
+        Ok(if value.len() >= DETACH_AT {
+            py.detach(write)
         } else {
-            cache.store(&store)
-        };
-        Ok(result.map(drop))
+            write()
+        })
     }
 
     /// Whether an encoded key is present.
+    #[inline(always)]
     pub fn contains_encoded(&self, key: &[u8]) -> PyResult<bool> {
         Ok(self.cache()?.contains(key))
     }
 
     /// Deletes an encoded key; `true` if it was present.
+    #[inline(always)]
     pub fn remove(&self, key: &[u8]) -> PyResult<bool> {
         Ok(self.cache()?.delete(key))
     }
@@ -501,7 +550,8 @@ impl PyCache {
 
     /// The value stored under key, or default when it is missing.
     #[pyo3(signature = (key, default=None))]
-    fn get<'py>(
+    #[inline(always)]
+    pub(crate) fn get<'py>(
         &self,
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
@@ -542,7 +592,8 @@ impl PyCache {
     /// Stores value under key, replacing any old value; ttl in seconds
     /// (None or 0: never expires).
     #[pyo3(signature = (key, value, ttl=None))]
-    fn set(
+    #[inline(always)]
+    pub(crate) fn set(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
@@ -659,7 +710,8 @@ impl PyCache {
     }
 
     /// Removes key; True if it was present.
-    fn delete(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    #[inline(always)]
+    pub(crate) fn delete(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         match read_key(key, &mut KeyBuf::new())? {
             Some(k) => self.remove(k),
             None => Ok(false),
@@ -966,14 +1018,16 @@ impl PyCache {
         Ok(py.detach(|| cache.len()))
     }
 
-    fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    #[inline(always)]
+    pub(crate) fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         match read_key(key, &mut KeyBuf::new())? {
             Some(k) => Ok(self.cache()?.contains(k)),
             None => Ok(false),
         }
     }
 
-    fn __getitem__<'py>(
+    #[inline(always)]
+    pub(crate) fn __getitem__<'py>(
         &self,
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
@@ -985,7 +1039,8 @@ impl PyCache {
         found.ok_or_else(|| PyKeyError::new_err(key.clone().unbind()))
     }
 
-    fn __setitem__(
+    #[inline(always)]
+    pub(crate) fn __setitem__(
         &self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
@@ -997,7 +1052,8 @@ impl PyCache {
             .map_err(|e| to_py_err(e, Some(key)))
     }
 
-    fn __delitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
+    #[inline(always)]
+    pub(crate) fn __delitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
         if self.delete(key)? {
             Ok(())
         } else {

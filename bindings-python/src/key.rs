@@ -79,10 +79,13 @@ impl KeyError {
 /// Room to build an encoded key in, on the caller's stack (spilling to the
 /// heap only past [`MAX_KEY_LEN`], for the decorator, which hashes such
 /// keys). The encoders return a slice of it, or of a `str`'s own UTF-8.
+// repr(C), `buf` last: with the fields free to move, LLVM stored `len`
+// and the uninitialised `buf` as one 258-byte memset per call.
+#[repr(C)]
 pub struct KeyBuf {
-    buf: [std::mem::MaybeUninit<u8>; MAX_KEY_LEN],
     len: usize,
     spill: Option<Vec<u8>>,
+    buf: std::mem::MaybeUninit<[u8; MAX_KEY_LEN]>,
 }
 
 impl Default for KeyBuf {
@@ -96,7 +99,7 @@ impl KeyBuf {
     #[inline]
     pub fn new() -> Self {
         KeyBuf {
-            buf: [std::mem::MaybeUninit::uninit(); MAX_KEY_LEN],
+            buf: std::mem::MaybeUninit::uninit(),
             len: 0,
             spill: None,
         }
@@ -128,12 +131,11 @@ impl KeyBuf {
         if let Some(v) = &mut self.spill {
             v.extend_from_slice(bytes);
         } else if end <= MAX_KEY_LEN {
-            // SAFETY: `end <= MAX_KEY_LEN`, so the range is inside `buf`;
-            // u8 and MaybeUninit<u8> have the same layout.
+            // SAFETY: `end <= MAX_KEY_LEN`, so the range is inside `buf`.
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     bytes.as_ptr(),
-                    self.buf.as_mut_ptr().add(self.len).cast::<u8>(),
+                    self.buf.as_mut_ptr().cast::<u8>().add(self.len),
                     bytes.len(),
                 );
             }
@@ -289,7 +291,7 @@ impl KeyBuf {
 
 /// Encodes a key (`typed`: keep `bool`, `int` and `float` apart), in
 /// `kb` or, for a `str`, as the string's own UTF-8.
-#[inline]
+#[inline(always)]
 pub fn encode<'a>(
     obj: &'a Bound<'_, PyAny>,
     typed: bool,
@@ -304,6 +306,16 @@ pub fn encode<'a>(
             return Ok(utf8);
         }
     }
+    encode_tagged(obj, typed, kb)
+}
+
+/// [`encode`] past its `str` fast path.
+#[inline(never)]
+fn encode_tagged<'a>(
+    obj: &Bound<'_, PyAny>,
+    typed: bool,
+    kb: &'a mut KeyBuf,
+) -> Result<&'a [u8], KeyError> {
     kb.byte(TAG)?;
     kb.tagged(obj, typed, 0)?;
     if kb.too_long() {

@@ -12,6 +12,7 @@
 //! - `value`: values to bytes and flags (bytes, str, int as themselves,
 //!   the rest through a serializer, pickle by default), and back;
 //! - `cache`: the `Cache` class;
+//! - `fast`: fast-call entry points for `Cache.get`, `set` and `delete`;
 //! - `iter`: iteration over live items;
 //! - `flight`: single-flight for `get_or_set` and the decorator;
 //! - `cached`: the decorator's native wrapper (`CachedFunction`);
@@ -31,6 +32,7 @@ mod cache;
 mod cached;
 mod clock;
 mod convert;
+mod fast;
 mod flight;
 mod iter;
 mod key;
@@ -53,6 +55,7 @@ create_exception!(
 #[pymodule(gil_used = false)]
 fn _segcache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cache::PyCache>()?;
+    fast::install(&m.py().get_type::<cache::PyCache>())?;
     m.add_class::<clock::PyManualClock>()?;
     m.add_class::<cached::CachedFunction>()?;
     m.add_class::<cached::BoundCachedMethod>()?;

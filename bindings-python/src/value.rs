@@ -209,6 +209,7 @@ pub enum Fetched<'py> {
 /// segment: call it under the shard lock. Runs no Python code.
 #[inline]
 pub fn fetch<'py>(py: Python<'py>, data: &[u8], flags: u32) -> Fetched<'py> {
+    prefetch(data);
     match flags {
         FLAG_STR => {
             // SAFETY: `data` is valid for its length; the call copies it.
@@ -234,6 +235,27 @@ pub fn fetch<'py>(py: Python<'py>, data: &[u8], flags: u32) -> Fetched<'py> {
         FLAG_SERIALIZED => Fetched::Serialized(PyBytes::new(py, data)),
         _ => Fetched::Ready(PyBytes::new(py, data).into_any()),
     }
+}
+
+/// Values at least this long have their cache lines prefetched before the
+/// object that receives them is allocated (the allocation then overlaps
+/// the loads).
+const PREFETCH_AT: usize = 256;
+
+/// Starts loading `data`'s cache lines (x86-64; elsewhere a no-op).
+#[inline(always)]
+fn prefetch(data: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if data.len() >= PREFETCH_AT {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        for line in (0..data.len()).step_by(64) {
+            // SAFETY: a prefetch is only a hint: it never faults, and
+            // `line` is inside `data` anyway.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(data.as_ptr().add(line).cast()) };
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = data;
 }
 
 /// An i64, or a u64 above i64 (`incr` goes up to 2**64-1), or `None`.

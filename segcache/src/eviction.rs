@@ -106,8 +106,23 @@ impl Segcache {
         Ok(())
     }
 
-    /// Unlinks a segment's items as evictions and frees it.
+    /// Unlinks a segment's items as evictions and frees it. Under merge
+    /// eviction its items are remembered as ghosts of its pool, as those
+    /// of a merge are (a warm key evicted whole comes back warm).
     fn evict_segment(&mut self, id: u32) {
+        if self.eviction == Eviction::Merge {
+            let main = self.admission.is_main(id);
+            for (offset, item) in self.segs.item_offsets(id) {
+                let hash = self.table.hash(item.key());
+                if self
+                    .table
+                    .locate(hash, Location { seg: id, offset })
+                    .is_some()
+                {
+                    self.admission.remember(hash, main);
+                }
+            }
+        }
         let items = self.unlink_segment(id);
         self.retire_segment(id);
         self.counters.evictions += items as u64;
@@ -161,7 +176,8 @@ impl Segcache {
 
     /// Merge-eviction steps until one frees a segment (an evaluation may
     /// only move segments to main). After a few steps that free nothing,
-    /// or if no step is possible, the oldest small segment is evicted
+    /// or if no step is possible, the oldest small segments are evaluated
+    /// with at least one freed, else the oldest small segment is evicted
     /// whole; false if there is none.
     fn merge_evict(&mut self, now: u32) -> bool {
         let free = self.segs.free_count();
@@ -172,6 +188,9 @@ impl Segcache {
             if self.segs.free_count() > free {
                 return true;
             }
+        }
+        if self.evaluate_small(now, self.small_count(), true) && self.segs.free_count() > free {
+            return true;
         }
         match self.oldest_small() {
             Some(id) => {
@@ -188,16 +207,20 @@ impl Segcache {
         if self.compact_any() {
             return true;
         }
-        let in_use = self.segs.count() - self.segs.free_count();
-        let small = in_use - self.admission.mains();
+        let small = self.small_count();
         self.admission.ghosts.fit(self.counters.items as usize);
         let small_bytes = (small * self.segs.segment_size()) as u64;
         // The small pool first while it is over its share, else main.
         let small_first = small_bytes > self.admission.small_target();
-        if small_first && self.evaluate_small(now, small) {
+        if small_first && self.evaluate_small(now, small, false) {
             return true;
         }
-        self.merge_main(now) || (!small_first && self.evaluate_small(now, small))
+        self.merge_main(now) || (!small_first && self.evaluate_small(now, small, false))
+    }
+
+    /// Segments in use in the small pool.
+    fn small_count(&self) -> usize {
+        self.segs.count() - self.segs.free_count() - self.admission.mains()
     }
 
     /// The oldest sealed small segment, exactly for heaps of up to 4096
@@ -228,8 +251,10 @@ impl Segcache {
     }
 
     /// Evaluates the oldest small segments of one TTL bucket: read items
-    /// move to the main pool, the rest are evicted as ghosts.
-    fn evaluate_small(&mut self, now: u32, small: usize) -> bool {
+    /// move to the main pool, the rest are evicted as ghosts. If
+    /// `must_free`, a segment is freed even if read items must go (the
+    /// least read first).
+    fn evaluate_small(&mut self, now: u32, small: usize, must_free: bool) -> bool {
         let Some(mut first) = self.oldest_small() else {
             return false;
         };
@@ -254,10 +279,17 @@ impl Segcache {
         let mut len = 0;
         let seg_size = self.segs.segment_size();
         let prev = self.segs.headers[first as usize].prev;
-        // Top up the main segment just before, if it has room.
+        // Top up the main segment just before, if it has room and its
+        // deadlines are close enough to the small segment's (else it would
+        // end the run at one segment, and the pool could only be evicted
+        // whole: main segments are old, their deadlines spread wide).
         let forced = if self.sealed(prev)
             && self.admission.is_main(prev)
             && (self.segs.headers[prev as usize].live_bytes as usize) < seg_size - seg_size / 8
+            && self
+                .widen(bucket, (0, 0), prev)
+                .and_then(|range| self.widen(bucket, range, first))
+                .is_some()
         {
             chain[0] = prev;
             len = 1;
@@ -289,7 +321,7 @@ impl Segcache {
             Plan {
                 forced,
                 min_freq: PROMOTE_FREQ as usize,
-                may_keep_all: true,
+                may_keep_all: !must_free,
                 ghosts: Some(false),
                 main: true,
             },
@@ -570,10 +602,17 @@ impl Segcache {
                         if from != to {
                             self.segs.copy(from, to, item.size as usize);
                         }
-                        // Survivors age (their count halves); a forced item
-                        // that stays where it is keeps its count.
-                        if from != to || (item.index as usize) >= plan.forced {
+                        // Survivors of a selection age (their count halves);
+                        // forced items (a compaction, a topped-up segment)
+                        // were not judged and keep theirs: halving them on
+                        // every compaction turned warm probation items cold
+                        // before their evaluation.
+                        let forced = (item.index as usize) < plan.forced;
+                        if from != to || !forced {
                             self.table.move_slot(bucket, slot, to);
+                            if forced {
+                                self.table.set_frequency(bucket, slot, item.freq);
+                            }
                         }
                         written[out].0 += item.size as usize;
                         written[out].1 += 1;
@@ -581,7 +620,7 @@ impl Segcache {
                     None => {
                         self.table.clear_at(bucket, slot);
                         if let Some(from_main) = plan.ghosts {
-                            self.admission.ghosts.insert(item.hash, from_main);
+                            self.admission.remember(item.hash, from_main);
                         }
                         evicted += 1;
                     }
@@ -663,6 +702,8 @@ fn pack(
 #[cfg(test)]
 mod tests {
     use super::{pack, LiveItem};
+    use crate::hashtable::{self, Location};
+    use crate::segments::SegState;
     use crate::{Eviction, ManualClock, Segcache};
     use std::time::Duration;
 
@@ -779,6 +820,113 @@ mod tests {
             .clock(clock.clone())
             .build()
             .unwrap()
+    }
+
+    /// Where a key's item is and its access count.
+    fn entry(c: &Segcache, key: &str) -> Option<(Location, u8)> {
+        let hash = c.table.hash(key.as_bytes());
+        c.table
+            .lookup(hash, |at| c.segs.item(at).key() == key.as_bytes())
+            .map(|(_, _, info)| (hashtable::location(info), hashtable::frequency(info)))
+    }
+
+    #[test]
+    fn compaction_moves_items_with_their_access_counts() {
+        // Read keys interleaved with overwritten ones: compaction packs the
+        // read ones over the dead versions, and must not age them (it
+        // judges nothing; halving turned read probation items cold before
+        // their evaluation).
+        let clock = ManualClock::new();
+        let mut c = merge_cache(64 << 10, 4 << 10, &clock);
+        for k in 0..120u32 {
+            c.set(format!("w{k:03}"), [1u8; 80], 0, None).unwrap();
+            c.set(format!("o{}", k % 4), [2u8; 80], 0, None).unwrap();
+        }
+        clock.advance(Duration::from_secs(1));
+        for k in 0..120u32 {
+            assert!(c.get(format!("w{k:03}")).is_some());
+        }
+        let before: Vec<_> = (0..120u32)
+            .map(|k| entry(&c, &format!("w{k:03}")).unwrap())
+            .collect();
+        assert!(before.iter().all(|&(_, f)| f == 1), "one access each");
+        assert!(c.compact_any(), "half the bytes are dead: a run compacts");
+        let after: Vec<_> = (0..120u32)
+            .map(|k| entry(&c, &format!("w{k:03}")).unwrap())
+            .collect();
+        let moved = before
+            .iter()
+            .zip(&after)
+            .filter(|(b, a)| b.0 != a.0)
+            .count();
+        assert!(moved > 20, "compaction moved read items: {moved}");
+        assert!(
+            after.iter().all(|&(_, f)| f == 1),
+            "moved items keep their count"
+        );
+        assert_eq!(c.stats().evictions, 0);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn small_segments_are_evaluated_even_after_a_main_segment_of_older_deadlines() {
+        // A main segment whose deadlines are far from the small segments'
+        // after it cannot be topped up with their items (TTL precision);
+        // the evaluation must still run on the small segments alone and
+        // free one, not stop at the main segment.
+        let clock = ManualClock::new();
+        let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+        let ttl = Some(Duration::from_secs(160));
+        for k in 0..60u32 {
+            c.set(format!("a{k}"), [1u8; 80], 0, ttl).unwrap();
+        }
+        for id in 0..c.segs.count() as u32 {
+            if c.segs.headers[id as usize].state != SegState::Free {
+                c.admission.set_main(id, true);
+            }
+        }
+        // 100 s later (deadlines 100 s apart, the bucket allows 9): new
+        // segments, small, never read.
+        clock.advance(Duration::from_secs(100));
+        for k in 0..200u32 {
+            c.set(format!("b{k}"), [1u8; 80], 0, ttl).unwrap();
+        }
+        let small = c.small_count();
+        assert!(small >= 4, "small segments: {small}");
+        let (free, evictions) = (c.segs.free_count(), c.stats().evictions);
+        assert!(c.evaluate_small(100, small, false));
+        assert!(c.segs.free_count() > free, "the evaluation freed a segment");
+        assert!(c.stats().evictions > evictions, "unread items went");
+        for k in 0..60u32 {
+            assert!(c.contains(format!("a{k}")), "main items stay");
+        }
+        c.check_invariants();
+    }
+
+    #[test]
+    fn keys_of_a_segment_evicted_whole_come_back_warm() {
+        let clock = ManualClock::new();
+        let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+        for k in 0..100u32 {
+            c.set(format!("k{k}"), [1u8; 80], 0, None).unwrap();
+        }
+        let (at, _) = entry(&c, "k0").unwrap();
+        let gone: Vec<u32> = (0..100u32)
+            .filter(|k| entry(&c, &format!("k{k}")).unwrap().0.seg == at.seg)
+            .collect();
+        c.evict_segment(at.seg);
+        assert!(gone.len() > 10 && gone.iter().all(|k| !c.contains(format!("k{k}"))));
+        for k in &gone {
+            c.set(format!("k{k}"), [1u8; 80], 0, None).unwrap();
+        }
+        let warm = gone
+            .iter()
+            .filter(|k| entry(&c, &format!("k{k}")).unwrap().1 == super::PROMOTE_FREQ)
+            .count();
+        assert!(warm * 4 >= gone.len() * 3, "{warm}/{} warm", gone.len());
+        let cold = entry(&c, "k99").unwrap().1;
+        assert_eq!(cold, 0, "a key never evicted has no access");
+        c.check_invariants();
     }
 
     #[test]

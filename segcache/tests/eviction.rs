@@ -155,6 +155,9 @@ fn merge_beats_fifo_on_zipf() {
     let merge = zipf_hit_ratio(Eviction::Merge, 0.99);
     let fifo = zipf_hit_ratio(Eviction::Fifo, 0.99);
     eprintln!("zipf 0.99 hit ratio: merge {merge:.4} fifo {fifo:.4}");
-    // Measured: merge 0.807, fifo 0.765 (a 4.3-point lead).
-    assert!(merge > fifo + 0.025, "merge {merge:.4} vs fifo {fifo:.4}");
+    // Measured: merge 0.791, fifo 0.771 (a 2-point lead; merge was 0.797
+    // before the small pool's adaptation weighed main's ghosts by their
+    // rarity, which shrinks the small pool on this pure Zipf stream of a
+    // 64-segment heap and wins on the Twitter-like and block-trace runs).
+    assert!(merge > fifo + 0.015, "merge {merge:.4} vs fifo {fifo:.4}");
 }
