@@ -1,9 +1,10 @@
 //! [`Batch`]: many requests for the storage thread in one reusable arena.
 //!
 //! Owns the batch's memory: every key and value of its requests is copied
-//! into one byte arena (requests hold spans of it, not `Vec`s), and its
-//! responses are kept between runs so a read's reply reuses the buffers of
-//! the reply that was in its place last time. A client that fills, runs
+//! into one byte arena (requests hold spans of it, not `Vec`s), and the
+//! buffers of its read replies are kept between runs: when a batch runs
+//! again, the last run's replies go to a free list that this run's hits
+//! are copied into (whatever their position). A client that fills, runs
 //! and clears the same `Batch` over and over allocates nothing once the
 //! buffers have grown to its working size, and the whole batch crosses to
 //! the storage thread and back as one queue message. On the storage side
@@ -12,6 +13,7 @@
 //! request does: every request runs through [`Segcache::execute`] (reads
 //! through its buffer-reusing twin).
 
+use crate::cache::OwnedItem;
 use crate::hashtable::hash_key;
 use crate::ops::{Request, Response, Store, Ttl};
 use crate::Segcache;
@@ -28,7 +30,9 @@ const PREFETCH_AHEAD: usize = 4;
 
 /// Requests to run on the storage thread in one round trip, with their
 /// keys and values in one reusable arena; see
-/// [`Client::run`](crate::storage::Client::run).
+/// [`Client::run`](crate::storage::Client::run) (blocking) or
+/// [`Client::submit_batch`](crate::storage::Client::submit_batch) (from an
+/// event loop).
 ///
 /// ```
 /// use segcache::{Batch, Response, Segcache, StorageConfig};
@@ -57,6 +61,8 @@ pub struct Batch {
     bytes: Vec<u8>,
     requests: Vec<Request<Span>>,
     responses: Vec<Response>,
+    /// Read-reply buffers free for this run's hits.
+    free: Vec<OwnedItem>,
 }
 
 impl Batch {
@@ -150,7 +156,7 @@ impl Batch {
     }
 
     /// Empties the batch for the next round, keeping its buffers (and the
-    /// last responses' buffers, which the next reads reuse).
+    /// last responses' buffers, which the next run's hits reuse).
     pub fn clear(&mut self) {
         self.bytes.clear();
         self.requests.clear();
@@ -161,9 +167,31 @@ impl Batch {
         &self.responses[..self.requests.len().min(self.responses.len())]
     }
 
+    /// Bytes the batch keeps for reuse: its arena's capacity plus the keys
+    /// and values held by read replies (the last run's, and free ones). A
+    /// caller bounding its memory starts over with a new `Batch` when this
+    /// grows too large.
+    pub fn retained_bytes(&self) -> usize {
+        let replies = self.responses.iter().filter_map(|r| match r {
+            Response::Get(Ok(Some(found))) => Some(&found.item),
+            _ => None,
+        });
+        self.bytes.capacity()
+            + replies
+                .chain(&self.free)
+                .map(|item| item.key().len() + item.value().len())
+                .sum::<usize>()
+    }
+
     /// Runs every request on `cache` in order (storage side).
     pub(crate) fn execute(&mut self, cache: &mut Segcache) {
         let n = self.requests.len();
+        // The last run's read replies become free buffers for this run's.
+        for response in self.responses.drain(..) {
+            if let Response::Get(Ok(Some(found))) = response {
+                self.free.push(found.item);
+            }
+        }
         // The key hashes of the requests prefetched ahead, by `i % AHEAD`:
         // each key is hashed once, for the prefetch and the run.
         let mut hashes = [0u64; PREFETCH_AHEAD];
@@ -179,12 +207,11 @@ impl Batch {
             let view = |span: Span| &bytes[span.start as usize..][..span.len as usize];
             let response = match self.requests[i] {
                 Request::Get { key, opts } => {
-                    // Reuse the buffers of the read reply last in this place.
-                    let reuse = match self.responses.get_mut(i) {
-                        Some(Response::Get(Ok(found))) => found.take().map(|f| f.item),
-                        _ => None,
-                    };
-                    Response::Get(cache.read_reusing(view(key), hash, &opts, reuse))
+                    // A hit is copied into a free buffer; a miss leaves it.
+                    let mut reuse = self.free.pop();
+                    let found = cache.read_reusing(view(key), hash, &opts, &mut reuse);
+                    self.free.extend(reuse);
+                    Response::Get(found)
                 }
                 Request::Store(ref s) => cache.execute_hashed(
                     &Request::Store(Store {
@@ -225,11 +252,7 @@ impl Batch {
                 Request::Stats => cache.execute(&Request::<&[u8]>::Stats),
                 Request::Len => cache.execute(&Request::<&[u8]>::Len),
             };
-            if i < self.responses.len() {
-                self.responses[i] = response;
-            } else {
-                self.responses.push(response);
-            }
+            self.responses.push(response);
         }
     }
 
@@ -378,5 +401,62 @@ mod tests {
             reused > 0,
             "read replies reuse the previous round's buffers"
         );
+    }
+
+    /// Value buffers of the read hits among `responses`.
+    fn hit_buffers(batch: &Batch) -> Vec<*const u8> {
+        batch
+            .responses()
+            .iter()
+            .filter_map(|r| match r {
+                Response::Get(Ok(Some(f))) => Some(f.item.value().as_ptr()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn hits_reuse_free_buffers_whatever_their_position() {
+        let mut cache = Segcache::builder().build().unwrap();
+        cache.set("hot", [b'h'; 100], 0, None).unwrap();
+        cache.set("warm", [b'w'; 100], 0, None).unwrap();
+        let mut batch = Batch::new();
+        // Round 1: two hits at the start.
+        for key in ["hot", "warm", "cold"] {
+            batch.get(key);
+        }
+        batch.execute(&mut cache);
+        let first = hit_buffers(&batch);
+        assert_eq!(first.len(), 2);
+        // Round 2: misses where the hits were, hits elsewhere; a miss
+        // must not use up (or drop) a free buffer.
+        batch.clear();
+        for key in ["cold", "cold", "cold", "warm", "cold", "hot"] {
+            batch.get(key);
+        }
+        batch.execute(&mut cache);
+        let second = hit_buffers(&batch);
+        assert_eq!(second.len(), 2);
+        assert!(
+            second.iter().all(|p| first.contains(p)),
+            "every hit reused a buffer of the last run"
+        );
+        // Round 3: fewer hits; the unused buffer stays free for later.
+        batch.clear();
+        batch.get("cold");
+        batch.get("hot");
+        batch.execute(&mut cache);
+        assert!(first.contains(&hit_buffers(&batch)[0]));
+        assert_eq!(batch.free.len(), 1);
+        assert!(batch.retained_bytes() >= batch.bytes.capacity() + 2 * (3 + 100));
+        // Round 4: both hits again, both in the old buffers.
+        batch.clear();
+        batch.get("warm");
+        batch.get("hot");
+        batch.execute(&mut cache);
+        let fourth = hit_buffers(&batch);
+        assert_eq!(fourth.len(), 2);
+        assert!(fourth.iter().all(|p| first.contains(p)));
+        assert!(batch.free.is_empty());
     }
 }

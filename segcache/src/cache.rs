@@ -1251,18 +1251,18 @@ impl Segcache {
     /// miss creates an empty item and hands this caller the win token.
     pub fn read(&mut self, key: impl AsRef<[u8]>, opts: &GetOpts) -> Result<Option<Found>, Error> {
         let key = key.as_ref();
-        self.read_reusing(key, hash_key(key), opts, None)
+        self.read_reusing(key, hash_key(key), opts, &mut None)
     }
 
     /// [`read`](Self::read) with the key's hash already computed, copying
-    /// a hit into `reuse`'s buffers when given (a [`Batch`](crate::Batch)
-    /// hands back its last reply's).
+    /// a hit into `reuse`'s buffers when given (taken out of it; a miss
+    /// leaves it there: a [`Batch`](crate::Batch) keeps free reply buffers).
     pub(crate) fn read_reusing(
         &mut self,
         key: &[u8],
         hash: u64,
         opts: &GetOpts,
-        reuse: Option<OwnedItem>,
+        reuse: &mut Option<OwnedItem>,
     ) -> Result<Option<Found>, Error> {
         let touch = opts.touch.map(live_secs).transpose()?;
         let vivify = opts.vivify.map(live_secs).transpose()?;
@@ -1335,7 +1335,7 @@ impl Segcache {
         }
         self.mark(loc, add);
         let view = self.item_view(loc, now);
-        let mut item = match reuse {
+        let mut item = match reuse.take() {
             Some(mut old) => {
                 old.refill(view);
                 old
@@ -1441,7 +1441,7 @@ impl Segcache {
     ) -> Response {
         match request {
             Request::Get { key, opts } => {
-                Response::Get(self.read_reusing(key.as_ref(), hash, opts, None))
+                Response::Get(self.read_reusing(key.as_ref(), hash, opts, &mut None))
             }
             Request::Store(store) => Response::Stored(self.store_hashed(store, hash)),
             Request::Delete { key, opts } => {

@@ -11,6 +11,17 @@
 //! an idle one sleeps until a request or its next `expire()` (at least
 //! once per second) is due.
 //!
+//! A client waits for replies in one of two ways. A blocking call
+//! ([`Client::recv`], [`Client::run`], the [`StorageHandle`] methods)
+//! spins briefly, then parks until the storage thread unparks it. A client
+//! with an event loop of its own instead submits a [`Batch`] with
+//! [`Client::submit_batch`], goes on with its loop, and is told through
+//! the callback it registered ([`StorageHandle::client_with_notify`],
+//! e.g. a `mio::Waker`) when replies arrived; [`Client::try_complete`]
+//! then takes the batch back without ever blocking. The callback runs on
+//! the storage thread, at most once per drain of that client's queue and
+//! only while the client is waiting for something.
+//!
 //! Shutdown (explicit, or when the last handle and client are dropped):
 //! new submissions are refused with [`Error::Closed`], every request already
 //! accepted is answered, then the thread exits and
@@ -74,43 +85,55 @@ enum Done {
 
 impl Done {
     /// The response of a single request (batches are collected by
-    /// [`Client::run`] alone, which never leaves one for anyone else).
+    /// by a [`Client`], never on a channel of the blocking calls).
     fn one(self) -> Response {
         match self {
             Done::One(response) => response,
-            Done::Batch(_) => unreachable!("a batch reply outside Client::run"),
+            Done::Batch(_) => unreachable!("a batch reply on a channel of the blocking calls"),
         }
     }
 }
+
+/// How a client with an event loop is told its replies arrived (see
+/// [`StorageHandle::client_with_notify`]).
+type Notify = Box<dyn Fn() + Send + Sync>;
 
 /// One client's queues.
 struct Channel {
     requests: ArrayQueue<Job>,
     replies: ArrayQueue<Done>,
-    /// The client is parked waiting for a reply.
+    /// The client waits for a reply (parked, or in its own event loop);
+    /// the storage thread clears it when it wakes the client.
     waiting: AtomicBool,
     waiter: Mutex<Option<Thread>>,
+    /// Called (on the storage thread) to wake a client with an event loop.
+    notify: Option<Notify>,
     /// The client is gone; the channel can be dropped once drained.
     closed: AtomicBool,
 }
 
 impl Channel {
-    fn new(capacity: usize) -> Self {
+    fn new(capacity: usize, notify: Option<Notify>) -> Self {
         Channel {
             requests: ArrayQueue::new(capacity),
             replies: ArrayQueue::new(capacity),
             waiting: AtomicBool::new(false),
             waiter: Mutex::new(None),
+            notify,
             closed: AtomicBool::new(false),
         }
     }
 
-    /// Wakes the client if it parked (storage side, after pushing replies).
+    /// Wakes the client if it waits (storage side, after pushing replies):
+    /// unparks it, and calls its notify callback.
     fn wake(&self) {
         fence(SeqCst);
-        if self.waiting.load(SeqCst) {
+        if self.waiting.load(SeqCst) && self.waiting.swap(false, SeqCst) {
             if let Some(t) = self.waiter.lock().as_ref() {
                 t.unpark();
+            }
+            if let Some(notify) = &self.notify {
+                notify();
             }
         }
     }
@@ -137,8 +160,8 @@ struct Shared {
 }
 
 impl Shared {
-    fn register(&self) -> Arc<Channel> {
-        let channel = Arc::new(Channel::new(self.capacity));
+    fn register(&self, notify: Option<Notify>) -> Arc<Channel> {
+        let channel = Arc::new(Channel::new(self.capacity, notify));
         self.channels.lock().push(Arc::clone(&channel));
         self.channels_changed.store(true, SeqCst);
         channel
@@ -422,6 +445,11 @@ pub struct Client {
     early: VecDeque<Response>,
     /// The box a [`Batch`] travels in, kept between runs.
     spare: Option<Box<Batch>>,
+    /// A batch is on the storage thread (submitted, not yet taken back).
+    batch_out: bool,
+    /// The answered batch, collected by a blocking call before
+    /// `try_complete` took it back.
+    back: Option<Box<Batch>>,
 }
 
 impl Client {
@@ -452,9 +480,8 @@ impl Client {
     /// thread has stopped.
     pub fn submit(&mut self, request: Request) -> Result<(), Error> {
         if self.in_flight == self.shared.capacity {
-            let reply = self.shared.wait_reply(&self.channel)?.one();
-            self.in_flight -= 1;
-            self.early.push_back(reply);
+            let done = self.shared.wait_reply(&self.channel)?;
+            self.file(done);
         }
         match self.try_submit(request) {
             Ok(()) => Ok(()),
@@ -465,31 +492,40 @@ impl Client {
     /// The reply to the oldest request not yet collected, waiting for it if
     /// need be; `None` when nothing is in flight.
     pub fn recv(&mut self) -> Result<Option<Response>, Error> {
-        if let Some(reply) = self.early.pop_front() {
-            return Ok(Some(reply));
+        loop {
+            if let Some(reply) = self.early.pop_front() {
+                return Ok(Some(reply));
+            }
+            if self.in_flight == 0 {
+                return Ok(None);
+            }
+            // A batch out is kept for `try_complete`.
+            let done = self.shared.wait_reply(&self.channel)?;
+            self.file(done);
         }
-        if self.in_flight == 0 {
-            return Ok(None);
-        }
-        let reply = self.shared.wait_reply(&self.channel)?.one();
-        self.in_flight -= 1;
-        Ok(Some(reply))
     }
 
-    /// Runs every request of `batch` on the storage thread as one message
-    /// (after the requests submitted before it) and waits for it: its
-    /// responses are then in [`Batch::responses`]. Keys and values travel
-    /// in the batch's arena and read replies reuse the last run's buffers,
-    /// so refilling and rerunning one `Batch` allocates nothing in steady
-    /// state. Replies to earlier requests stay queued for [`recv`](Self::recv).
-    pub fn run(&mut self, batch: &mut Batch) -> Result<(), Error> {
-        if self.in_flight == self.shared.capacity {
-            let reply = self.shared.wait_reply(&self.channel)?.one();
-            self.in_flight -= 1;
-            self.early.push_back(reply);
+    /// Sends every request of `batch` to the storage thread as one message
+    /// (after the requests submitted before it) without waiting: `batch`
+    /// is left empty (with spare buffers) until
+    /// [`try_complete`](Self::try_complete) hands it back answered.
+    /// Keys and values travel in the batch's arena and read replies reuse
+    /// buffers of earlier runs, so refilling and rerunning one `Batch`
+    /// allocates nothing in steady state.
+    ///
+    /// `Ok(false)` (and `batch` untouched) when it cannot be taken now:
+    /// another batch is still out, or `queue_capacity` requests are in
+    /// flight (collect replies first). [`Error::Closed`] (and `batch`
+    /// untouched) if the storage thread has stopped.
+    pub fn submit_batch(&mut self, batch: &mut Batch) -> Result<bool, Error> {
+        if self.batch_out || self.in_flight == self.shared.capacity {
+            return Ok(false);
         }
         let mut boxed = self.spare.take().unwrap_or_default();
         std::mem::swap(&mut *boxed, batch);
+        // Armed before the push: the storage thread wakes us once it is
+        // answered, however soon that is.
+        self.channel.waiting.store(true, SeqCst);
         if let Err(job) = self.shared.push(&self.channel, Job::Batch(boxed)) {
             if let Job::Batch(mut boxed) = job {
                 std::mem::swap(&mut *boxed, batch);
@@ -498,18 +534,97 @@ impl Client {
             return Err(Error::Closed);
         }
         self.in_flight += 1;
-        loop {
-            let done = self.shared.wait_reply(&self.channel)?;
-            self.in_flight -= 1;
-            match done {
-                Done::One(reply) => self.early.push_back(reply),
-                Done::Batch(mut boxed) => {
-                    std::mem::swap(&mut *boxed, batch);
-                    self.spare = Some(boxed);
-                    return Ok(());
+        self.batch_out = true;
+        Ok(true)
+    }
+
+    /// Takes back the batch sent by [`submit_batch`](Self::submit_batch)
+    /// if the storage thread has answered it, without blocking: `Ok(true)`
+    /// and its responses are in [`Batch::responses`] (also `Ok(true)` when
+    /// no batch was out). `Ok(false)`: not yet; the client's notify
+    /// callback (see [`StorageHandle::client_with_notify`]) will be called
+    /// once replies arrive, so an event loop can sleep until then.
+    /// Replies to single requests that came first are kept for
+    /// [`recv`](Self::recv). [`Error::Closed`] if the storage thread
+    /// stopped without answering it (it failed); `batch` is then empty.
+    pub fn try_complete(&mut self, batch: &mut Batch) -> Result<bool, Error> {
+        let mut armed = false;
+        while self.batch_out {
+            if self.take_back(batch) {
+                return Ok(true);
+            }
+            while let Some(done) = self.channel.replies.pop() {
+                self.file(done);
+                if self.take_back(batch) {
+                    return Ok(true);
                 }
             }
+            if self.shared.stopped.load(SeqCst) {
+                // Everything accepted was answered before `stopped` was set.
+                if !self.channel.replies.is_empty() {
+                    continue;
+                }
+                self.batch_out = false;
+                return Err(Error::Closed);
+            }
+            if armed {
+                return Ok(false);
+            }
+            // Ask to be woken, then look once more: a reply pushed before
+            // the flag was seen would wake no one.
+            self.channel.waiting.store(true, SeqCst);
+            fence(SeqCst);
+            armed = true;
         }
+        Ok(true)
+    }
+
+    /// Files one reply taken from the queue: a single one for `recv`, the
+    /// batch for `take_back`.
+    fn file(&mut self, done: Done) {
+        self.in_flight -= 1;
+        match done {
+            Done::One(reply) => self.early.push_back(reply),
+            Done::Batch(boxed) => self.back = Some(boxed),
+        }
+    }
+
+    /// Moves the answered batch, if it came back, into `batch`.
+    fn take_back(&mut self, batch: &mut Batch) -> bool {
+        let Some(mut boxed) = self.back.take() else {
+            return false;
+        };
+        std::mem::swap(&mut *boxed, batch);
+        self.spare = Some(boxed);
+        self.batch_out = false;
+        true
+    }
+
+    /// Runs `batch` on the storage thread and waits for it (blocking: see
+    /// [`submit_batch`](Self::submit_batch) and
+    /// [`try_complete`](Self::try_complete) for an event loop): its
+    /// responses are then in [`Batch::responses`]. When the queue is full
+    /// it first waits for a reply (kept for [`recv`](Self::recv)) to make
+    /// room. A batch still out from `submit_batch` is an
+    /// [`Error::InvalidConfig`] (`batch` untouched).
+    pub fn run(&mut self, batch: &mut Batch) -> Result<(), Error> {
+        if self.batch_out {
+            return Err(Error::InvalidConfig {
+                field: "batch",
+                reason: "a batch from submit_batch is still out: take it back first".into(),
+            });
+        }
+        if self.in_flight == self.shared.capacity {
+            let done = self.shared.wait_reply(&self.channel)?;
+            self.file(done);
+        }
+        let submitted = self.submit_batch(batch)?;
+        debug_assert!(submitted, "room was made above");
+        while !self.take_back(batch) {
+            let done = self.shared.wait_reply(&self.channel)?;
+            self.file(done);
+        }
+        Ok(())
     }
 
     /// Submits one request and waits for its reply (replies to earlier
@@ -577,13 +692,51 @@ macro_rules! expect_reply {
 impl StorageHandle {
     /// A new pipelining client with its own queues.
     pub fn client(&self) -> Client {
+        self.new_client(None)
+    }
+
+    /// A new client for an event loop: `notify` is called on the storage
+    /// thread when replies arrive while the client waits for them (a batch
+    /// from [`Client::submit_batch`] not yet taken back by
+    /// [`Client::try_complete`]), and when the thread stops. It should
+    /// only wake the loop (e.g. `mio::Waker::wake`), never block.
+    ///
+    /// ```
+    /// use segcache::{Batch, Segcache, StorageConfig};
+    /// use std::sync::mpsc;
+    ///
+    /// let (handle, thread) = Segcache::builder().spawn_storage(StorageConfig::default())?;
+    /// let (tx, woken) = mpsc::sync_channel(1);
+    /// let mut client = handle.client_with_notify(move || {
+    ///     let _ = tx.try_send(());
+    /// });
+    /// let mut batch = Batch::new();
+    /// batch.set("k", "v", 0, None);
+    /// batch.get("k");
+    /// assert!(client.submit_batch(&mut batch)?);
+    /// // ... the loop goes on with other work, then sleeps until woken:
+    /// while !client.try_complete(&mut batch)? {
+    ///     woken.recv().unwrap();
+    /// }
+    /// assert_eq!(batch.responses().len(), 2);
+    /// drop((client, handle));
+    /// thread.join().unwrap();
+    /// # Ok::<(), segcache::Error>(())
+    /// ```
+    pub fn client_with_notify(&self, notify: impl Fn() + Send + Sync + 'static) -> Client {
+        self.new_client(Some(Box::new(notify)))
+    }
+
+    fn new_client(&self, notify: Option<Notify>) -> Client {
         self.shared.users.fetch_add(1, SeqCst);
         Client {
-            channel: self.shared.register(),
+            channel: self.shared.register(notify),
             shared: Arc::clone(&self.shared),
             in_flight: 0,
             early: VecDeque::new(),
             spare: None,
+            batch_out: false,
+            back: None,
         }
     }
 
@@ -611,7 +764,7 @@ impl StorageHandle {
             .pool
             .lock()
             .pop()
-            .unwrap_or_else(|| self.shared.register());
+            .unwrap_or_else(|| self.shared.register(None));
         let result = self
             .shared
             .push(&channel, Job::One(request))
@@ -788,5 +941,145 @@ impl StorageHandle {
     /// See [`Segcache::is_empty`].
     pub fn is_empty(&self) -> Result<bool, Error> {
         Ok(self.len()? == 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    /// A storage thread and a client whose notifications arrive on `woken`.
+    fn notified(capacity: usize) -> (StorageHandle, StorageThread, Client, mpsc::Receiver<()>) {
+        let config = StorageConfig {
+            queue_capacity: capacity,
+            ..StorageConfig::default()
+        };
+        let (handle, thread) = Segcache::builder().spawn_storage(config).unwrap();
+        let (tx, woken) = mpsc::sync_channel(64);
+        let client = handle.client_with_notify(move || {
+            let _ = tx.try_send(());
+        });
+        (handle, thread, client, woken)
+    }
+
+    /// Waits (bounded) for a notification.
+    fn wait(woken: &mpsc::Receiver<()>) {
+        woken
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the storage thread never notified");
+    }
+
+    #[test]
+    fn a_submitted_batch_notifies_and_comes_back_without_blocking() {
+        let (handle, thread, mut client, woken) = notified(8);
+        let mut batch = Batch::new();
+        for round in 0..50u32 {
+            batch.clear();
+            batch.set(format!("k{}", round % 7), round.to_string(), 0, None);
+            batch.get(format!("k{}", round % 7));
+            batch.get("absent");
+            assert_eq!(client.submit_batch(&mut batch), Ok(true));
+            // The batch is out: the caller's is empty meanwhile.
+            assert!(batch.is_empty());
+            while !client.try_complete(&mut batch).unwrap() {
+                wait(&woken);
+            }
+            assert_eq!(batch.len(), 3);
+            let responses = batch.responses();
+            assert!(matches!(responses[0], Response::Stored(Ok(_))));
+            assert!(
+                matches!(&responses[1], Response::Get(Ok(Some(f))) if f.item.value() == round.to_string().as_bytes()),
+                "{:?}",
+                responses[1]
+            );
+            assert_eq!(responses[2], Response::Get(Ok(None)));
+            // Nothing out: completes at once, the batch untouched.
+            assert_eq!(client.try_complete(&mut batch), Ok(true));
+            assert_eq!(batch.len(), 3);
+        }
+        drop((client, handle));
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn one_batch_out_at_a_time_and_blocking_calls_keep_it() {
+        let (handle, thread, mut client, woken) = notified(8);
+        client
+            .submit(Request::Store(Store::new(
+                StoreMode::Set,
+                b"a".to_vec(),
+                b"1".to_vec(),
+            )))
+            .unwrap();
+        let mut batch = Batch::new();
+        batch.get("a");
+        assert_eq!(client.submit_batch(&mut batch), Ok(true));
+        // A second batch is refused, untouched, while the first is out.
+        let mut second = Batch::new();
+        second.get("a");
+        assert_eq!(client.submit_batch(&mut second), Ok(false));
+        assert!(matches!(
+            client.run(&mut second),
+            Err(Error::InvalidConfig { field: "batch", .. })
+        ));
+        assert_eq!(second.len(), 1);
+        // A blocking recv answers the single request and keeps the batch.
+        assert!(matches!(client.recv(), Ok(Some(Response::Stored(Ok(_))))));
+        assert_eq!(client.recv(), Ok(None));
+        while !client.try_complete(&mut batch).unwrap() {
+            wait(&woken);
+        }
+        assert!(matches!(
+            &batch.responses()[0],
+            Response::Get(Ok(Some(f))) if f.item.value() == b"1"
+        ));
+        // Back: the blocking run works again.
+        client.run(&mut second).unwrap();
+        assert!(matches!(&second.responses()[0], Response::Get(Ok(Some(_)))));
+        drop((client, handle));
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn a_full_queue_refuses_a_batch_until_replies_are_collected() {
+        let (handle, thread, mut client, _woken) = notified(2);
+        for _ in 0..2 {
+            client.submit(Request::Len).unwrap();
+        }
+        let mut batch = Batch::new();
+        batch.get("k");
+        assert_eq!(client.submit_batch(&mut batch), Ok(false));
+        assert_eq!(batch.len(), 1);
+        assert!(matches!(client.recv(), Ok(Some(Response::Len(0)))));
+        assert_eq!(client.submit_batch(&mut batch), Ok(true));
+        client.run(&mut Batch::new()).unwrap_err();
+        drop((client, handle));
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn stopping_notifies_and_a_stopped_thread_refuses_batches() {
+        let (handle, thread, mut client, woken) = notified(4);
+        let mut batch = Batch::new();
+        batch.set("k", "v", 0, None);
+        assert_eq!(client.submit_batch(&mut batch), Ok(true));
+        handle.shutdown();
+        // Accepted before the shutdown: answered, and we are told.
+        while !client.try_complete(&mut batch).unwrap() {
+            wait(&woken);
+        }
+        assert!(matches!(batch.responses()[0], Response::Stored(Ok(_))));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !handle.is_stopped() {
+            assert!(Instant::now() < deadline, "the thread never stopped");
+            thread::sleep(Duration::from_millis(1));
+        }
+        batch.clear();
+        batch.get("k");
+        assert_eq!(client.submit_batch(&mut batch), Err(Error::Closed));
+        assert_eq!(batch.len(), 1, "a refused batch is given back untouched");
+        drop((client, handle));
+        thread.join().unwrap();
     }
 }

@@ -5,10 +5,15 @@
 //!
 //! # The storage thread
 //! The requests of one event-loop round go into one reusable
-//! [`segcache::Batch`] (keys and values copied into its arena, no
-//! allocation in steady state) and cross to the storage thread as **one**
-//! message when the worker collects the round: one wake-up per round, not
-//! one per request, and read replies reuse the last round's buffers.
+//! [`segcache::Batch`] (keys and values copied into its arena, read
+//! replies copied into buffers it keeps: no allocation in steady state)
+//! and cross to the storage thread as **one** message when the worker
+//! collects the round (`Backend::start`): one wake-up per round, not one
+//! per request. The worker waits for the answer without spinning, asleep
+//! in an epoll of the backend's own ([`StorageWait`]) that the storage
+//! thread wakes when the batch is answered (`Backend::wait`); the
+//! worker's socket events stay queued in the worker's poll meanwhile, so
+//! they cannot wake it before the batch is back.
 //!
 //! # Inline
 //! Each request runs as it is submitted; its response waits in order with
@@ -19,7 +24,7 @@
 //! This module never interprets a request or renders a reply (that is
 //! [`crate::executor`]'s), and never touches sockets.
 
-use mio::Waker;
+use mio::{Events, Poll, Token, Waker};
 use segcache::storage::Client;
 use segcache::{Item, Request, Response, RestoreOutcome, Segcache, StorageHandle};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,31 +33,15 @@ use std::time::{Duration, Instant};
 
 /// How often an inline cache runs [`Segcache::expire`].
 const EXPIRE_EVERY: Duration = Duration::from_secs(1);
+/// Longest sleep of a worker waiting for the storage thread between
+/// checks (only matters if a wake-up were lost).
+const WAIT_BOUND: Duration = Duration::from_millis(100);
 /// How long the admin port waits for an inline worker's stats.
 const STATS_WAIT: Duration = Duration::from_secs(1);
 
-/// Most bytes of read replies a storage-thread batch keeps for reuse.
+/// Most bytes a storage-thread batch keeps for reuse (its arena and read
+/// reply buffers).
 const RETAIN_MAX: usize = 256 << 10;
-
-/// Bytes a response holds in its buffers.
-fn reply_bytes(reply: &Response) -> usize {
-    match reply {
-        Response::Get(Ok(Some(found))) => found.item.key().len() + found.item.value().len(),
-        _ => 0,
-    }
-}
-
-/// Key and value bytes of a request.
-fn request_bytes(request: &Request<&[u8]>) -> usize {
-    match request {
-        Request::Get { key, .. }
-        | Request::Delete { key, .. }
-        | Request::Arith { key, .. }
-        | Request::Touch { key, .. } => key.len(),
-        Request::Store(store) => store.key.len() + store.value.len(),
-        _ => 0,
-    }
-}
 
 /// A worker's way to the cache: build one with [`Backend::thread`] or
 /// [`Backend::inline`].
@@ -65,8 +54,8 @@ enum Way {
         batch: segcache::Batch,
         /// The last run was answered (false: storage has stopped).
         answered: bool,
-        /// Key and value bytes copied into the batch this round.
-        copied: usize,
+        /// Where the worker sleeps until a batch is answered.
+        wait: Box<StorageWait>,
     },
     /// The worker's own cache.
     Inline(Box<Inline>),
@@ -82,13 +71,18 @@ struct Inline {
 }
 
 impl Backend {
-    /// Requests go to the storage thread through `client`.
-    pub fn thread(client: Client) -> Self {
+    /// Requests go to the storage thread through a client of `handle`
+    /// that wakes `wait` when a batch is answered.
+    pub fn thread(handle: &StorageHandle, wait: StorageWait) -> Self {
+        let waker = Arc::clone(&wait.waker);
+        let client = handle.client_with_notify(move || {
+            let _ = waker.wake();
+        });
         Backend(Way::Thread {
             client,
             batch: segcache::Batch::new(),
             answered: false,
-            copied: 0,
+            wait: Box::new(wait),
         })
     }
 
@@ -107,10 +101,7 @@ impl Backend {
     /// next one [`replies`](Self::replies) yields after the earlier ones.
     pub(crate) fn submit(&mut self, request: &Request<&[u8]>) {
         match &mut self.0 {
-            Way::Thread { batch, copied, .. } => {
-                *copied += request_bytes(request);
-                batch.push(request);
-            }
+            Way::Thread { batch, .. } => batch.push(request),
             Way::Inline(inline) => inline.replies.push(inline.cache.get_mut().execute(request)),
         }
     }
@@ -129,17 +120,63 @@ impl Backend {
         }
     }
 
-    /// Runs what was queued (thread: one message, waiting for its
-    /// answer; inline: already done).
-    pub(crate) fn run(&mut self) {
-        if let Way::Thread {
+    /// Sends what was queued (thread: one message). True when its answer
+    /// is still to come: call [`try_finish`](Self::try_finish) whenever
+    /// the worker's waker fires until it says done. False when the
+    /// responses are ready (inline: they already are).
+    pub(crate) fn start(&mut self) -> bool {
+        let Way::Thread {
             client,
             batch,
             answered,
             ..
         } = &mut self.0
-        {
-            *answered = batch.is_empty() || client.run(batch).is_ok();
+        else {
+            return false;
+        };
+        if batch.is_empty() {
+            *answered = true;
+            return false;
+        }
+        match client.submit_batch(batch) {
+            Ok(true) => true,
+            // Unreachable: a worker has no other request or batch out.
+            // Run it blocking rather than lose it.
+            Ok(false) => {
+                *answered = client.run(batch).is_ok();
+                false
+            }
+            Err(_) => {
+                *answered = false;
+                false
+            }
+        }
+    }
+
+    /// Sleeps until the batch sent by [`start`](Self::start) is back;
+    /// its responses are then in [`replies`](Self::replies).
+    pub(crate) fn wait(&mut self) {
+        let Way::Thread {
+            client,
+            batch,
+            answered,
+            wait,
+        } = &mut self.0
+        else {
+            return;
+        };
+        loop {
+            match client.try_complete(batch) {
+                Ok(true) => {
+                    *answered = true;
+                    return;
+                }
+                Ok(false) => wait.sleep(),
+                Err(_) => {
+                    *answered = false;
+                    return;
+                }
+            }
         }
     }
 
@@ -163,12 +200,11 @@ impl Backend {
     /// Starts the next round (buffers are kept).
     pub(crate) fn clear(&mut self) {
         match &mut self.0 {
-            Way::Thread { batch, copied, .. } => {
+            Way::Thread { batch, .. } => {
                 // A round of large keys and values would stay in the
                 // batch's arena and reply buffers (kept for reuse) out of
                 // the memory budget's sight: start over with empty buffers.
-                let held: usize = batch.responses().iter().map(reply_bytes).sum();
-                if held + std::mem::take(copied) > RETAIN_MAX {
+                if batch.retained_bytes() > RETAIN_MAX {
                     *batch = segcache::Batch::new();
                 } else {
                     batch.clear();
@@ -212,6 +248,36 @@ impl Backend {
                 inline.port.close();
                 inline.cache.save()
             }
+        }
+    }
+}
+
+/// An epoll a worker sleeps in while the storage thread runs its batch,
+/// woken by the storage thread alone.
+pub struct StorageWait {
+    poll: Poll,
+    events: Events,
+    waker: Arc<Waker>,
+}
+
+impl StorageWait {
+    /// A new epoll and its waker.
+    pub fn new() -> std::io::Result<Self> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(Waker::new(poll.registry(), Token(0))?);
+        Ok(StorageWait {
+            poll,
+            events: Events::with_capacity(4),
+            waker,
+        })
+    }
+
+    /// Sleeps until woken (or briefly after a poll error). The timeout
+    /// only bounds a lost wake-up: the storage thread wakes it when a
+    /// batch is answered and when it stops.
+    fn sleep(&mut self) {
+        if self.poll.poll(&mut self.events, Some(WAIT_BOUND)).is_err() {
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 }

@@ -10,7 +10,7 @@
 //! they already read and write it out, stop storage, return.
 
 use crate::admin;
-use crate::backend::{Backend, OwnedCache, StatsPort, StatsSource};
+use crate::backend::{Backend, OwnedCache, StatsPort, StatsSource, StorageWait};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::worker::{Ctx, Worker};
@@ -253,7 +253,10 @@ impl Server {
                     stats_source = Some(StatsSource::Inline(Arc::clone(&port)));
                     Backend::inline(cache, port)
                 }
-                (None, Some(handle)) => Backend::thread(handle.client()),
+                (None, Some(handle)) => {
+                    let wait = StorageWait::new().map_err(io_err("storage wait poll"))?;
+                    Backend::thread(handle, wait)
+                }
                 (None, None) => unreachable!("one worker owns the cache, or a storage thread does"),
             };
             let stats = Arc::clone(&metrics.workers[i]);

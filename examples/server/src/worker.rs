@@ -15,7 +15,9 @@
 //! 3. Collect the storage responses in submission order and let the
 //!    executor render each connection's replies into its write buffer: one
 //!    batch (one message to the storage thread), not a request/response
-//!    ping-pong per command.
+//!    ping-pong per command. While the storage thread runs it the worker
+//!    sleeps in the backend's own poll until the storage thread wakes it
+//!    (socket events wait in the worker's poll meanwhile).
 //! 4. Write what each socket takes; the rest waits for a writable event.
 //! 5. The backend's chores (an inline cache's expiry and admin stats).
 //!
@@ -597,8 +599,10 @@ impl Worker {
     /// Collects the storage replies of the batch and renders every reply.
     fn collect(&mut self) {
         let metrics = Arc::clone(&self.ctx.metrics);
+        if self.backend.start() {
+            self.backend.wait();
+        }
         let batch = &mut self.batch;
-        self.backend.run();
         let mut replies = self.backend.replies().iter();
         for action in batch.actions.drain(..) {
             match self.conns.get_mut(action.conn).and_then(Option::as_mut) {
