@@ -34,11 +34,65 @@ struct KeyState {
     reads_since_set: u32,
 }
 
+const USAGE: &str = "usage: why_miss [CLUSTER (default 7)] [TTL_SPANS]\n\
+    Replays a Twitter-like cluster through segcache and quick_cache in lock step\n\
+    at one real-memory budget and classifies every read segcache misses while\n\
+    quick_cache hits. TTL_SPANS: make the stream span that many times its most\n\
+    common TTL (as `segcache-bench twitter --ttl-spans`); default: real rate.";
+
+/// Parses `[CLUSTER] [TTL_SPANS]`; `Err` carries what to print and the
+/// exit code (`--help` is not an error).
+fn parse_args(args: &[String]) -> Result<(u32, Option<f64>), (String, i32)> {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        return Err((USAGE.to_string(), 0));
+    }
+    if args.len() > 2 {
+        return Err((format!("too many arguments\n{USAGE}"), 2));
+    }
+    let cluster = match args.first() {
+        None => 7,
+        Some(s) => s.parse().map_err(|_| {
+            (
+                format!("CLUSTER must be a cluster number, got {s:?}\n{USAGE}"),
+                2,
+            )
+        })?,
+    };
+    let spans = match args.get(1) {
+        None => None,
+        Some(s) => match s.parse::<f64>() {
+            Ok(x) if x.is_finite() && x > 0.0 => Some(x),
+            _ => {
+                return Err((
+                    format!("TTL_SPANS must be a positive number, got {s:?}\n{USAGE}"),
+                    2,
+                ))
+            }
+        },
+    };
+    Ok((cluster, spans))
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let cluster: u32 = args.get(1).map_or(7, |s| s.parse().unwrap());
-    let spans: Option<f64> = args.get(2).map(|s| s.parse().unwrap());
-    let stats = twitter::load_cluster(cluster).unwrap();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (cluster, spans) = match parse_args(&args) {
+        Ok(parsed) => parsed,
+        Err((text, code)) => {
+            if code == 0 {
+                println!("{text}");
+            } else {
+                eprintln!("why_miss: {text}");
+            }
+            std::process::exit(code);
+        }
+    };
+    let stats = match twitter::load_cluster(cluster) {
+        Ok(stats) => stats,
+        Err(e) => {
+            eprintln!("why_miss: cluster {cluster}: {e}");
+            std::process::exit(1);
+        }
+    };
     let mut cfg = twitter::WorkloadConfig::default();
     if let Some(s) = spans {
         cfg.time_scale = demo::auto_time_scale(&stats, cfg.requests) * s / 2.0;
