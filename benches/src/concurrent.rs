@@ -297,7 +297,12 @@ fn round(keys: u64, ops: usize, threads: &[usize], batches: &[usize]) -> Vec<Row
             hash_power += 1;
         }
         let cache = pelikan_segcache::Segcache::builder()
-            .heap_size((keys as usize * (KEY_LEN + VALUE.len() + 14) * 2).max(64 << 20))
+            .heap_size(
+                // A whole number of its 1 MiB segments, as it requires.
+                (keys as usize * (KEY_LEN + VALUE.len() + 14) * 2)
+                    .max(64 << 20)
+                    .next_multiple_of(1 << 20),
+            )
             .segment_size(1 << 20)
             .hash_power(hash_power)
             .overflow_factor(1.0)
