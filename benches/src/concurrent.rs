@@ -289,30 +289,8 @@ fn round(keys: u64, ops: usize, threads: &[usize], batches: &[usize]) -> Vec<Row
     });
 
     row("Pelikan's crate (`segcache` 0.4.4, Merge)", &mut |n| {
-        // Same heap rule as ours with Pelikan's ~14-byte item header;
-        // 2-choice table of 8-slot buckets at or under 50% load; its get
-        // and insert take `&self` (it is lock-free).
-        let mut hash_power = 7u8;
-        while (1u64 << hash_power) < keys * 2 {
-            hash_power += 1;
-        }
-        let cache = pelikan_segcache::Segcache::builder()
-            .heap_size(
-                // A whole number of its 1 MiB segments, as it requires.
-                (keys as usize * (KEY_LEN + VALUE.len() + 14) * 2)
-                    .max(64 << 20)
-                    .next_multiple_of(1 << 20),
-            )
-            .segment_size(1 << 20)
-            .hash_power(hash_power)
-            .overflow_factor(1.0)
-            .eviction(pelikan_segcache::Policy::Merge {
-                max: 8,
-                merge: 4,
-                compact: 2,
-            })
-            .build()
-            .expect("pelikan segcache config");
+        // Its get and insert take `&self` (it is lock-free).
+        let cache = crate::throughput::pelikan_merge_for(keys as usize, VALUE.len());
         let zero = std::time::Duration::ZERO;
         for i in 0..keys {
             let _ = cache.insert(&key(i), &VALUE[..], None, zero);

@@ -348,38 +348,47 @@ impl OpCache for MokaOps {
 /// `pelikan_segcache`), `Policy::Merge { max: 8, merge: 4, compact: 2 }`
 /// (its defaults), 1 MiB segments, no TTL, overflow buckets allowed for
 /// every bucket (`overflow_factor(1.0)`, as Pelikan's server configures it;
-/// without them a bucket's eighth key fails to insert). Its `get` takes `&self` and
-/// lends the value, like ours.
+/// without them a bucket's eighth key fails to insert). Its `get` takes
+/// `&self` and lends the value, like ours.
 pub struct PelikanOps {
     cache: pelikan_segcache::Segcache,
 }
 
 impl PelikanOps {
-    /// The same heap rule as [`SegcacheOps::for_items`] (about twice the
-    /// items' bytes with Pelikan's ~14-byte item header), and a table of
-    /// 8-slot buckets at or under ~50% load.
+    /// See [`pelikan_merge_for`].
     pub fn new(items: usize, value_len: usize) -> PelikanOps {
-        let seg = 1usize << 20;
-        let item = 14 + KEY_LEN + value_len;
-        let heap = ((items * item * 2) / seg + 1).max(64) * seg;
-        let mut hash_power = 7u8;
-        while (1usize << hash_power) < items * 2 {
-            hash_power += 1;
+        PelikanOps {
+            cache: pelikan_merge_for(items, value_len),
         }
-        let cache = pelikan_segcache::Segcache::builder()
-            .heap_size(heap)
-            .segment_size(seg as i32)
-            .hash_power(hash_power)
-            .overflow_factor(1.0)
-            .eviction(pelikan_segcache::Policy::Merge {
-                max: 8,
-                merge: 4,
-                compact: 2,
-            })
-            .build()
-            .expect("pelikan segcache config");
-        PelikanOps { cache }
     }
+}
+
+/// Pelikan's crate sized for `items` items of 32-byte keys and
+/// `value_len`-byte values: the same heap rule as
+/// [`SegcacheOps::for_items`] (about twice the items' bytes with Pelikan's
+/// ~14-byte item header, in whole 1 MiB segments, at least 64), a table of
+/// 8-slot buckets at or under ~50% load, its default merge policy. Shared
+/// by the single-thread and the concurrent comparisons.
+pub fn pelikan_merge_for(items: usize, value_len: usize) -> pelikan_segcache::Segcache {
+    let seg = 1usize << 20;
+    let item = 14 + KEY_LEN + value_len;
+    let heap = ((items * item * 2) / seg + 1).max(64) * seg;
+    let mut hash_power = 7u8;
+    while (1usize << hash_power) < items * 2 {
+        hash_power += 1;
+    }
+    pelikan_segcache::Segcache::builder()
+        .heap_size(heap)
+        .segment_size(seg as i32)
+        .hash_power(hash_power)
+        .overflow_factor(1.0)
+        .eviction(pelikan_segcache::Policy::Merge {
+            max: 8,
+            merge: 4,
+            compact: 2,
+        })
+        .build()
+        .expect("pelikan segcache config")
 }
 
 impl OpCache for PelikanOps {
