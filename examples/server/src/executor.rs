@@ -765,6 +765,39 @@ fn write_echo_flags(out: &mut Vec<u8>, flags: &MetaFlags<'_>, key: &[u8]) {
 /// The round's storage responses, in submission order.
 pub(crate) type Replies<'r> = std::slice::Iter<'r, Response>;
 
+/// Renders a reply with `render` (which also counts its outcome), then
+/// drops the rendered bytes if the command asked for `noreply`.
+fn unless_noreply(out: &mut Vec<u8>, noreply: bool, render: impl FnOnce(&mut Vec<u8>)) {
+    let start = out.len();
+    render(out);
+    if noreply {
+        out.truncate(start);
+    }
+}
+
+/// The reply to a command whose result is "done" or "no such key"
+/// (delete, touch): `done` and the hit outcome, `NOT_FOUND` and the miss
+/// outcome, or the store error.
+fn write_done_or_not_found(
+    out: &mut Vec<u8>,
+    result: &Result<(), StoreError>,
+    (hit, miss): (Outcome, Outcome),
+    done: Reply,
+    stats: &WorkerStats,
+) {
+    match result {
+        Ok(()) => {
+            stats.add(hit, 1);
+            done.write(out);
+        }
+        Err(StoreError::NotFound) => {
+            stats.add(miss, 1);
+            Reply::NotFound.write(out);
+        }
+        Err(e) => write_store_error(out, e, stats),
+    }
+}
+
 /// The next storage response (`None` if storage failed).
 fn next<'r>(replies: &mut Replies<'r>) -> Option<&'r Response> {
     replies.next()
@@ -811,58 +844,40 @@ pub(crate) fn render(
             Some(Response::Get(Err(e))) => write_store_error(out, e, stats),
             _ => failed(out),
         },
-        Kind::Store { cas, noreply } => {
-            let start = out.len();
-            match next(replies) {
-                Some(Response::Stored(Ok(_))) => {
-                    stats.add(Outcome::Stored, 1);
-                    if cas {
-                        stats.add(Outcome::CasHits, 1);
+        Kind::Store { cas, noreply } => unless_noreply(out, noreply, |out| match next(replies) {
+            Some(Response::Stored(Ok(_))) => {
+                stats.add(Outcome::Stored, 1);
+                if cas {
+                    stats.add(Outcome::CasHits, 1);
+                }
+                Reply::Stored.write(out);
+            }
+            Some(Response::Stored(Err(e))) => {
+                if cas {
+                    match e {
+                        StoreError::Exists => stats.add(Outcome::CasBadval, 1),
+                        StoreError::NotFound => stats.add(Outcome::CasMisses, 1),
+                        _ => {}
                     }
-                    Reply::Stored.write(out);
                 }
-                Some(Response::Stored(Err(e))) => {
-                    if cas {
-                        match e {
-                            StoreError::Exists => stats.add(Outcome::CasBadval, 1),
-                            StoreError::NotFound => stats.add(Outcome::CasMisses, 1),
-                            _ => {}
-                        }
-                    }
-                    write_store_error(out, e, stats);
-                }
-                _ => failed(out),
+                write_store_error(out, e, stats);
             }
-            if noreply {
-                out.truncate(start);
+            _ => failed(out),
+        }),
+        Kind::Delete { noreply } => unless_noreply(out, noreply, |out| match next(replies) {
+            Some(Response::Deleted(r)) => {
+                let outcomes = (Outcome::DeleteHits, Outcome::DeleteMisses);
+                write_done_or_not_found(out, r, outcomes, Reply::Deleted, stats)
             }
-        }
-        Kind::Delete { noreply } => {
-            let start = out.len();
-            match next(replies) {
-                Some(Response::Deleted(Ok(()))) => {
-                    stats.add(Outcome::DeleteHits, 1);
-                    Reply::Deleted.write(out);
-                }
-                Some(Response::Deleted(Err(StoreError::NotFound))) => {
-                    stats.add(Outcome::DeleteMisses, 1);
-                    Reply::NotFound.write(out);
-                }
-                Some(Response::Deleted(Err(e))) => write_store_error(out, e, stats),
-                _ => failed(out),
-            }
-            if noreply {
-                out.truncate(start);
-            }
-        }
+            _ => failed(out),
+        }),
         Kind::Arith { incr, noreply } => {
             let (hit, miss) = if incr {
                 (Outcome::IncrHits, Outcome::IncrMisses)
             } else {
                 (Outcome::DecrHits, Outcome::DecrMisses)
             };
-            let start = out.len();
-            match next(replies) {
+            unless_noreply(out, noreply, |out| match next(replies) {
                 Some(Response::Number(Ok((n, _)))) => {
                     stats.add(hit, 1);
                     protocol::write_number(out, *n);
@@ -874,29 +889,15 @@ pub(crate) fn render(
                     write_store_error(out, e, stats);
                 }
                 _ => failed(out),
-            }
-            if noreply {
-                out.truncate(start);
-            }
+            })
         }
-        Kind::Touch { noreply } => {
-            let start = out.len();
-            match next(replies) {
-                Some(Response::Touched(Ok(()))) => {
-                    stats.add(Outcome::TouchHits, 1);
-                    Reply::Touched.write(out);
-                }
-                Some(Response::Touched(Err(StoreError::NotFound))) => {
-                    stats.add(Outcome::TouchMisses, 1);
-                    Reply::NotFound.write(out);
-                }
-                Some(Response::Touched(Err(e))) => write_store_error(out, e, stats),
-                _ => failed(out),
+        Kind::Touch { noreply } => unless_noreply(out, noreply, |out| match next(replies) {
+            Some(Response::Touched(r)) => {
+                let outcomes = (Outcome::TouchHits, Outcome::TouchMisses);
+                write_done_or_not_found(out, r, outcomes, Reply::Touched, stats)
             }
-            if noreply {
-                out.truncate(start);
-            }
-        }
+            _ => failed(out),
+        }),
         Kind::Done { noreply } => {
             let ok = matches!(next(replies), Some(Response::Done));
             if !noreply {
