@@ -8,7 +8,7 @@
 //! does not wait forever for a client that never reads.
 
 mod common;
-use common::{Conn, Server, BIN};
+use common::{scratch_pool, Conn, Server, BIN};
 use mio::net::TcpStream as MioStream;
 use mio::{Events, Interest, Poll, Token};
 use std::io::{Read, Write};
@@ -126,10 +126,7 @@ fn the_admin_port_answers_with_100_idle_admin_clients() {
 
 #[test]
 fn hup_and_usr_signals_keep_the_cache_and_the_connections() {
-    let dir = std::env::temp_dir().join(format!("segcache-ops-signals-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pool = dir.join("pool");
-    let pool_arg = pool.to_str().unwrap().to_string();
+    let (dir, pool_arg) = scratch_pool("segcache-ops-signals");
     let args = ["--heap-size", "8MiB", "--datapool", pool_arg.as_str()];
     let mut server = Server::start(&args);
     let mut conn = server.connect();

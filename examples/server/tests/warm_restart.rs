@@ -5,7 +5,7 @@
 //! fails on SIGTERM makes the server exit 1.
 
 mod common;
-use common::{Server, BIN};
+use common::{scratch_pool, Server, BIN};
 use std::process::{Command, Stdio};
 
 #[test]
@@ -20,13 +20,7 @@ fn sigterm_saves_and_sigkill_does_not_with_the_cache_inline() {
 }
 
 fn saves_on_sigterm_only(workers: &str) {
-    let dir = std::env::temp_dir().join(format!(
-        "segcache-server-warm-{}-{workers}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pool = dir.join("pool");
-    let pool_arg = pool.to_str().unwrap().to_string();
+    let (dir, pool_arg) = scratch_pool(&format!("segcache-server-warm-{workers}"));
     let args = [
         "--heap-size",
         "16MiB",
@@ -99,13 +93,7 @@ fn a_save_that_fails_on_sigterm_exits_nonzero_with_the_cache_inline() {
 }
 
 fn failed_save_exits_nonzero(workers: &str) {
-    let dir = std::env::temp_dir().join(format!(
-        "segcache-server-warm-fail-{}-{workers}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pool = dir.join("pool");
-    let pool_arg = pool.to_str().unwrap().to_string();
+    let (dir, pool_arg) = scratch_pool(&format!("segcache-server-warm-fail-{workers}"));
     let mut server = Server::start(&[
         "--heap-size",
         "16MiB",
@@ -135,13 +123,7 @@ fn failed_save_exits_nonzero(workers: &str) {
 /// cache inline (one worker), the failed start drops the cache in place.
 #[test]
 fn a_start_that_fails_after_restoring_keeps_the_snapshot_with_the_cache_inline() {
-    let dir = std::env::temp_dir().join(format!(
-        "segcache-server-warm-failstart-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pool = dir.join("pool");
-    let pool_arg = pool.to_str().unwrap().to_string();
+    let (dir, pool_arg) = scratch_pool("segcache-server-warm-failstart");
     let args = [
         "--heap-size",
         "16MiB",

@@ -14,6 +14,16 @@ use std::time::{Duration, Instant};
 pub const BIN: &str = env!("CARGO_BIN_EXE_segcache-server");
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A fresh scratch directory for one test (`name` plus this process's
+/// id, under the system's temporary directory), and the datapool path
+/// inside it as a `--datapool` argument. The test removes the directory.
+pub fn scratch_pool(name: &str) -> (std::path::PathBuf, String) {
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pool = dir.join("pool").to_str().unwrap().to_string();
+    (dir, pool)
+}
+
 /// A running server process.
 pub struct Server {
     pub child: Option<Child>,
