@@ -15,7 +15,9 @@
 //!    written are packed into main segments in place (topping up the main
 //!    segment just before them first), the others are evicted and
 //!    remembered as ghosts. Nothing read is evicted unless the survivors
-//!    fill every segment of the run.
+//!    fill every segment of the run, and nothing unread is kept: room the
+//!    survivors leave is freed (filling it let a segment of unread items
+//!    skip probation in every run).
 //! 3. Otherwise the main pool *merges*: from a TTL bucket's cursor, take
 //!    main segments until they hold [`MERGE_RATIO`] segments' worth of live
 //!    bytes (at most [`MERGE_MAX`]), keep every item read since its last
@@ -74,6 +76,10 @@ struct Plan {
     ghosts: Option<bool>,
     /// The outputs join the main pool.
     main: bool,
+    /// Room left in the outputs is filled with the next-best items (a
+    /// main merge, a compaction); an evaluation keeps only what was read
+    /// and frees every segment it does not need.
+    fill: bool,
 }
 
 impl Segcache {
@@ -324,6 +330,7 @@ impl Segcache {
                 may_keep_all: !must_free,
                 ghosts: Some(false),
                 main: true,
+                fill: false,
             },
         )
     }
@@ -393,6 +400,7 @@ impl Segcache {
                         may_keep_all: false,
                         ghosts: None,
                         main,
+                        fill: true,
                     };
                     if self.merge_chain(bucket, &run[..n], plan) {
                         return true;
@@ -446,6 +454,7 @@ impl Segcache {
                     may_keep_all: false,
                     ghosts: Some(true),
                     main: true,
+                    fill: true,
                 };
                 if self.merge_chain(bucket, &chain[..len], plan) {
                     return true;
@@ -528,7 +537,12 @@ impl Segcache {
             self.merge_scratch = live;
             return false;
         }
-        let mut outputs = wanted.div_ceil(usable).clamp(1, max_outputs);
+        // Nothing to keep and no fill: every segment of the chain is freed.
+        let mut outputs = if wanted == 0 && !plan.fill {
+            0
+        } else {
+            wanted.div_ceil(usable).clamp(1, max_outputs)
+        };
         // The lowest access count at which the survivors fit; items one
         // count below it fill whatever room is left, in order.
         let room = (outputs * seg_size).saturating_sub(forced_bytes);
@@ -538,7 +552,7 @@ impl Segcache {
             kept_bytes -= histogram[cutoff];
             cutoff += 1;
         }
-        let mut borderline_room = room - kept_bytes;
+        let mut borderline_room = if plan.fill { room - kept_bytes } else { 0 };
         // Items do not split across segments: check that packing in order
         // really keeps every item it must (forced ones, those at or above
         // the cutoff); if not, no borderline items, then more outputs, then
@@ -628,6 +642,10 @@ impl Segcache {
             },
         );
         self.merge_scratch = live;
+        let after = match outputs {
+            0 => self.segs.headers[chain[chain.len() - 1] as usize].next,
+            n => chain[n - 1],
+        };
         for (index, &src) in chain.iter().enumerate() {
             let header = &mut self.segs.headers[src as usize];
             self.counters.items -= header.live_items as u64;
@@ -651,7 +669,11 @@ impl Segcache {
         }
         self.counters.evictions += evicted;
         self.counters.merges += 1;
-        self.ttl.buckets[bucket].merge_cursor = self.segs.headers[chain[outputs - 1] as usize].next;
+        self.ttl.buckets[bucket].merge_cursor = if outputs == 0 {
+            after
+        } else {
+            self.segs.headers[after as usize].next
+        };
         true
     }
 }
@@ -964,6 +986,44 @@ mod tests {
             .filter(|h| c.contains(format!("hot{h}")))
             .count();
         assert!(hot >= 295, "hot keys held at the end: {hot}/300");
+        c.check_invariants();
+    }
+
+    #[test]
+    fn an_evaluation_promotes_only_what_was_read() {
+        // Probation keeps nothing unread: the items read move to main, the
+        // rest of the run is evicted and its room freed, not filled with
+        // unread items that would then skip probation (one segment in
+        // every run did, half the evaluated items in runs of two).
+        let clock = ManualClock::new();
+        let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+        for k in 0..600u32 {
+            c.set(format!("k{k}"), [1u8; 80], 0, None).unwrap();
+        }
+        clock.advance(Duration::from_secs(1));
+        for k in 0..10u32 {
+            assert!(c.get(format!("k{k}")).is_some());
+        }
+        let small = c.small_count();
+        assert!(small >= 12, "small segments: {small}");
+        let free = c.segs.free_count();
+        assert!(c.evaluate_small(1, small, false));
+        assert_eq!(
+            c.admission.mains(),
+            1,
+            "one main segment for the read items"
+        );
+        let (at, _) = entry(&c, "k0").unwrap();
+        assert!(c.admission.is_main(at.seg));
+        let in_main = (0..600u32)
+            .filter(|k| {
+                entry(&c, &format!("k{k}")).is_some_and(|(l, _)| c.admission.is_main(l.seg))
+            })
+            .count();
+        assert_eq!(in_main, 10, "only the read keys joined main");
+        let run = (small / 4).min(super::MERGE_MAX - 1);
+        assert_eq!(c.segs.free_count(), free + run - 1, "the rest was freed");
+        assert_eq!(c.stats().evictions as usize, run * 46 - 10);
         c.check_invariants();
     }
 
