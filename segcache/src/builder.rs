@@ -29,7 +29,7 @@ pub const MAX_HASH_POWER: u8 = 30;
 pub enum Eviction {
     /// S3-FIFO on segments, inside TTL buckets (the default). New items go
     /// to *small* (probation) segments; when the small pool is over its
-    /// share (10% of the heap at first, adapting between 2% and 50% to
+    /// share (5% of the heap at first, adapting between 5% and 50% to
     /// which pool's evicted keys come back), its oldest segments are
     /// evaluated: items read since they were written are packed into main
     /// segments in place, the others are evicted and their keys kept as
