@@ -337,7 +337,7 @@ impl SegcacheSim {
     /// slots per bucket, at 90% load, hold a heap full of `typ`-sized items
     /// (and at least 1/128 of the budget); what it leaves goes to the heap,
     /// after the fixed cost (the TTL bucket array), the segment headers and
-    /// the admission ghosts (1.5 bytes per typical item: about 0.75 per item
+    /// the admission ghosts (1.125 bytes per typical item: about 0.55 per item
     /// held, with room for items smaller than typical).
     pub fn for_budget(
         budget: usize,
@@ -363,10 +363,10 @@ impl SegcacheSim {
         let fixed = a.segment_header_bytes as usize - 4 * per_segment;
         // Item: 5-byte header + key + value, rounded as the heap packs it.
         let item = (typ.key_len + typ.value_len + 5).max(8);
-        // Merge eviction's ghosts: about 0.75 bytes per item held (2-byte
-        // entries, a third to half as many as items), reserved at 1.5 per
+        // Merge eviction's ghosts: about 0.55 bytes per item held (2-byte
+        // entries, a quarter to three eighths as many as items), reserved at 1.125 per
         // typical item as sizes vary, plus a pool flag per segment.
-        let per_segment = per_segment + 1 + segment_size * 3 / 2 / item;
+        let per_segment = per_segment + 1 + segment_size * 9 / 8 / item;
         let heap_for = |hp: u8| {
             let room = budget.saturating_sub(fixed + (per_bucket << hp));
             (room / (segment_size + per_segment)).max(segcache::MIN_SEGMENTS) * segment_size

@@ -10,8 +10,8 @@
 //!    segments sealed young) so that its live items fit in fewer segments
 //!    at no more than 7/8 live, it is packed in place; nothing is evicted.
 //! 2. While the small pool is over its share of the segments in use, the
-//!    oldest small segments (a few consecutive ones of one TTL bucket, the
-//!    more the bigger the pool) are *evaluated*: items read since they were
+//!    oldest small segments (two consecutive ones of one TTL bucket) are
+//!    *evaluated*: items read since they were
 //!    written are packed into main segments in place (topping up the main
 //!    segment just before them first), the others are evicted and
 //!    remembered as ghosts. Nothing read is evicted unless the survivors
@@ -54,6 +54,12 @@ pub(crate) struct LiveItem {
     slot: u8,
     freq: u8,
 }
+
+/// Segments in one evaluation of the small pool: the oldest small one and
+/// the next, or a main segment to top up and the oldest small one. Runs of
+/// up to seven (a quarter of the pool) freed up to six segments at once
+/// when little was read, room that held nothing until written again.
+const EVALUATION_RUN: usize = 2;
 
 /// Accesses that promote an item from the small pool to main.
 pub(crate) const PROMOTE_FREQ: u8 = 1;
@@ -195,7 +201,7 @@ impl Segcache {
                 return true;
             }
         }
-        if self.evaluate_small(now, self.small_count(), true) && self.segs.free_count() > free {
+        if self.evaluate_small(now, true) && self.segs.free_count() > free {
             return true;
         }
         match self.oldest_small() {
@@ -218,10 +224,10 @@ impl Segcache {
         let small_bytes = (small * self.segs.segment_size()) as u64;
         // The small pool first while it is over its share, else main.
         let small_first = small_bytes > self.admission.small_target();
-        if small_first && self.evaluate_small(now, small, false) {
+        if small_first && self.evaluate_small(now, false) {
             return true;
         }
-        self.merge_main(now) || (!small_first && self.evaluate_small(now, small, false))
+        self.merge_main(now) || (!small_first && self.evaluate_small(now, false))
     }
 
     /// Segments in use in the small pool.
@@ -260,7 +266,7 @@ impl Segcache {
     /// move to the main pool, the rest are evicted as ghosts. If
     /// `must_free`, a segment is freed even if read items must go (the
     /// least read first).
-    fn evaluate_small(&mut self, now: u32, small: usize, must_free: bool) -> bool {
+    fn evaluate_small(&mut self, now: u32, must_free: bool) -> bool {
         let Some(mut first) = self.oldest_small() else {
             return false;
         };
@@ -278,9 +284,6 @@ impl Segcache {
             self.evict_segment(first);
             return true;
         }
-        // Evaluate a quarter of the small pool at most, so the youngest
-        // segment evaluated has had most of its time on probation.
-        let limit = (small / 4).clamp(1, MERGE_MAX - 1);
         let mut chain = [NONE; MERGE_MAX];
         let mut len = 0;
         let seg_size = self.segs.segment_size();
@@ -308,11 +311,7 @@ impl Segcache {
         if forced == 1 {
             range = self.widen(bucket, range, prev).unwrap_or_default();
         }
-        while len < MERGE_MAX
-            && len - forced < limit.max(2 - forced)
-            && self.sealed(at)
-            && !self.admission.is_main(at)
-        {
+        while len < EVALUATION_RUN && self.sealed(at) && !self.admission.is_main(at) {
             let Some(wider) = self.widen(bucket, range, at) else {
                 break;
             };
@@ -916,7 +915,7 @@ mod tests {
         let small = c.small_count();
         assert!(small >= 4, "small segments: {small}");
         let (free, evictions) = (c.segs.free_count(), c.stats().evictions);
-        assert!(c.evaluate_small(100, small, false));
+        assert!(c.evaluate_small(100, false));
         assert!(c.segs.free_count() > free, "the evaluation freed a segment");
         assert!(c.stats().evictions > evictions, "unread items went");
         for k in 0..60u32 {
@@ -1007,7 +1006,7 @@ mod tests {
         let small = c.small_count();
         assert!(small >= 12, "small segments: {small}");
         let free = c.segs.free_count();
-        assert!(c.evaluate_small(1, small, false));
+        assert!(c.evaluate_small(1, false));
         assert_eq!(
             c.admission.mains(),
             1,
@@ -1021,9 +1020,8 @@ mod tests {
             })
             .count();
         assert_eq!(in_main, 10, "only the read keys joined main");
-        let run = (small / 4).min(super::MERGE_MAX - 1);
-        assert_eq!(c.segs.free_count(), free + run - 1, "the rest was freed");
-        assert_eq!(c.stats().evictions as usize, run * 46 - 10);
+        assert_eq!(c.segs.free_count(), free + 1, "the rest was freed");
+        assert_eq!(c.stats().evictions as usize, 2 * 46 - 10);
         c.check_invariants();
     }
 
@@ -1078,7 +1076,7 @@ mod tests {
         // Push the a-keys through their evaluation (but not so much traffic
         // that their ghosts, one per item held in a cache this small, are
         // pushed out).
-        fill(&mut c, "b", 1_200);
+        fill(&mut c, "b", 1_400);
         let a_left = (0..400u32).filter(|i| c.contains(format!("a{i}"))).count();
         assert!(
             a_left < 150,
@@ -1117,11 +1115,11 @@ mod tests {
             s.total_bytes,
             s.heap_bytes + s.hash_table_bytes + s.segment_header_bytes + s.admission_bytes
         );
-        // Ghosts: about 0.7 bytes per item held (a third to half an entry
-        // of 2 bytes each), plus a flag per segment.
+        // Ghosts: about 0.55 bytes per item held (a quarter to three
+        // eighths of an entry of 2 bytes each), plus a flag per segment.
         let per_item = (s.admission_bytes - 128) as f64 / s.items as f64;
         assert!(
-            (0.6..=1.1).contains(&per_item),
+            (0.45..=0.8).contains(&per_item),
             "admission bytes per item: {per_item:.2} ({s:?})"
         );
         c.check_invariants();

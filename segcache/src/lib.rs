@@ -68,10 +68,10 @@
 //! one 8-byte hash-table slot; the table is buckets of 64 bytes (7 slots
 //! each), sized from the heap and grown incrementally while the heap has
 //! room for more items than it holds. Merge eviction's admission ghosts
-//! (fingerprints of recently evicted keys, one per three items held) add
-//! about 0.75 bytes per item. At a full heap that is about
-//! `5 + key + value + 64 / (7 × load) + 0.75` bytes per item, with the
-//! table ~85 % loaded: ~16.5 bytes of overhead per item, plus under 1-2
+//! (fingerprints of recently evicted keys, one per four items held) add
+//! about 0.55 bytes per item. At a full heap that is about
+//! `5 + key + value + 64 / (7 × load) + 0.55` bytes per item, with the
+//! table ~85 % loaded: ~16.3 bytes of overhead per item, plus under 1-2
 //! bytes of heap not yet reclaimed (measured: 16.9 B per item for 32-byte
 //! keys and 64-byte values at a 1 GiB heap, 17.7 B at 64 MiB). Segment
 //! headers add 44 bytes per segment. [`Segcache::stats`] reports every
