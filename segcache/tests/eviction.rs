@@ -155,9 +155,9 @@ fn merge_beats_fifo_on_zipf() {
     let merge = zipf_hit_ratio(Eviction::Merge, 0.99);
     let fifo = zipf_hit_ratio(Eviction::Fifo, 0.99);
     eprintln!("zipf 0.99 hit ratio: merge {merge:.4} fifo {fifo:.4}");
-    // Measured: merge 0.791, fifo 0.771 (a 2-point lead; merge was 0.797
-    // before the small pool's adaptation weighed main's ghosts by their
-    // rarity, which shrinks the small pool on this pure Zipf stream of a
-    // 64-segment heap and wins on the Twitter-like and block-trace runs).
-    assert!(merge > fifo + 0.015, "merge {merge:.4} vs fifo {fifo:.4}");
+    // Measured: merge 0.820, fifo 0.771. Merge was 0.791 while small-pool
+    // evaluations filled their output room with unread items (a segment
+    // of them skipped probation in every run), 0.797 before the small
+    // pool's adaptation weighed main's ghosts by their rarity.
+    assert!(merge > fifo + 0.03, "merge {merge:.4} vs fifo {fifo:.4}");
 }
