@@ -17,7 +17,8 @@
 //!    remembered as ghosts. Nothing read is evicted unless the survivors
 //!    fill every segment of the run, and nothing unread is kept: room the
 //!    survivors leave is freed (filling it let a segment of unread items
-//!    skip probation in every run).
+//!    skip probation in every run). If nothing was read, only the run's
+//!    oldest segment is evicted.
 //! 3. Otherwise the main pool *merges*: from a TTL bucket's cursor, take
 //!    main segments until they hold [`MERGE_RATIO`] segments' worth of live
 //!    bytes (at most [`MERGE_MAX`]), keep every item read since its last
@@ -532,12 +533,19 @@ impl Segcache {
         } else {
             chain.len() - 1
         };
-        if max_outputs == 0 || forced_bytes > max_outputs * seg_size {
+        let nothing_kept = wanted == 0 && !plan.fill;
+        if nothing_kept && chain.len() > 1 {
+            // Free only what is needed: the run's oldest segment goes, the
+            // next ones wait for their own evaluation.
+            self.merge_scratch = live;
+            return self.merge_chain(bucket, &chain[..1], plan);
+        }
+        if !nothing_kept && (max_outputs == 0 || forced_bytes > max_outputs * seg_size) {
             self.merge_scratch = live;
             return false;
         }
-        // Nothing to keep and no fill: every segment of the chain is freed.
-        let mut outputs = if wanted == 0 && !plan.fill {
+        // Nothing to keep and no fill: the segment is freed.
+        let mut outputs = if nothing_kept {
             0
         } else {
             wanted.div_ceil(usable).clamp(1, max_outputs)
@@ -1022,6 +1030,34 @@ mod tests {
         assert_eq!(in_main, 10, "only the read keys joined main");
         assert_eq!(c.segs.free_count(), free + 1, "the rest was freed");
         assert_eq!(c.stats().evictions as usize, 2 * 46 - 10);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn an_evaluation_with_nothing_read_frees_only_the_oldest_segment() {
+        // Freeing both segments of the run would leave one empty until
+        // written again (memory that holds nothing); the next one waits
+        // for its own evaluation.
+        let clock = ManualClock::new();
+        let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+        for k in 0..600u32 {
+            c.set(format!("k{k}"), [1u8; 80], 0, None).unwrap();
+        }
+        let (oldest, _) = entry(&c, "k0").unwrap();
+        let next = c.segs.headers[oldest.seg as usize].next;
+        let in_next: Vec<u32> = (0..600u32)
+            .filter(|k| entry(&c, &format!("k{k}")).unwrap().0.seg == next)
+            .collect();
+        assert!(in_next.len() > 40);
+        let free = c.segs.free_count();
+        assert!(c.evaluate_small(0, false));
+        assert_eq!(c.segs.free_count(), free + 1, "one segment freed");
+        assert!(!c.contains("k0"));
+        assert!(
+            in_next.iter().all(|k| c.contains(format!("k{k}"))),
+            "the next segment is still on probation"
+        );
+        assert_eq!(c.admission.mains(), 0);
         c.check_invariants();
     }
 
