@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use crate::clock::PyManualClock;
 use crate::convert::{
-    buf, conditional, int_arg, seconds_arg, str_bytes, to_py_err, ttl_arg, type_name,
+    buf, bytes_of, conditional, int_arg, seconds_arg, str_bytes, to_py_err, ttl_arg, type_name,
 };
 use crate::flight::{Flights, Role};
 use crate::key::{self, KeyBuf, KeyError};
@@ -188,7 +188,7 @@ impl PyCache {
     ) -> PyResult<Result<(), segcache::Error>> {
         // bytes and str, the common values, go straight from the object.
         if let Ok(b) = value.cast_exact::<PyBytes>() {
-            return self.store_bytes(py, key, b.as_bytes(), FLAG_BYTES, ttl, mode, cas);
+            return self.store_bytes(py, key, bytes_of(b), FLAG_BYTES, ttl, mode, cas);
         }
         if let Ok(s) = value.cast_exact::<PyString>() {
             return self.store_bytes(py, key, str_bytes(s)?, FLAG_STR, ttl, mode, cas);

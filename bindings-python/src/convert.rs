@@ -44,10 +44,25 @@ pub fn str_bytes<'a>(s: &'a Bound<'_, PyString>) -> PyResult<&'a [u8]> {
     Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len as usize) })
 }
 
+/// The bytes of a `bytes` object, borrowed from it: one C call
+/// (`PyBytes_AsStringAndSize`) where pyo3's `as_bytes` makes two.
+#[inline]
+pub fn bytes_of<'a>(b: &'a Bound<'_, PyBytes>) -> &'a [u8] {
+    let mut ptr: *mut std::ffi::c_char = std::ptr::null_mut();
+    let mut len: pyo3::ffi::Py_ssize_t = 0;
+    // SAFETY: `b` is a live `bytes` (so the call cannot fail) and we are
+    // attached to the interpreter.
+    let rc = unsafe { pyo3::ffi::PyBytes_AsStringAndSize(b.as_ptr(), &mut ptr, &mut len) };
+    debug_assert!(rc == 0 && !ptr.is_null() && len >= 0);
+    // SAFETY: CPython guarantees `len` bytes at `ptr`, immutable and owned
+    // by the object, which outlives 'a.
+    unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len as usize) }
+}
+
 /// Reads a key or value argument; `what` names it in the `TypeError`.
 pub fn buf<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Buf<'a>> {
     if let Ok(b) = obj.cast::<PyBytes>() {
-        return Ok(Buf::Borrowed(b.as_bytes()));
+        return Ok(Buf::Borrowed(bytes_of(b)));
     }
     if let Ok(s) = obj.cast::<PyString>() {
         return str_bytes(s).map(Buf::Borrowed);

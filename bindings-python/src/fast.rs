@@ -12,10 +12,10 @@
 //! count) is handed to the method pyo3 generated (kept aside at install
 //! time), so error messages are pyo3's, unchanged.
 //!
-//! The mapping dunders (`c[k]`, `c[k] = v`, `del c[k]`, `k in c`) stay
-//! pyo3's type slots: a method descriptor under `__getitem__` would make
-//! CPython dispatch the operators through its generic slot functions
-//! (a method lookup per call), ~100 instructions more than pyo3's slot.
+//! The mapping operators (`c[k]`, `c[k] = v`, `del c[k]`, `k in c`) are
+//! type slots, not methods: a method descriptor under `__getitem__` would
+//! make CPython dispatch the operators through its generic slot functions
+//! (a method lookup per call). `crate::slots` gives them plain C slots.
 //!
 //! Must never: run Python code before its arguments are checked the way
 //! pyo3 would check them, let a panic cross into CPython, or hold a

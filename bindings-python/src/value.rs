@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PyString};
 
-use crate::convert::{str_bytes, type_name, Buf};
+use crate::convert::{bytes_of, str_bytes, type_name, Buf};
 
 /// The stored bytes are the value.
 pub const FLAG_BYTES: u32 = 0;
@@ -135,7 +135,7 @@ fn digits(n: i64) -> ([u8; 20], u8) {
 pub fn encode<'a, 'py>(obj: &'a Bound<'py, PyAny>, ser: &Serializer) -> PyResult<Encoded<'a, 'py>> {
     if let Ok(b) = obj.cast_exact::<PyBytes>() {
         return Ok(Encoded {
-            data: Data::Buf(Buf::Borrowed(b.as_bytes())),
+            data: Data::Buf(Buf::Borrowed(bytes_of(b))),
             flags: FLAG_BYTES,
         });
     }

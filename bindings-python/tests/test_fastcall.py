@@ -1,7 +1,9 @@
 """The hot methods (get, set, delete) take every way of calling them that
 their signatures allow, and refuse the rest with the usual TypeError: they
 are plain fast-call C functions that hand anything unusual to the methods
-pyo3 generated. The mapping dunders beside them behave as before."""
+pyo3 generated. The mapping operators of segcache.Cache (c[k], c[k] = v,
+del c[k], k in c) are plain C slots of CacheSlots, a native subclass of
+pyo3's Cache, and behave exactly as pyo3's slots do."""
 
 import inspect
 
@@ -189,3 +191,103 @@ def test_keywords_built_at_run_time_bind_too(cache):
     assert cache.get("missing", **{default: 3}) == 3
     with pytest.raises(TypeError):
         cache.set("k", b"v", **{"".join(["t", "tx"]): 1})
+
+
+def test_mapping_operators_are_the_native_slots():
+    # segcache.Cache gets c[k], c[k] = v, del c[k] and k in c from
+    # CacheSlots (plain C slots), not from pyo3's Cache beneath it.
+    assert segcache.Cache.__mro__[1] is _segcache.CacheSlots
+    assert _segcache.CacheSlots.__mro__[1] is _segcache.Cache
+    for name in ["__getitem__", "__setitem__", "__delitem__", "__contains__"]:
+        assert name in _segcache.CacheSlots.__dict__, name
+        assert getattr(segcache.Cache, name) is _segcache.CacheSlots.__dict__[name], name
+        assert getattr(segcache.Cache, name) is not getattr(_segcache.Cache, name), name
+
+
+def outcome(f):
+    try:
+        return ("ok", f())
+    except Exception as e:  # noqa: BLE001 - comparing what each raises
+        return (type(e).__name__, str(e), e.args)
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["k", "", "é", b"k", 1, 1.0, True, None, (1, "a"), "x" * 300, [1], {}, 2**70, float("nan")],
+    ids=repr,
+)
+def test_slots_behave_as_pyo3_slots(key):
+    # The same operations through our slots (segcache.Cache) and through
+    # pyo3's (a bare _segcache.Cache) give the same results and errors.
+    ours, theirs = segcache.Cache(heap_size=4 << 20), _segcache.Cache(heap_size=4 << 20)
+    for c in (ours, theirs):
+        c["other"] = b"o"
+
+    def run(c):
+        def setitem():
+            c[key] = b"v"
+        def delitem():
+            del c[key]
+        return [
+            outcome(lambda: key in c),
+            outcome(lambda: c[key]),
+            outcome(delitem),
+            outcome(setitem),
+            outcome(lambda: key in c),
+            outcome(lambda: c[key]),
+            outcome(delitem),
+            outcome(lambda: key in c),
+            outcome(lambda: len(c)),
+        ]
+
+    assert run(ours) == run(theirs)
+
+
+def test_slots_on_subclasses_and_direct_instances():
+    # A subclass that overrides one operator keeps our slot for the rest.
+    class Shout(segcache.Cache):
+        def __setitem__(self, key, value):
+            super().__setitem__(key, value.upper())
+
+    c = Shout(heap_size=4 << 20)
+    c["k"] = b"v"
+    assert c["k"] == b"V" and "k" in c
+    del c["k"]
+    assert "k" not in c
+    d = _segcache.CacheSlots(heap_size=4 << 20)
+    d["k"] = "v"
+    assert d["k"] == "v" and "k" in d
+    del d["k"]
+    with pytest.raises(KeyError):
+        d["k"]
+
+
+def test_slot_operators_do_not_leak_references(cache):
+    import sys
+
+    value, key, missing = b"y" * 100, "key", "missing"
+    cache[key] = value
+    cls = type(cache)
+    before = [sys.getrefcount(o) for o in (value, key, missing, cls, _segcache.CacheSlots)]
+    for _ in range(1000):
+        cache[key] = value
+        cache[key]
+        key in cache
+        missing in cache
+        del cache[key]
+        cache[key] = value
+        try:
+            del cache[missing]
+        except KeyError:
+            pass
+        try:
+            cache[missing]
+        except KeyError:
+            pass
+    # Instances hold a reference to their (heap) type: each one made and
+    # dropped must give it back.
+    for _ in range(200):
+        segcache.Cache(heap_size=1 << 20)
+        _segcache.CacheSlots(heap_size=1 << 20)
+    after = [sys.getrefcount(o) for o in (value, key, missing, cls, _segcache.CacheSlots)]
+    assert before == after
