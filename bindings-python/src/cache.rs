@@ -109,6 +109,15 @@ impl KeySnapshot {
 /// A read lock on an open cache, held for one operation.
 type CacheRef<'a> = MappedRwLockReadGuard<'a, ShardedCache>;
 
+/// The open cache for one short call holding the GIL throughout: a plain
+/// reference where a GIL exists (see [`PyCache::cache_attached`]).
+#[cfg(not(Py_GIL_DISABLED))]
+type AttachedRef<'a> = &'a ShardedCache;
+/// The open cache for one short call: on free-threaded CPython, the read
+/// lock.
+#[cfg(Py_GIL_DISABLED)]
+type AttachedRef<'a> = CacheRef<'a>;
+
 fn closed_error() -> PyErr {
     PyRuntimeError::new_err(
         "this segcache.Cache is closed: save() shut it down (open a new \
@@ -164,11 +173,46 @@ impl PyCache {
             .map_err(|_| closed_error())
     }
 
+    /// The open cache for one short call that keeps the GIL from here to
+    /// its last use of the reference, or the "closed" `RuntimeError`.
+    ///
+    /// With a GIL (every CPython but a free-threaded one) such a call needs
+    /// no lock against `save()`: `save()` sets `closing` holding the GIL and
+    /// takes the cache out later, so a call that holds the GIL throughout
+    /// either saw `closing` here or ended before `save()` got the GIL.
+    /// "Throughout": between this check and the last use, the caller must
+    /// not detach, call Python code, allocate a GC-tracked object or drop
+    /// a reference (each may run Python code, which may switch threads).
+    /// Building `bytes`, `str` and `int` objects is fine. Calls that cannot
+    /// promise this take [`cache`](Self::cache)'s read lock. On free-threaded
+    /// CPython this is that read lock.
+    #[inline(always)]
+    fn cache_attached(&self, _py: Python<'_>) -> PyResult<AttachedRef<'_>> {
+        #[cfg(not(Py_GIL_DISABLED))]
+        {
+            if self.closing.load(Ordering::Relaxed) {
+                return Err(closed_error());
+            }
+            // SAFETY: the only writer is `save()`, which sets `closing`
+            // under the GIL before it takes the lock to write (see above):
+            // we hold the GIL and saw `closing` unset, so no write happens
+            // until our caller lets the GIL go, after its last use.
+            unsafe { &*self.inner.data_ptr() }
+                .as_ref()
+                .ok_or_else(closed_error)
+        }
+        #[cfg(Py_GIL_DISABLED)]
+        {
+            self.cache()
+        }
+    }
+
     /// The value stored under an encoded key, or `None`.
     #[inline(never)]
     pub fn lookup<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
+        // Under the reference, `fetch` only builds bytes, str or int.
         let fetched = self
-            .cache()?
+            .cache_attached(py)?
             .get_value_with(key, |v, flags| value::fetch(py, v, flags));
         fetched.map(|f| f.finish(&self.serializer)).transpose()
     }
@@ -224,10 +268,8 @@ impl PyCache {
         mode: StoreMode,
         cas: Option<u64>,
     ) -> PyResult<Result<(), segcache::Error>> {
-        let guard = self.cache()?;
-        let cache: &ShardedCache = &guard;
         let ttl = Ttl::from(ttl);
-        let write = || {
+        let write = |cache: &ShardedCache| {
             if mode == StoreMode::Set && cas.is_none() {
                 // The core's direct path for a plain set.
                 return cache.set(key, value, flags, ttl);
@@ -243,23 +285,26 @@ impl PyCache {
             };
             cache.store(&store).map(drop)
         };
-        Ok(if value.len() >= DETACH_AT {
-            py.detach(write)
-        } else {
-            write()
-        })
+        if value.len() >= DETACH_AT {
+            let guard = self.cache()?;
+            let cache: &ShardedCache = &guard;
+            return Ok(py.detach(|| write(cache)));
+        }
+        // The core's write runs no Python code.
+        let cache = self.cache_attached(py)?;
+        Ok(write(&cache))
     }
 
     /// Whether an encoded key is present.
     #[inline(always)]
-    pub fn contains_encoded(&self, key: &[u8]) -> PyResult<bool> {
-        Ok(self.cache()?.contains(key))
+    pub fn contains_encoded(&self, py: Python<'_>, key: &[u8]) -> PyResult<bool> {
+        Ok(self.cache_attached(py)?.contains(key))
     }
 
     /// Deletes an encoded key; `true` if it was present.
     #[inline(always)]
-    pub fn remove(&self, key: &[u8]) -> PyResult<bool> {
-        Ok(self.cache()?.delete(key))
+    pub fn remove(&self, py: Python<'_>, key: &[u8]) -> PyResult<bool> {
+        Ok(self.cache_attached(py)?.delete(key))
     }
 
     /// The encoded keys of the live items at this moment, copied out one
@@ -711,9 +756,9 @@ impl PyCache {
 
     /// Removes key; True if it was present.
     #[inline(always)]
-    pub(crate) fn delete(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    pub(crate) fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         match read_key(key, &mut KeyBuf::new())? {
-            Some(k) => self.remove(k),
+            Some(k) => self.remove(py, k),
             None => Ok(false),
         }
     }
@@ -1019,9 +1064,9 @@ impl PyCache {
     }
 
     #[inline(always)]
-    pub(crate) fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    pub(crate) fn __contains__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         match read_key(key, &mut KeyBuf::new())? {
-            Some(k) => Ok(self.cache()?.contains(k)),
+            Some(k) => self.contains_encoded(py, k),
             None => Ok(false),
         }
     }
@@ -1053,8 +1098,8 @@ impl PyCache {
     }
 
     #[inline(always)]
-    pub(crate) fn __delitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        if self.delete(key)? {
+    pub(crate) fn __delitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        if self.delete(py, key)? {
             Ok(())
         } else {
             Err(PyKeyError::new_err(key.clone().unbind()))

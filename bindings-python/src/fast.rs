@@ -357,7 +357,7 @@ entry!(
 entry!(
     /// `Cache.delete(key)`.
     delete = 2,
-    |c, py, a| match c.delete(&a[0]) {
+    |c, py, a| match c.delete(py, &a[0]) {
         Ok(b) => py_bool(b),
         Err(e) => raise(py, e),
     }

@@ -134,7 +134,7 @@ unsafe extern "C" fn ass_subscript(
         call(slf, -1, |c, py| {
             let key = Borrowed::from_ptr(py, key);
             let done = if value.is_null() {
-                c.__delitem__(&key)
+                c.__delitem__(py, &key)
             } else {
                 c.__setitem__(py, &key, &Borrowed::from_ptr(py, value))
             };
@@ -151,7 +151,7 @@ unsafe extern "C" fn contains(slf: *mut ffi::PyObject, key: *mut ffi::PyObject) 
     // SAFETY: CPython's slot contract (see `call`); `key` is borrowed.
     unsafe {
         call(slf, -1, |c, py| {
-            match c.__contains__(&Borrowed::from_ptr(py, key)) {
+            match c.__contains__(py, &Borrowed::from_ptr(py, key)) {
                 Ok(b) => c_int::from(b),
                 Err(e) => raise(py, e, -1),
             }

@@ -203,38 +203,66 @@ pub enum Fetched<'py> {
     Serialized(Bound<'py, PyBytes>),
     /// Decimal digits of an int beyond 64 bits.
     BigInt(Bound<'py, PyBytes>),
+    /// Python could not build the object (out of memory).
+    Failed(PyErr),
+}
+
+/// A new reference from a C API call, or the exception it set. Runs no
+/// Python code (pyo3's own constructors would print the exception and
+/// panic on NULL).
+#[inline(always)]
+fn owned<'py>(py: Python<'py>, ptr: *mut ffi::PyObject) -> Result<Bound<'py, PyAny>, PyErr> {
+    if ptr.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: a new, non-NULL reference.
+    Ok(unsafe { Bound::from_owned_ptr(py, ptr) })
+}
+
+/// A new `bytes` holding `data`, or the exception.
+#[inline(always)]
+fn new_bytes<'py>(py: Python<'py>, data: &[u8]) -> Result<Bound<'py, PyBytes>, PyErr> {
+    // SAFETY: `data` is valid for its length; the call copies it.
+    let ptr = unsafe {
+        ffi::PyBytes_FromStringAndSize(data.as_ptr().cast(), data.len() as ffi::Py_ssize_t)
+    };
+    // SAFETY: PyBytes_FromStringAndSize returns a `bytes` (or NULL).
+    owned(py, ptr).map(|b| unsafe { b.cast_into_unchecked() })
 }
 
 /// Builds the Python value from the cache's bytes, straight from the
-/// segment: call it under the shard lock. Runs no Python code.
+/// segment: call it under the shard lock. Runs no Python code and builds
+/// only `bytes`, `str` and `int` objects (none tracked by the garbage
+/// collector, so none can start a collection): the caller may hold the
+/// cache without a lock (see `PyCache::cache_attached`).
 #[inline]
 pub fn fetch<'py>(py: Python<'py>, data: &[u8], flags: u32) -> Fetched<'py> {
     prefetch(data);
-    match flags {
-        FLAG_STR => {
+    let built = match flags {
+        // Not UTF-8 (bytes appended to a str value): give the bytes.
+        // Checked here, not by CPython, whose UnicodeDecodeError is an
+        // object the garbage collector tracks.
+        FLAG_STR if std::str::from_utf8(data).is_ok() => {
             // SAFETY: `data` is valid for its length; the call copies it.
-            let ptr = unsafe {
+            owned(py, unsafe {
                 ffi::PyUnicode_FromStringAndSize(
                     data.as_ptr().cast(),
                     data.len() as ffi::Py_ssize_t,
                 )
-            };
-            if ptr.is_null() {
-                // Not UTF-8 (bytes appended to a str value): give the bytes.
-                drop(PyErr::take(py));
-                return Fetched::Ready(PyBytes::new(py, data).into_any());
-            }
-            // SAFETY: a new reference to a str.
-            Fetched::Ready(unsafe { Bound::from_owned_ptr(py, ptr) })
+            })
         }
         FLAG_INT => match parse_int(data) {
-            Some(Ok(n)) => Fetched::Ready(n.into_pyobject(py).expect("int").into_any()),
-            Some(Err(n)) => Fetched::Ready(n.into_pyobject(py).expect("int").into_any()),
-            None => Fetched::BigInt(PyBytes::new(py, data)),
+            // SAFETY: plain conversions (a new int, or NULL).
+            Some(Ok(n)) => owned(py, unsafe { ffi::PyLong_FromLongLong(n) }),
+            Some(Err(n)) => owned(py, unsafe { ffi::PyLong_FromUnsignedLongLong(n) }),
+            None => return new_bytes(py, data).map_or_else(Fetched::Failed, Fetched::BigInt),
         },
-        FLAG_SERIALIZED => Fetched::Serialized(PyBytes::new(py, data)),
-        _ => Fetched::Ready(PyBytes::new(py, data).into_any()),
-    }
+        FLAG_SERIALIZED => {
+            return new_bytes(py, data).map_or_else(Fetched::Failed, Fetched::Serialized)
+        }
+        _ => new_bytes(py, data).map(Bound::into_any),
+    };
+    built.map_or_else(Fetched::Failed, Fetched::Ready)
 }
 
 /// Values at least this long have their cache lines prefetched before the
@@ -278,6 +306,7 @@ impl<'py> Fetched<'py> {
     pub fn finish(self, ser: &Serializer) -> PyResult<Bound<'py, PyAny>> {
         match self {
             Fetched::Ready(v) => Ok(v),
+            Fetched::Failed(e) => Err(e),
             Fetched::Serialized(b) => ser.loads.bind(b.py()).call1((b,)),
             Fetched::BigInt(b) => match int_type(b.py())?.call1((&b,)) {
                 Ok(n) => Ok(n),

@@ -343,6 +343,21 @@ def test_append_prepend(cache):
     assert cache.get("obj") == [1]
 
 
+def test_str_value_made_invalid_by_append_comes_back_as_bytes(cache):
+    # A str value is read back as str only while its bytes are UTF-8.
+    cache.set("s", "caf")
+    assert cache.append("s", b"\xc3\xa9") is True
+    assert cache.get("s") == "café" and cache["s"] == "café"
+    for i, bad in enumerate([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80"]):
+        key = f"bad{i}"
+        cache.set(key, "ok")
+        assert cache.append(key, bad) is True
+        assert cache.get(key) == b"ok" + bad, bad
+        assert cache.pop(key) == b"ok" + bad, bad
+    cache.set("empty", "")
+    assert cache.get("empty") == ""
+
+
 def test_incr_decr(cache):
     with pytest.raises(KeyError):
         cache.incr("n")
