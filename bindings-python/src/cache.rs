@@ -292,6 +292,8 @@ impl PyCache {
         }
         // The core's write runs no Python code.
         let cache = self.cache_attached(py)?;
+        // A plain reference with a GIL, a guard on free-threaded builds.
+        #[allow(clippy::needless_borrow)]
         Ok(write(&cache))
     }
 
