@@ -210,6 +210,17 @@ impl PyCache {
     /// The value stored under an encoded key, or `None`.
     #[inline(never)]
     pub fn lookup<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.lookup_inline(py, key)
+    }
+
+    /// [`lookup`](Self::lookup), inlined into `get` and `c[k]` (one call
+    /// frame less per read).
+    #[inline(always)]
+    fn lookup_inline<'py>(
+        &self,
+        py: Python<'py>,
+        key: &[u8],
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         // Under the reference, `fetch` only builds bytes, str or int.
         let fetched = self
             .cache_attached(py)?
@@ -605,7 +616,7 @@ impl PyCache {
         default: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let found = match read_key(key, &mut KeyBuf::new())? {
-            Some(k) => self.lookup(py, k)?,
+            Some(k) => self.lookup_inline(py, k)?,
             None => None,
         };
         Ok(match found {
@@ -1080,7 +1091,7 @@ impl PyCache {
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let found = match read_key(key, &mut KeyBuf::new())? {
-            Some(k) => self.lookup(py, k)?,
+            Some(k) => self.lookup_inline(py, k)?,
             None => None,
         };
         found.ok_or_else(|| PyKeyError::new_err(key.clone().unbind()))

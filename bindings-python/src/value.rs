@@ -196,38 +196,43 @@ pub fn encode<'a, 'py>(obj: &'a Bound<'py, PyAny>, ser: &Serializer) -> PyResult
 }
 
 /// A value read under the shard lock; [`Fetched::finish`] completes it.
-pub enum Fetched<'py> {
+/// An owned object pointer, NULL if Python could not build it (out of
+/// memory: the exception is set), and what the object is.
+pub struct Fetched<'py> {
+    obj: *mut ffi::PyObject,
+    kind: Kind,
+    py: Python<'py>,
+}
+
+/// What a [`Fetched`] object is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
     /// The value itself.
-    Ready(Bound<'py, PyAny>),
+    Ready,
     /// Serialized bytes, for the serializer's `loads`.
-    Serialized(Bound<'py, PyBytes>),
-    /// Decimal digits of an int beyond 64 bits.
-    BigInt(Bound<'py, PyBytes>),
-    /// Python could not build the object (out of memory).
-    Failed(PyErr),
+    Serialized,
+    /// Decimal digits of an int beyond 64 bits, as bytes.
+    BigInt,
 }
 
-/// A new reference from a C API call, or the exception it set. Runs no
-/// Python code (pyo3's own constructors would print the exception and
-/// panic on NULL).
-#[inline(always)]
-fn owned<'py>(py: Python<'py>, ptr: *mut ffi::PyObject) -> Result<Bound<'py, PyAny>, PyErr> {
-    if ptr.is_null() {
-        return Err(PyErr::fetch(py));
+impl Drop for Fetched<'_> {
+    /// An unfinished value (a read retried): its reference, or its
+    /// exception, goes.
+    fn drop(&mut self) {
+        if self.obj.is_null() {
+            drop(PyErr::take(self.py));
+        } else {
+            // SAFETY: an owned reference; attached (we hold `py`).
+            unsafe { ffi::Py_DecRef(self.obj) };
+        }
     }
-    // SAFETY: a new, non-NULL reference.
-    Ok(unsafe { Bound::from_owned_ptr(py, ptr) })
 }
 
-/// A new `bytes` holding `data`, or the exception.
+/// A new `bytes` holding `data` (NULL with the exception set on failure).
 #[inline(always)]
-fn new_bytes<'py>(py: Python<'py>, data: &[u8]) -> Result<Bound<'py, PyBytes>, PyErr> {
+fn new_bytes(data: &[u8]) -> *mut ffi::PyObject {
     // SAFETY: `data` is valid for its length; the call copies it.
-    let ptr = unsafe {
-        ffi::PyBytes_FromStringAndSize(data.as_ptr().cast(), data.len() as ffi::Py_ssize_t)
-    };
-    // SAFETY: PyBytes_FromStringAndSize returns a `bytes` (or NULL).
-    owned(py, ptr).map(|b| unsafe { b.cast_into_unchecked() })
+    unsafe { ffi::PyBytes_FromStringAndSize(data.as_ptr().cast(), data.len() as ffi::Py_ssize_t) }
 }
 
 /// Builds the Python value from the cache's bytes, straight from the
@@ -238,31 +243,31 @@ fn new_bytes<'py>(py: Python<'py>, data: &[u8]) -> Result<Bound<'py, PyBytes>, P
 #[inline]
 pub fn fetch<'py>(py: Python<'py>, data: &[u8], flags: u32) -> Fetched<'py> {
     prefetch(data);
-    let built = match flags {
-        // Not UTF-8 (bytes appended to a str value): give the bytes.
+    let (obj, kind) = match flags {
+        FLAG_BYTES => (new_bytes(data), Kind::Ready),
+        // Not UTF-8 (bytes appended to a str value): the bytes (below).
         // Checked here, not by CPython, whose UnicodeDecodeError is an
         // object the garbage collector tracks.
-        FLAG_STR if std::str::from_utf8(data).is_ok() => {
+        FLAG_STR if std::str::from_utf8(data).is_ok() => (
             // SAFETY: `data` is valid for its length; the call copies it.
-            owned(py, unsafe {
+            unsafe {
                 ffi::PyUnicode_FromStringAndSize(
                     data.as_ptr().cast(),
                     data.len() as ffi::Py_ssize_t,
                 )
-            })
-        }
+            },
+            Kind::Ready,
+        ),
         FLAG_INT => match parse_int(data) {
             // SAFETY: plain conversions (a new int, or NULL).
-            Some(Ok(n)) => owned(py, unsafe { ffi::PyLong_FromLongLong(n) }),
-            Some(Err(n)) => owned(py, unsafe { ffi::PyLong_FromUnsignedLongLong(n) }),
-            None => return new_bytes(py, data).map_or_else(Fetched::Failed, Fetched::BigInt),
+            Some(Ok(n)) => (unsafe { ffi::PyLong_FromLongLong(n) }, Kind::Ready),
+            Some(Err(n)) => (unsafe { ffi::PyLong_FromUnsignedLongLong(n) }, Kind::Ready),
+            None => (new_bytes(data), Kind::BigInt),
         },
-        FLAG_SERIALIZED => {
-            return new_bytes(py, data).map_or_else(Fetched::Failed, Fetched::Serialized)
-        }
-        _ => new_bytes(py, data).map(Bound::into_any),
+        FLAG_SERIALIZED => (new_bytes(data), Kind::Serialized),
+        _ => (new_bytes(data), Kind::Ready),
     };
-    built.map_or_else(Fetched::Failed, Fetched::Ready)
+    Fetched { obj, kind, py }
 }
 
 /// Values at least this long have their cache lines prefetched before the
@@ -302,15 +307,34 @@ fn int_type(py: Python<'_>) -> PyResult<&Bound<'_, pyo3::types::PyType>> {
 
 impl<'py> Fetched<'py> {
     /// The value: runs the serializer if needed (call without the lock).
-    #[inline]
+    #[inline(always)]
     pub fn finish(self, ser: &Serializer) -> PyResult<Bound<'py, PyAny>> {
-        match self {
-            Fetched::Ready(v) => Ok(v),
-            Fetched::Failed(e) => Err(e),
-            Fetched::Serialized(b) => ser.loads.bind(b.py()).call1((b,)),
-            Fetched::BigInt(b) => match int_type(b.py())?.call1((&b,)) {
+        if self.kind == Kind::Ready && !self.obj.is_null() {
+            let (py, obj) = (self.py, self.obj);
+            std::mem::forget(self);
+            // SAFETY: an owned, non-NULL reference, handed on.
+            return Ok(unsafe { Bound::from_owned_ptr(py, obj) });
+        }
+        self.finish_other(ser)
+    }
+
+    /// [`finish`](Self::finish) for serialized values, big ints and errors.
+    #[cold]
+    #[inline(never)]
+    fn finish_other(self, ser: &Serializer) -> PyResult<Bound<'py, PyAny>> {
+        let (py, obj, kind) = (self.py, self.obj, self.kind);
+        std::mem::forget(self);
+        if obj.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        // SAFETY: an owned, non-NULL reference, handed on.
+        let obj = unsafe { Bound::from_owned_ptr(py, obj) };
+        match kind {
+            Kind::Ready => Ok(obj),
+            Kind::Serialized => ser.loads.bind(py).call1((obj,)),
+            Kind::BigInt => match int_type(py)?.call1((&obj,)) {
                 Ok(n) => Ok(n),
-                Err(_) => Ok(b.into_any()),
+                Err(_) => Ok(obj),
             },
         }
     }
