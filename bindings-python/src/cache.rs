@@ -279,7 +279,11 @@ impl PyCache {
         mode: StoreMode,
         cas: Option<u64>,
     ) -> PyResult<Result<(), segcache::Error>> {
-        let ttl = Ttl::from(ttl);
+        // As `Ttl::from`, which is not inlined across crates.
+        let ttl = match ttl {
+            Some(d) if !d.is_zero() => Ttl::After(d),
+            _ => Ttl::Never,
+        };
         let write = |cache: &ShardedCache| {
             if mode == StoreMode::Set && cas.is_none() {
                 // The core's direct path for a plain set.
