@@ -284,7 +284,18 @@ impl PyCache {
             Some(d) if !d.is_zero() => Ttl::After(d),
             _ => Ttl::Never,
         };
-        let write = |cache: &ShardedCache| {
+        /// The write itself (inlined at both call sites: a closure called
+        /// from two places was kept out of line).
+        #[inline(always)]
+        fn write(
+            cache: &ShardedCache,
+            key: &[u8],
+            value: &[u8],
+            flags: u32,
+            ttl: Ttl,
+            mode: StoreMode,
+            cas: Option<u64>,
+        ) -> Result<(), segcache::Error> {
             if mode == StoreMode::Set && cas.is_none() {
                 // The core's direct path for a plain set.
                 return cache.set(key, value, flags, ttl);
@@ -299,17 +310,17 @@ impl PyCache {
                 invalidate: false,
             };
             cache.store(&store).map(drop)
-        };
+        }
         if value.len() >= DETACH_AT {
             let guard = self.cache()?;
             let cache: &ShardedCache = &guard;
-            return Ok(py.detach(|| write(cache)));
+            return Ok(py.detach(|| write(cache, key, value, flags, ttl, mode, cas)));
         }
         // The core's write runs no Python code.
         let cache = self.cache_attached(py)?;
         // A plain reference with a GIL, a guard on free-threaded builds.
         #[allow(clippy::needless_borrow)]
-        Ok(write(&cache))
+        Ok(write(&cache, key, value, flags, ttl, mode, cas))
     }
 
     /// Whether an encoded key is present.
