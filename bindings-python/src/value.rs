@@ -248,7 +248,7 @@ pub fn fetch<'py>(py: Python<'py>, data: &[u8], flags: u32) -> Fetched<'py> {
         // Not UTF-8 (bytes appended to a str value): the bytes (below).
         // Checked here, not by CPython, whose UnicodeDecodeError is an
         // object the garbage collector tracks.
-        FLAG_STR if std::str::from_utf8(data).is_ok() => (
+        FLAG_STR if is_utf8(data) => (
             // SAFETY: `data` is valid for its length; the call copies it.
             unsafe {
                 ffi::PyUnicode_FromStringAndSize(
@@ -268,6 +268,22 @@ pub fn fetch<'py>(py: Python<'py>, data: &[u8], flags: u32) -> Fetched<'py> {
         _ => (new_bytes(data), Kind::Ready),
     };
     Fetched { obj, kind, py }
+}
+
+/// Whether `data` is UTF-8: an ASCII test first (bytes OR-ed 8 at a
+/// time, which the compiler vectorises: ~20 instructions for 64 bytes,
+/// against ~130 for `std::str::from_utf8`), the full check otherwise.
+#[inline]
+fn is_utf8(data: &[u8]) -> bool {
+    let mut chunks = data.chunks_exact(8);
+    let mut acc = 0u64;
+    for c in &mut chunks {
+        acc |= u64::from_ne_bytes(c.try_into().expect("8 bytes"));
+    }
+    for &b in chunks.remainder() {
+        acc |= u64::from(b);
+    }
+    acc & 0x8080_8080_8080_8080 == 0 || std::str::from_utf8(data).is_ok()
 }
 
 /// Values at least this long have their cache lines prefetched before the

@@ -356,6 +356,17 @@ def test_str_value_made_invalid_by_append_comes_back_as_bytes(cache):
         assert cache.pop(key) == b"ok" + bad, bad
     cache.set("empty", "")
     assert cache.get("empty") == ""
+    # The ASCII test reads 8 bytes at a time, then the rest one by one:
+    # a non-ASCII or invalid byte in either part.
+    for text in ["abcdefgh", "abcdefghé", "é" + "a" * 20, "a" * 17 + "€" + "b" * 5, "x" * 1000 + "✓"]:
+        cache.set("t", text)
+        assert cache.get("t") == text
+    for at in [0, 7, 8, 9, 16, 23]:
+        data = bytearray(b"a" * 24)
+        data[at] = 0xFF
+        cache.set("t", "")
+        assert cache.append("t", bytes(data)) is True
+        assert cache.get("t") == bytes(data), at
 
 
 def test_incr_decr(cache):
