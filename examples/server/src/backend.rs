@@ -11,7 +11,9 @@
 //! collects the round (`Backend::start`): one wake-up per round, not one
 //! per request. The worker waits for the answer without spinning, asleep
 //! in an epoll of the backend's own ([`StorageWait`]) that the storage
-//! thread wakes when the batch is answered (`Backend::wait`); the
+//! thread wakes when the batch is answered (`Backend::wait`; only a
+//! worker that said it sleeps is woken, so an answer the worker finds
+//! by itself costs no eventfd write and no wasted poll); the
 //! worker's socket events stay queued in the worker's poll meanwhile, so
 //! they cannot wake it before the batch is back.
 //!
