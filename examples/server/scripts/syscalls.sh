@@ -50,42 +50,9 @@ field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
 start_target() { # NAME -> T_PORT, T_PID
     case "$1" in
-    segcache)
-        start_server T --workers "$WORKERS" --heap-size 256MiB ;;
-    memcached)
-        T_PORT="$(free_port)"
-        memcached -l 127.0.0.1 -p "$T_PORT" -U 0 -t "$WORKERS" -m 256 -c 4096 -u root &
-        T_PID=$!
-        wait_port "$T_PORT" ;;
-    pelikan)
-        T_PORT="$(free_port)"
-        local conf
-        conf="$(mktemp --suffix .toml)"
-        cat >"$conf" <<EOF
-daemonize = false
-[admin]
-host = "127.0.0.1"
-port = "$(free_port)"
-[server]
-host = "127.0.0.1"
-port = "$T_PORT"
-[worker]
-threads = $WORKERS
-[seg]
-heap_size = "256MB"
-segment_size = "1MB"
-hash_power = 20
-eviction = "Merge"
-[time]
-time_type = "Memcache"
-[debug]
-log_level = "error"
-[klog]
-sample = 0
-EOF
-        "$PELIKAN_SEGCACHE" "$conf" >/dev/null 2>&1 &
-        T_PID=$!
-        wait_port "$T_PORT" ;;
+    segcache) start_server T --workers "$WORKERS" --heap-size 256MiB ;;
+    memcached) start_memcached T "$WORKERS" ;;
+    pelikan) start_pelikan T "$WORKERS" ;;
     esac
     PIDS+=("$T_PID")
 }
