@@ -800,7 +800,7 @@ impl PyCache {
         };
         match left {
             Some(left) => Ok(left.duration().map(|d| d.as_secs())),
-            None => Err(PyKeyError::new_err(key.clone().unbind())),
+            None => Err(PyKeyError::new_err((key.clone().unbind(),))),
         }
     }
 
@@ -918,7 +918,7 @@ impl PyCache {
             )));
         }
         let missing = || match default.len() {
-            0 => Err(PyKeyError::new_err(key.clone().unbind())),
+            0 => Err(PyKeyError::new_err((key.clone().unbind(),))),
             _ => default.get_item(0),
         };
         let mut kb = KeyBuf::new();
@@ -1105,11 +1105,8 @@ impl PyCache {
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let found = match read_key(key, &mut KeyBuf::new())? {
-            Some(k) => self.lookup_inline(py, k)?,
-            None => None,
-        };
-        found.ok_or_else(|| PyKeyError::new_err(key.clone().unbind()))
+        self.get_item(py, key)?
+            .ok_or_else(|| PyKeyError::new_err((key.clone().unbind(),)))
     }
 
     #[inline(always)]
@@ -1130,7 +1127,7 @@ impl PyCache {
         if self.delete(py, key)? {
             Ok(())
         } else {
-            Err(PyKeyError::new_err(key.clone().unbind()))
+            Err(PyKeyError::new_err((key.clone().unbind(),)))
         }
     }
 
@@ -1176,6 +1173,19 @@ impl PyCache {
 }
 
 impl PyCache {
+    /// `c[key]`, with `None` for a missing key (the caller raises).
+    #[inline(always)]
+    pub(crate) fn get_item<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match read_key(key, &mut KeyBuf::new())? {
+            Some(k) => self.lookup_inline(py, k),
+            None => Ok(None),
+        }
+    }
+
     /// Removes an encoded key and returns its value, atomically.
     fn take<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
         // Read the value with its CAS token, then delete only that version:

@@ -168,7 +168,7 @@ pub fn to_py_err(err: segcache::Error, key: Option<&Bound<'_, PyAny>>) -> PyErr 
     use segcache::Error as E;
     match err {
         E::NotFound => match key {
-            Some(k) => PyKeyError::new_err(k.clone().unbind()),
+            Some(k) => PyKeyError::new_err((k.clone().unbind(),)),
             None => PyKeyError::new_err("not found"),
         },
         E::HashTableFull | E::OutOfMemory => CacheFullError::new_err(err.to_string()),

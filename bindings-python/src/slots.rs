@@ -15,8 +15,11 @@
 //! them, unless they define the dunder themselves.
 //!
 //! Must never: run Python code before the key is checked as pyo3 would,
-//! let a panic cross into CPython, or hold a `Py<T>` it drops (pyo3 counts
-//! this thread as detached here, so it would wait in pyo3's pool).
+//! let a panic cross into CPython, or drop a `Py<T>` (pyo3 counts this
+//! thread as detached here, so the decref would wait in pyo3's pool until
+//! the next pyo3 entry point: a loop of missing keys would pile them up).
+//! Hence `KeyError` is raised through the C API, not `PyKeyError::new_err`
+//! (which holds the key as a `Py<T>`).
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::ffi;
@@ -106,6 +109,26 @@ fn raise<R>(py: Python<'_>, e: PyErr, err: R) -> R {
     err
 }
 
+/// Sets `KeyError(key)` (the key wrapped in a 1-tuple, as `dict` does, so
+/// that a tuple key is the one argument) and returns `err`.
+///
+/// # Safety
+/// Attached; `key` a live object.
+#[cold]
+unsafe fn key_error<R>(key: *mut ffi::PyObject, err: R) -> R {
+    // SAFETY: attached; PyTuple_SetItem steals the reference we add.
+    unsafe {
+        let args = ffi::PyTuple_New(1);
+        if !args.is_null() {
+            ffi::Py_IncRef(key);
+            ffi::PyTuple_SetItem(args, 0, key);
+            ffi::PyErr_SetObject(ffi::PyExc_KeyError, args);
+            ffi::Py_DecRef(args);
+        }
+    }
+    err
+}
+
 /// `c[key]`.
 unsafe extern "C" fn subscript(
     slf: *mut ffi::PyObject,
@@ -114,8 +137,9 @@ unsafe extern "C" fn subscript(
     // SAFETY: CPython's slot contract (see `call`); `key` is borrowed.
     unsafe {
         call(slf, std::ptr::null_mut(), |c, py| {
-            match c.__getitem__(py, &Borrowed::from_ptr(py, key)) {
-                Ok(v) => v.into_ptr(),
+            match c.get_item(py, &Borrowed::from_ptr(py, key)) {
+                Ok(Some(v)) => v.into_ptr(),
+                Ok(None) => key_error(key, std::ptr::null_mut()),
                 Err(e) => raise(py, e, std::ptr::null_mut()),
             }
         })
@@ -132,11 +156,15 @@ unsafe extern "C" fn ass_subscript(
     // (when not NULL) are borrowed.
     unsafe {
         call(slf, -1, |c, py| {
-            let key = Borrowed::from_ptr(py, key);
+            let k = Borrowed::from_ptr(py, key);
             let done = if value.is_null() {
-                c.__delitem__(py, &key)
+                match c.delete(py, &k) {
+                    Ok(true) => Ok(()),
+                    Ok(false) => return key_error(key, -1),
+                    Err(e) => Err(e),
+                }
             } else {
-                c.__setitem__(py, &key, &Borrowed::from_ptr(py, value))
+                c.__setitem__(py, &k, &Borrowed::from_ptr(py, value))
             };
             match done {
                 Ok(()) => 0,

@@ -291,3 +291,48 @@ def test_slot_operators_do_not_leak_references(cache):
         _segcache.CacheSlots(heap_size=1 << 20)
     after = [sys.getrefcount(o) for o in (value, key, missing, cls, _segcache.CacheSlots)]
     assert before == after
+
+
+def test_missing_keys_release_their_references_at_once(cache):
+    # KeyError from c[k] and del c[k] must not park the key in pyo3's
+    # deferred-decref pool (drained only by the next pyo3 entry point):
+    # counted right after the loop, with no other call in between.
+    import sys
+
+    key = ("missing", 12345)
+    before = sys.getrefcount(key)
+    for _ in range(100):
+        try:
+            cache[key]
+        except KeyError as e:
+            assert e.args == (key,)
+        try:
+            del cache[key]
+        except KeyError as e:
+            assert e.args == (key,)
+    assert sys.getrefcount(key) == before
+
+
+@pytest.mark.parametrize("key", [None, (1, "a"), (), "k", 1, b"k"], ids=repr)
+def test_key_error_carries_the_key_as_dict_does(cache, key):
+    # KeyError(key) with the key as its one argument, as a dict raises it
+    # (a tuple key is not spread into several arguments, None is kept).
+    with pytest.raises(KeyError) as expected:
+        {}[key]
+    base = _segcache.Cache(heap_size=4 << 20)
+
+    def delitem(c):
+        del c[key]
+
+    for call in [
+        lambda: cache[key],
+        lambda: delitem(cache),
+        lambda: cache.pop(key),
+        lambda: cache.ttl(key),
+        lambda: cache.incr(key),
+        lambda: base[key],
+        lambda: delitem(base),
+    ]:
+        with pytest.raises(KeyError) as got:
+            call()
+        assert got.value.args == expected.value.args == (key,)
