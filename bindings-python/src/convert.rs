@@ -87,13 +87,36 @@ pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// The value of an `int` (or `bool`) that fits in an i64; `None` beyond,
+/// without raising: pyo3's `extract::<i64>` would build an `OverflowError`
+/// and drop it, and a `PyErr` dropped on the fast-call and slot paths
+/// (where pyo3 counts the thread as detached) waits in pyo3's pool until
+/// its next entry point, so a loop over big-int keys would pile them up.
+#[inline]
+pub fn small_int(obj: &Bound<'_, PyAny>) -> Option<i64> {
+    debug_assert!(obj.is_instance_of::<PyInt>());
+    let mut overflow: std::ffi::c_int = 0;
+    // SAFETY: `obj` is a live int and we are attached.
+    let n = unsafe { pyo3::ffi::PyLong_AsLongLongAndOverflow(obj.as_ptr(), &mut overflow) };
+    if overflow != 0 {
+        return None;
+    }
+    // SAFETY: attached. -1 may be the value or an error (not for an int).
+    if n == -1 && unsafe { !pyo3::ffi::PyErr_Occurred().is_null() } {
+        // SAFETY: attached; clears without building an exception object.
+        unsafe { pyo3::ffi::PyErr_Clear() };
+        return None;
+    }
+    Some(n)
+}
+
 /// An int's value: i64 first (one C call), i128 beyond (slower under the
 /// stable ABI); `None` beyond that.
 #[inline]
 fn int_value(obj: &Bound<'_, PyAny>) -> Option<i128> {
-    match obj.extract::<i64>() {
-        Ok(n) => Some(n as i128),
-        Err(_) => obj.extract::<i128>().ok(),
+    match small_int(obj) {
+        Some(n) => Some(n as i128),
+        None => obj.extract::<i128>().ok(),
     }
 }
 

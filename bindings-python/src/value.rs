@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PyString};
 
-use crate::convert::{bytes_of, str_bytes, type_name, Buf};
+use crate::convert::{bytes_of, small_int, str_bytes, type_name, Buf};
 
 /// The stored bytes are the value.
 pub const FLAG_BYTES: u32 = 0;
@@ -146,7 +146,7 @@ pub fn encode<'a, 'py>(obj: &'a Bound<'py, PyAny>, ser: &Serializer) -> PyResult
         });
     }
     if obj.is_exact_instance_of::<PyInt>() {
-        if let Ok(n) = obj.extract::<i64>() {
+        if let Some(n) = small_int(obj) {
             let (d, len) = digits(n);
             return Ok(Encoded {
                 data: Data::Digits(d, len),

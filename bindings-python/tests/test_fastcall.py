@@ -336,3 +336,25 @@ def test_key_error_carries_the_key_as_dict_does(cache, key):
         with pytest.raises(KeyError) as got:
             call()
         assert got.value.args == expected.value.args == (key,)
+
+
+def test_big_int_keys_and_values_leave_no_exceptions_behind(cache):
+    # Ints beyond 64 bits must not raise-and-drop an OverflowError on the
+    # fast paths: a dropped error there waits in pyo3's pool (until the
+    # next pyo3 entry point), so a loop would pile them up.
+    import gc
+
+    def overflow_errors():
+        return sum(isinstance(o, OverflowError) for o in gc.get_objects())
+
+    before = overflow_errors()
+    for i in range(200):
+        key = 2**70 + i
+        cache[key] = 2**90 + i
+        assert cache[key] == 2**90 + i and key in cache
+        assert cache.get(key) == 2**90 + i
+        cache.set(key, -(2**80))
+        assert cache.get(key) == -(2**80)
+        del cache[key]
+        assert not cache.delete(key)
+    assert overflow_errors() - before < 10
