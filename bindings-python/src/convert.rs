@@ -110,13 +110,22 @@ pub fn small_int(obj: &Bound<'_, PyAny>) -> Option<i64> {
     Some(n)
 }
 
+/// Drops a Python error directly: restored, then cleared by CPython. A
+/// `PyErr` dropped by Rust on the fast-call and slot paths (where pyo3
+/// counts the thread as detached) would wait in pyo3's pool instead.
+pub fn discard(py: Python<'_>, e: PyErr) {
+    e.restore(py);
+    // SAFETY: attached; clears the error just set.
+    unsafe { pyo3::ffi::PyErr_Clear() };
+}
+
 /// An int's value: i64 first (one C call), i128 beyond (slower under the
 /// stable ABI); `None` beyond that.
 #[inline]
 fn int_value(obj: &Bound<'_, PyAny>) -> Option<i128> {
     match small_int(obj) {
         Some(n) => Some(n as i128),
-        None => obj.extract::<i128>().ok(),
+        None => obj.extract::<i128>().map_err(|e| discard(obj.py(), e)).ok(),
     }
 }
 

@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PyString};
 
-use crate::convert::{bytes_of, small_int, str_bytes, type_name, Buf};
+use crate::convert::{bytes_of, discard, small_int, str_bytes, type_name, Buf};
 
 /// The stored bytes are the value.
 pub const FLAG_BYTES: u32 = 0;
@@ -155,12 +155,15 @@ pub fn encode<'a, 'py>(obj: &'a Bound<'py, PyAny>, ser: &Serializer) -> PyResult
         }
         // Huge ints: their decimal form (Python may refuse very long ones;
         // those are pickled).
-        if let Ok(s) = obj.str() {
-            let text = s.to_cow()?.into_owned().into_bytes();
-            return Ok(Encoded {
-                data: Data::Buf(Buf::Owned(text)),
-                flags: FLAG_INT,
-            });
+        match obj.str() {
+            Ok(s) => {
+                let text = s.to_cow()?.into_owned().into_bytes();
+                return Ok(Encoded {
+                    data: Data::Buf(Buf::Owned(text)),
+                    flags: FLAG_INT,
+                });
+            }
+            Err(e) => discard(obj.py(), e),
         }
     }
     if let Ok(b) = obj.cast::<PyByteArray>() {
@@ -220,7 +223,9 @@ impl Drop for Fetched<'_> {
     /// exception, goes.
     fn drop(&mut self) {
         if self.obj.is_null() {
-            drop(PyErr::take(self.py));
+            // SAFETY: attached (we hold `py`); the exception the C call
+            // set goes, without a `PyErr` (see `convert::discard`).
+            unsafe { ffi::PyErr_Clear() };
         } else {
             // SAFETY: an owned reference; attached (we hold `py`).
             unsafe { ffi::Py_DecRef(self.obj) };
@@ -350,7 +355,10 @@ impl<'py> Fetched<'py> {
             Kind::Serialized => ser.loads.bind(py).call1((obj,)),
             Kind::BigInt => match int_type(py)?.call1((&obj,)) {
                 Ok(n) => Ok(n),
-                Err(_) => Ok(obj),
+                Err(e) => {
+                    discard(py, e);
+                    Ok(obj)
+                }
             },
         }
     }

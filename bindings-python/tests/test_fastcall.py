@@ -358,3 +358,15 @@ def test_big_int_keys_and_values_leave_no_exceptions_behind(cache):
         del cache[key]
         assert not cache.delete(key)
     assert overflow_errors() - before < 10
+    # An int too long for str() (CPython's digit limit) is pickled; the
+    # ValueError str() raised must not stay behind either.
+    huge = 10**5000
+
+    def value_errors():
+        return sum(isinstance(o, ValueError) for o in gc.get_objects())
+
+    before = value_errors()
+    for _ in range(50):
+        cache["huge"] = huge
+        assert cache["huge"] == huge
+    assert value_errors() - before < 10
