@@ -110,11 +110,24 @@ pub fn small_int(obj: &Bound<'_, PyAny>) -> Option<i64> {
     Some(n)
 }
 
-/// Drops a Python error directly: restored, then cleared by CPython. A
-/// `PyErr` dropped by Rust on the fast-call and slot paths (where pyo3
-/// counts the thread as detached) would wait in pyo3's pool instead.
-pub fn discard(py: Python<'_>, e: PyErr) {
-    e.restore(py);
+/// Sets `e` as the current exception from the fast-call methods and the
+/// slots, where pyo3 counts the thread as detached: inside
+/// `Python::attach`, so that the references the error drops while it is
+/// raised (a lazy error's type and message) are released at once instead
+/// of waiting in pyo3's pool for its next entry point (a loop of failing
+/// calls would pile them up). Errors only: with the GIL held, `attach`
+/// costs a `PyGILState_Ensure`/`Release` pair.
+#[cold]
+pub fn restore_attached(e: PyErr) {
+    Python::attach(|py| e.restore(py));
+}
+
+/// Drops a Python error directly: restored (see [`restore_attached`]),
+/// then cleared by CPython. A `PyErr` dropped by Rust on the fast-call and
+/// slot paths would wait in pyo3's pool instead.
+#[cold]
+pub fn discard(_py: Python<'_>, e: PyErr) {
+    restore_attached(e);
     // SAFETY: attached; clears the error just set.
     unsafe { pyo3::ffi::PyErr_Clear() };
 }

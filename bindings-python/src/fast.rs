@@ -18,9 +18,10 @@
 //! (a method lookup per call). `crate::slots` gives them plain C slots.
 //!
 //! Must never: run Python code before its arguments are checked the way
-//! pyo3 would check them, let a panic cross into CPython, or hold a
-//! `Py<T>` it drops (pyo3 counts this thread as detached here, so a
-//! dropped `Py<T>` would wait in pyo3's pool until its next call).
+//! pyo3 would check them, let a panic cross into CPython, or drop a
+//! `Py<T>` or a `PyErr` (pyo3 counts this thread as detached here, so the
+//! decref would wait in pyo3's pool until its next entry point): errors
+//! are raised through `convert::restore_attached`.
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::ffi;
@@ -256,8 +257,8 @@ fn ret(py: Python<'_>, r: PyResult<Bound<'_, PyAny>>) -> *mut ffi::PyObject {
 
 /// Sets the exception; NULL.
 #[cold]
-fn raise(py: Python<'_>, e: PyErr) -> *mut ffi::PyObject {
-    e.restore(py);
+fn raise(_py: Python<'_>, e: PyErr) -> *mut ffi::PyObject {
+    crate::convert::restore_attached(e);
     std::ptr::null_mut()
 }
 

@@ -94,18 +94,18 @@ unsafe fn call<R>(
     }));
     match out {
         Ok(v) => v,
-        Err(_) => {
-            PyRuntimeError::new_err("segcache: internal error (a Rust panic) in a Cache operator")
-                .restore(py);
-            err
-        }
+        Err(_) => raise(
+            py,
+            PyRuntimeError::new_err("segcache: internal error (a Rust panic) in a Cache operator"),
+            err,
+        ),
     }
 }
 
 /// Sets the exception and returns `err`.
 #[cold]
-fn raise<R>(py: Python<'_>, e: PyErr, err: R) -> R {
-    e.restore(py);
+fn raise<R>(_py: Python<'_>, e: PyErr, err: R) -> R {
+    crate::convert::restore_attached(e);
     err
 }
 
