@@ -610,11 +610,7 @@ impl Segcache {
     /// only if one is missing, so repeated reads do not dirty the line.
     #[inline]
     fn mark(&mut self, loc: Location, bits: u8) {
-        let at = loc.offset as usize + item::META_AT;
-        let data = self.segs.data_mut(loc.seg);
-        if data[at] & bits != bits {
-            data[at] |= bits;
-        }
+        self.segs.mark(loc, bits);
     }
 
     /// Unlinks the live item at `loc` (the current item of the key whose
@@ -636,6 +632,7 @@ impl Segcache {
     /// assert_eq!((item.value(), item.flags(), item.ttl()), (&b"hello"[..], 42, Ttl::Never));
     /// assert!(cache.get("nobody").is_none());
     /// ```
+    #[inline]
     pub fn get(&mut self, key: impl AsRef<[u8]>) -> Option<Item<'_>> {
         let key = key.as_ref();
         self.get_hashed(key, hash_key(key))
@@ -656,10 +653,13 @@ impl Segcache {
     #[inline(never)]
     fn get_found(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
         let (loc, now) = self.hit(key, hash)?;
-        if self.segs.item(loc).marks() & item::FETCHED == 0 {
-            self.mark(loc, item::FETCHED);
-        }
-        Some(self.item_view(loc, now))
+        let (raw, header) = self.segs.fetch(loc);
+        Some(Item {
+            raw,
+            header,
+            loc,
+            now,
+        })
     }
 
     /// Reads a key's value and client flags the cheapest way: lends them
@@ -719,8 +719,53 @@ impl Segcache {
     /// The counted part of every plain read: finds the key's live item,
     /// counts a hit (and the access, for eviction) or a miss, and returns
     /// the item's location and the time it was read at.
-    #[inline]
+    ///
+    /// The common case stays inline and short: no delayed flush pending,
+    /// no table growing. A miss whose tags say no reads one control word
+    /// and no clock; the clock is read once an entry is found.
+    #[inline(always)]
     fn hit(&mut self, key: &[u8], hash: u64) -> Option<(Location, u32)> {
+        if self.flush_at.is_some() || self.table.is_growing() {
+            return self.hit_slow(key, hash);
+        }
+        // An empty or over-long key matches no item (lengths are compared
+        // first), so it needs no check of its own here.
+        let segs = &self.segs;
+        let Some((bucket, slot, info)) = self
+            .table
+            .lookup_settled(hash, |at| segs.item(at).key_is(key))
+        else {
+            self.counters.misses += 1;
+            return None;
+        };
+        let loc = hashtable::location(info);
+        let now = self.clock.now();
+        if self.segs.headers[loc.seg as usize].is_expired(now) {
+            self.expired_on_read(hash, loc);
+            return None;
+        }
+        self.counters.hits += 1;
+        self.table.record_access_seen(bucket, slot, info, now);
+        Some((loc, now))
+    }
+
+    /// A read that found the item at `loc` expired: unlinks it and counts
+    /// the expiration and the miss.
+    #[cold]
+    #[inline(never)]
+    fn expired_on_read(&mut self, hash: u64, loc: Location) {
+        self.table.remove_at(hash, loc);
+        self.account_unlinked(loc);
+        self.counters.expirations += 1;
+        self.counters.misses += 1;
+    }
+
+    /// [`hit`](Self::hit) while a delayed flush is pending or the table
+    /// grows: the flush runs first, a drain step is taken, then the same
+    /// lookup in whichever table holds the key.
+    #[cold]
+    #[inline(never)]
+    fn hit_slow(&mut self, key: &[u8], hash: u64) -> Option<(Location, u32)> {
         // A miss needs no time: the clock is read once an entry is found,
         // unless a delayed flush is pending (then it goes first, as always).
         let pending = self.flush_at.is_some().then(|| self.now());

@@ -94,6 +94,18 @@ pub(crate) fn write(dst: &mut [u8], key: &[u8], value_parts: [&[u8]; 2], meta: &
     debug_assert_eq!(at, dst.len());
 }
 
+/// Sets the meta-protocol marks `bits` on the item at the front of
+/// `bytes`, writing the byte only if one is missing (a read that finds
+/// them set leaves the line clean).
+#[inline(always)]
+pub(crate) fn mark(bytes: &mut [u8], bits: u8) {
+    debug_assert_eq!(bits & !MARKS, 0);
+    let meta = &mut bytes[META_AT];
+    if *meta & bits != bits {
+        *meta |= bits;
+    }
+}
+
 /// A read-only view of an item in a segment.
 #[derive(Clone, Copy)]
 pub(crate) struct RawItem<'a> {
@@ -193,10 +205,10 @@ impl<'a> RawItem<'a> {
     }
 }
 
-/// `a == b` for slices of equal length, inline for keys up to 32 bytes
-/// (a few word compares, overlapping at the ends, cost less than a call
-/// to `memcmp`); longer keys go to `memcmp`.
-#[inline]
+/// `a == b` for slices of equal length, inline and without a call: a few
+/// word compares, overlapping at the ends, cost less than `memcmp`, and a
+/// lookup loop that calls nothing keeps its state in registers.
+#[inline(always)]
 fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
     debug_assert_eq!(a.len(), b.len());
     let n = a.len();
@@ -204,7 +216,8 @@ fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
     let w64 = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().unwrap());
     let w32 = |s: &[u8], at: usize| u32::from_ne_bytes(s[at..at + 4].try_into().unwrap());
     match n {
-        0..=3 => a == b,
+        0 => true,
+        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
         4..=8 => w32(a, 0) == w32(b, 0) && w32(a, n - 4) == w32(b, n - 4),
         9..=16 => w64(a, 0) == w64(b, 0) && w64(a, n - 8) == w64(b, n - 8),
         17..=32 => {
@@ -214,7 +227,21 @@ fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
                 | (w64(a, n - 8) ^ w64(b, n - 8));
             diff == 0
         }
-        _ => a == b,
+        _ => {
+            // 16 bytes a step, the last step overlapping the one before.
+            let mut at = 0;
+            loop {
+                let at16 = at.min(n - 16);
+                let diff = (w64(a, at16) ^ w64(b, at16)) | (w64(a, at16 + 8) ^ w64(b, at16 + 8));
+                if diff != 0 {
+                    return false;
+                }
+                if at16 == n - 16 {
+                    return true;
+                }
+                at += 16;
+            }
+        }
     }
 }
 
@@ -261,7 +288,7 @@ mod tests {
     #[test]
     fn key_compare_agrees_with_slice_equality() {
         let meta = Meta::default();
-        for len in 1..=70usize {
+        for len in 1..=MAX_KEY_LEN {
             let key: Vec<u8> = (0..len as u8).map(|i| i.wrapping_mul(37)).collect();
             let size = item_size(len, 3, &meta);
             let mut buf = vec![0u8; size];
