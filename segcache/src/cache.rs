@@ -1800,6 +1800,7 @@ impl Segcache {
 
     /// Updates segment and cache counters for an item the table no longer
     /// points at.
+    #[inline]
     pub(crate) fn account_unlinked(&mut self, loc: Location) {
         let size = self.segs.item(loc).size() as u32;
         let header = &mut self.segs.headers[loc.seg as usize];

@@ -842,6 +842,18 @@ impl HashTable {
             | (old & (STAMP_MASK << STAMP_SHIFT));
     }
 
+    /// Points the entry at (`bucket`, `slot`) to `to`, keeping its access
+    /// counter and everything else (a compaction that did not judge it).
+    #[inline]
+    pub(crate) fn relocate(&mut self, bucket: usize, slot: usize, to: Location) {
+        let (t, b) = self.resolve_mut(bucket);
+        let i = b * SLOTS + slot;
+        debug_assert_ne!(t.ctrl[b] >> (8 * slot) & 0xff, 0, "moving an empty slot");
+        t.slots[i] = (t.slots[i] & !(SEG_MASK << SEG_SHIFT | OFFSET_MASK))
+            | ((to.seg as u64) << SEG_SHIFT)
+            | to.offset as u64;
+    }
+
     /// Empties the entry at (`bucket`, `slot`), returning its item info.
     pub(crate) fn clear_at(&mut self, bucket: usize, slot: usize) -> u64 {
         let (t, b) = self.resolve_mut(bucket);
@@ -1160,6 +1172,17 @@ mod tests {
         );
         table.set_frequency(bucket, slot, 200);
         assert_eq!(frequency(table.info_at(hash, a).unwrap()), 127, "capped");
+        let before = table.info_at(hash, a).unwrap();
+        table.relocate(bucket, slot, b);
+        let after = table.info_at(hash, b).unwrap();
+        assert_eq!(location(after), b);
+        assert_eq!(
+            after & !(SEG_MASK << SEG_SHIFT | OFFSET_MASK),
+            before & !(SEG_MASK << SEG_SHIFT | OFFSET_MASK),
+            "relocating keeps the counter, stamp, check bits and displacement"
+        );
+        assert!(table.info_at(hash, a).is_none());
+        table.relocate(bucket, slot, a);
         assert_eq!(location(table.clear_at(bucket, slot)), a);
         assert!(table.info_at(hash, a).is_none());
     }

@@ -83,15 +83,56 @@ pub(crate) fn write(dst: &mut [u8], key: &[u8], value_parts: [&[u8]; 2], meta: &
         at += 8;
     }
     dst[META_AT] = bits;
-    dst[at..at + key.len()].copy_from_slice(key);
+    copy_bytes(&mut dst[at..at + key.len()], key);
     at += key.len();
     for part in value_parts {
         if !part.is_empty() {
-            dst[at..at + part.len()].copy_from_slice(part);
+            copy_bytes(&mut dst[at..at + part.len()], part);
             at += part.len();
         }
     }
     debug_assert_eq!(at, dst.len());
+}
+
+/// `dst.copy_from_slice(src)`, inline up to 64 bytes (a few overlapping
+/// word moves cost less than a call to `memcpy` for keys and small
+/// values); longer copies go to `memcpy`.
+#[inline(always)]
+fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    let dst = &mut dst[..n];
+    // Copies the `N` bytes at `at` (in bounds: every caller below keeps
+    // `at + N <= n`).
+    #[inline(always)]
+    fn chunk<const N: usize>(dst: &mut [u8], src: &[u8], at: usize) {
+        let word: [u8; N] = src[at..at + N].try_into().unwrap();
+        dst[at..at + N].copy_from_slice(&word);
+    }
+    match n {
+        0 => {}
+        1..=3 => {
+            dst[0] = src[0];
+            dst[n / 2] = src[n / 2];
+            dst[n - 1] = src[n - 1];
+        }
+        4..=7 => {
+            chunk::<4>(dst, src, 0);
+            chunk::<4>(dst, src, n - 4);
+        }
+        8..=16 => {
+            chunk::<8>(dst, src, 0);
+            chunk::<8>(dst, src, n - 8);
+        }
+        17..=32 => {
+            chunk::<16>(dst, src, 0);
+            chunk::<16>(dst, src, n - 16);
+        }
+        33..=64 => {
+            chunk::<32>(dst, src, 0);
+            chunk::<32>(dst, src, n - 32);
+        }
+        _ => dst.copy_from_slice(src),
+    }
 }
 
 /// Sets the meta-protocol marks `bits` on the item at the front of
@@ -305,6 +346,23 @@ mod tests {
             let mut longer = key.clone();
             longer.push(0);
             assert!(!item.key_is(&longer));
+        }
+    }
+
+    #[test]
+    fn small_copies_copy_exactly_the_bytes_asked_for() {
+        let src: Vec<u8> = (0..100u8)
+            .map(|i| i.wrapping_mul(91).wrapping_add(7))
+            .collect();
+        for n in 0..=100usize {
+            let mut dst = [0xeeu8; 102];
+            copy_bytes(&mut dst[1..=n], &src[..n]);
+            assert_eq!(&dst[1..=n], &src[..n], "len {n}");
+            assert_eq!(dst[0], 0xee, "len {n}: nothing before");
+            assert!(
+                dst[n + 1..].iter().all(|&b| b == 0xee),
+                "len {n}: nothing after"
+            );
         }
     }
 
