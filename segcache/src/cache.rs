@@ -926,7 +926,7 @@ impl Segcache {
             ..Meta::default()
         };
         let now = self.now();
-        self.write(key, hash, [value, &[]], &meta, secs, now)
+        self.write_inline(key, hash, [value, &[]], &meta, secs, now)
             .map(drop)
     }
 
@@ -1662,7 +1662,23 @@ impl Segcache {
     /// Writes a new item (TTL in seconds, 0: never) and points the table at
     /// it; returns where it went. On error nothing changed: the old item
     /// (if any) is still readable.
+    #[inline(never)]
     fn write(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        value: [&[u8]; 2],
+        meta: &Meta,
+        ttl: u32,
+        now: u32,
+    ) -> Result<Location, Error> {
+        self.write_inline(key, hash, value, meta, ttl, now)
+    }
+
+    /// [`write`](Self::write), inline: `set`, the hottest write, takes
+    /// this one and saves a call frame.
+    #[inline(always)]
+    fn write_inline(
         &mut self,
         key: &[u8],
         hash: u64,
