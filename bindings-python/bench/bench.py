@@ -28,8 +28,13 @@ Memory: ENTRIES entries (default 1,000,000) of a ~10-byte str key and a
 growth from before the cache was built (all memory, native included), per
 entry. Every cache has room for all entries.
 
+With --values fresh, every write passes a new value object and the caches
+hold the only references to their values (an application caching computed
+values): see FRESH.
+
     python bench/bench.py                       # defaults, ~5 minutes
     python bench/bench.py --rounds 3 --resident 20000 --entries 200000
+    python bench/bench.py --values fresh --no-memory
 """
 
 from __future__ import annotations
@@ -133,6 +138,15 @@ def version(name: str) -> str:
 # --- timing ------------------------------------------------------------------
 
 
+# --values fresh: every write in a timed loop passes a new bytes object
+# (made in the loop, for every cache alike), and the caches hold the only
+# references to their values, as in an application that caches computed
+# values: a cache that stores references frees the value it replaces or
+# deletes inside the call, one that copies frees nothing there but its
+# caller frees the argument. Default (shared): one bytes object for every
+# key and write. Set by main().
+FRESH = False
+
 # The clock every timing reads: the thread's CPU time by default (time the
 # thread spent descheduled on a loaded machine is left out, memory stalls
 # are not), or wall time with --clock wall. Set by main().
@@ -149,18 +163,58 @@ def per_call(fn, args) -> float:
 
 def per_set(fn, keys, value) -> float:
     gc.collect()
+    if FRESH:
+        t = bytearray(value)
+        t0 = now_ns()
+        for k in keys:
+            fn(k, bytes(t))
+        return (now_ns() - t0) / len(keys)
     t0 = now_ns()
     for k in keys:
         fn(k, value)
     return (now_ns() - t0) / len(keys)
 
 
+def per_set_ttl(fn, keys, value) -> float:
+    """`fn(k, v, ttl=3600)` (keywords spelled out: `**kw` would make every
+    call build a dict)."""
+    gc.collect()
+    if FRESH:
+        t = bytearray(value)
+        t0 = now_ns()
+        for k in keys:
+            fn(k, bytes(t), ttl=3600)
+        return (now_ns() - t0) / len(keys)
+    t0 = now_ns()
+    for k in keys:
+        fn(k, value, ttl=3600)
+    return (now_ns() - t0) / len(keys)
+
+
 def per_setitem(c, keys, value) -> float:
     gc.collect()
+    if FRESH:
+        t = bytearray(value)
+        t0 = now_ns()
+        for k in keys:
+            c[k] = bytes(t)
+        return (now_ns() - t0) / len(keys)
     t0 = now_ns()
     for k in keys:
         c[k] = value
     return (now_ns() - t0) / len(keys)
+
+
+def fill(put, keys, value) -> None:
+    """Writes every key (untimed): with --values fresh, each gets its own
+    object, which the cache then holds the only reference to."""
+    if FRESH:
+        t = bytearray(value)
+        for k in keys:
+            put(k, bytes(t))
+    else:
+        for k in keys:
+            put(k, value)
 
 
 def per_delitem(c, keys) -> float:
@@ -180,8 +234,7 @@ def time_map(name: str, keys, missing, value) -> dict:
     # touched yet until then: the first writes into it pay page faults,
     # with huge pages a kernel compaction stall, not the cache's own work.)
     for _ in range(2):
-        for k in keys:
-            put(k, value)
+        fill(put, keys, value)
     assert get(keys[0]) == value and get(keys[-1]) == value, name
     assert get(missing[0]) is None, name
     out = {
@@ -193,16 +246,10 @@ def time_map(name: str, keys, missing, value) -> dict:
         # Its methods, and the same overwrite with a per-item TTL (the
         # peers here have none).
         out["set, c.set(k, v)"] = per_set(c.set, keys, value)
-        setter = c.set
-        gc.collect()
-        t0 = now_ns()
-        for k in keys:
-            setter(k, value, ttl=3600)
-        out["set, ttl=3600"] = (now_ns() - t0) / len(keys)
+        out["set, ttl=3600"] = per_set_ttl(c.set, keys, value)
         out["delete, c.delete(k)"] = per_call(c.delete, keys)
         assert get(keys[0]) is None, name
-        for k in keys:
-            put(k, value)
+        fill(put, keys, value)
     out["delete"] = per_call(delete, keys) if c is None else per_delitem(c, keys)
     assert get(keys[0]) is None, name
     return out
@@ -219,6 +266,19 @@ def time_decorator(name: str, n: int) -> float:
 
 def loop_cost(n: int) -> float:
     return per_call(lambda k: None, [f"key:{i}" for i in range(n)])
+
+
+def make_cost(n: int, value: bytes) -> float:
+    """ns per `bytes(template)` in a loop over n keys (the object dropped
+    at once): what --values fresh adds to every write."""
+    t = bytearray(value)
+    keys = [f"key:{i}" for i in range(n)]
+    gc.collect()
+    t0 = now_ns()
+    for k in keys:
+        x = bytes(t)
+    del x
+    return (now_ns() - t0) / n
 
 
 # --- memory ------------------------------------------------------------------
@@ -272,10 +332,19 @@ def main() -> None:
         default="cpu",
         help="cpu: the thread's CPU time (default; steadier on a shared machine); wall: perf_counter",
     )
+    ap.add_argument(
+        "--values",
+        choices=["shared", "fresh"],
+        default="shared",
+        help="shared: one bytes object for every write (default); fresh: a new object per write, "
+        "the cache holding the only reference (see FRESH)",
+    )
+    ap.add_argument("--no-memory", action="store_true", help="skip the memory test")
     ap.add_argument("--memory-child", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    global now_ns
+    global now_ns, FRESH
     now_ns = time.thread_time_ns if args.clock == "cpu" else time.perf_counter_ns
+    FRESH = args.values == "fresh"
 
     if args.memory_child:
         print(json.dumps(memory_child(args.memory_child, args.entries)))
@@ -298,14 +367,16 @@ def main() -> None:
             samples.setdefault(("-", "decorator hit"), {}).setdefault(name, []).append(time_decorator(name, n))
         print(f"  round {r + 1}/{args.rounds} done", file=sys.stderr)
     loop = loop_cost(n)
-    memory = {name: memory_one(name, args.entries) for name in MAPS}
+    making = {size: make_cost(n, value) for size, value in sizes.items()} if FRESH else {}
+    memory = {} if args.no_memory else {name: memory_one(name, args.entries) for name in MAPS}
 
     load = os.getloadavg()
     print(
         f"Python {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
         f"load average {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} at the end; "
         f"{n:,} resident str keys, {args.rounds} interleaved rounds, "
-        f"{'thread CPU time' if args.clock == 'cpu' else 'wall time'}.\n"
+        f"{'thread CPU time' if args.clock == 'cpu' else 'wall time'}, "
+        f"{'a fresh value object per write' if FRESH else 'one shared value object'}.\n"
     )
     names = sorted({c for per in samples.values() for c in per}, key=lambda c: (c != "segcache", c))
     print("Median ns per call (the Python loop's own cost included):\n")
@@ -322,6 +393,10 @@ def main() -> None:
         cells = [ratio_cell(per[c], per["segcache"]) if c in per else "" for c in peers]
         print(f"| {size} | {op} | " + " | ".join(cells) + " |")
     print(f"\nThe bare loop (`for k in keys: f(k)`, f a no-op lambda) costs {loop:.0f} ns per call.\n")
+    for size, ns in making.items():
+        print(f"Making a fresh {size} value (`bytes(template)`, in every write loop above) costs {ns:.0f} ns.\n")
+    if not memory:
+        return
     print(f"Memory: RSS growth per entry for {args.entries:,} entries (~10-byte str key, {MEMORY_VALUE_LEN}-byte bytes value):\n")
     print("| cache | bytes per entry | vs segcache |")
     print("|---|---:|---:|")

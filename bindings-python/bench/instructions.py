@@ -111,13 +111,18 @@ OPS = ["get hit", "get miss", "set", "delete"]
 
 
 def instructions(script: str, args: list) -> int:
+    """Instructions callgrind counts for `python -c script *args`."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "cg.out")
         # A fixed str hash seed: with a random one, dict layouts (and when
         # they resize) differ between the short and the long run, which
         # moved results by up to ~100 instructions per operation.
         proc = subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, script, *args],
+            # The child's code by -c, not from a temporary file: a random
+            # file name is a different str in every run (code objects and
+            # module globals hold it), which moved dict layouts and the
+            # result by up to ~500 instructions per operation.
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-c", script, *args],
             capture_output=True,
             text=True,
             env={**os.environ, "PYTHONHASHSEED": "0"},
@@ -142,27 +147,22 @@ def main() -> None:
     ap.add_argument("--value", type=int, default=64, help="value bytes")
     ap.add_argument("--caches", default=",".join(CACHES), help="comma-separated subset of " + ",".join(CACHES))
     args = ap.parse_args()
-    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
-        f.write(CHILD)
-        script = f.name
-    try:
-        print(f"Instructions per operation (callgrind), {args.keys} hot str keys, {args.value}-byte values; "
-              "delete is the mean of a delete and the re-insert after it.\n")
-        chosen = args.caches.split(",")
-        maps = [c for c in CACHES if c in chosen]
-        # functools stands in for dict among the decorators.
-        decorated = [c for c in DECORATED if c in chosen or (c == "functools" and "dict" in chosen)]
-        print("| operation | " + " | ".join(maps) + " |")
-        print("|---|" + "---:|" * len(maps))
-        for op in OPS:
-            cells = [f"{per_op(script, c, op, args.keys, args.reps, args.value):.0f}" for c in maps]
-            print(f"| {op} | " + " | ".join(cells) + " |")
-        print("\n| decorator hit | " + " | ".join(decorated) + " |")
-        print("|---|" + "---:|" * len(decorated))
-        cells = [f"{per_op(script, c, 'decorator hit', args.keys, args.reps, args.value):.0f}" for c in decorated]
-        print("| int argument | " + " | ".join(cells) + " |")
-    finally:
-        os.unlink(script)
+    script = CHILD
+    print(f"Instructions per operation (callgrind), {args.keys} hot str keys, {args.value}-byte values; "
+          "delete is the mean of a delete and the re-insert after it.\n")
+    chosen = args.caches.split(",")
+    maps = [c for c in CACHES if c in chosen]
+    # functools stands in for dict among the decorators.
+    decorated = [c for c in DECORATED if c in chosen or (c == "functools" and "dict" in chosen)]
+    print("| operation | " + " | ".join(maps) + " |")
+    print("|---|" + "---:|" * len(maps))
+    for op in OPS:
+        cells = [f"{per_op(script, c, op, args.keys, args.reps, args.value):.0f}" for c in maps]
+        print(f"| {op} | " + " | ".join(cells) + " |", flush=True)
+    print("\n| decorator hit | " + " | ".join(decorated) + " |")
+    print("|---|" + "---:|" * len(decorated))
+    cells = [f"{per_op(script, c, 'decorator hit', args.keys, args.reps, args.value):.0f}" for c in decorated]
+    print("| int argument | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use crate::clock::PyManualClock;
 use crate::convert::{
-    buf, conditional, int_arg, seconds_arg, str_bytes, to_py_err, ttl_arg, type_name,
+    buf, bytes_of, conditional, int_arg, seconds_arg, str_bytes, to_py_err, ttl_arg, type_name,
 };
 use crate::flight::{Flights, Role};
 use crate::key::{self, KeyBuf, KeyError};
@@ -109,6 +109,15 @@ impl KeySnapshot {
 /// A read lock on an open cache, held for one operation.
 type CacheRef<'a> = MappedRwLockReadGuard<'a, ShardedCache>;
 
+/// The open cache for one short call holding the GIL throughout: a plain
+/// reference where a GIL exists (see [`PyCache::cache_attached`]).
+#[cfg(not(Py_GIL_DISABLED))]
+type AttachedRef<'a> = &'a ShardedCache;
+/// The open cache for one short call: on free-threaded CPython, the read
+/// lock.
+#[cfg(Py_GIL_DISABLED)]
+type AttachedRef<'a> = CacheRef<'a>;
+
 fn closed_error() -> PyErr {
     PyRuntimeError::new_err(
         "this segcache.Cache is closed: save() shut it down (open a new \
@@ -164,11 +173,57 @@ impl PyCache {
             .map_err(|_| closed_error())
     }
 
+    /// The open cache for one short call that keeps the GIL from here to
+    /// its last use of the reference, or the "closed" `RuntimeError`.
+    ///
+    /// With a GIL (every CPython but a free-threaded one) such a call needs
+    /// no lock against `save()`: `save()` sets `closing` holding the GIL and
+    /// takes the cache out later, so a call that holds the GIL throughout
+    /// either saw `closing` here or ended before `save()` got the GIL.
+    /// "Throughout": between this check and the last use, the caller must
+    /// not detach, call Python code, allocate a GC-tracked object or drop
+    /// a reference (each may run Python code, which may switch threads).
+    /// Building `bytes`, `str` and `int` objects is fine. Calls that cannot
+    /// promise this take [`cache`](Self::cache)'s read lock. On free-threaded
+    /// CPython this is that read lock.
+    #[inline(always)]
+    fn cache_attached(&self, _py: Python<'_>) -> PyResult<AttachedRef<'_>> {
+        #[cfg(not(Py_GIL_DISABLED))]
+        {
+            if self.closing.load(Ordering::Relaxed) {
+                return Err(closed_error());
+            }
+            // SAFETY: the only writer is `save()`, which sets `closing`
+            // under the GIL before it takes the lock to write (see above):
+            // we hold the GIL and saw `closing` unset, so no write happens
+            // until our caller lets the GIL go, after its last use.
+            unsafe { &*self.inner.data_ptr() }
+                .as_ref()
+                .ok_or_else(closed_error)
+        }
+        #[cfg(Py_GIL_DISABLED)]
+        {
+            self.cache()
+        }
+    }
+
     /// The value stored under an encoded key, or `None`.
     #[inline(never)]
     pub fn lookup<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.lookup_inline(py, key)
+    }
+
+    /// [`lookup`](Self::lookup), inlined into `get` and `c[k]` (one call
+    /// frame less per read).
+    #[inline(always)]
+    fn lookup_inline<'py>(
+        &self,
+        py: Python<'py>,
+        key: &[u8],
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        // Under the reference, `fetch` only builds bytes, str or int.
         let fetched = self
-            .cache()?
+            .cache_attached(py)?
             .get_value_with(key, |v, flags| value::fetch(py, v, flags));
         fetched.map(|f| f.finish(&self.serializer)).transpose()
     }
@@ -188,7 +243,7 @@ impl PyCache {
     ) -> PyResult<Result<(), segcache::Error>> {
         // bytes and str, the common values, go straight from the object.
         if let Ok(b) = value.cast_exact::<PyBytes>() {
-            return self.store_bytes(py, key, b.as_bytes(), FLAG_BYTES, ttl, mode, cas);
+            return self.store_bytes(py, key, bytes_of(b), FLAG_BYTES, ttl, mode, cas);
         }
         if let Ok(s) = value.cast_exact::<PyString>() {
             return self.store_bytes(py, key, str_bytes(s)?, FLAG_STR, ttl, mode, cas);
@@ -224,10 +279,23 @@ impl PyCache {
         mode: StoreMode,
         cas: Option<u64>,
     ) -> PyResult<Result<(), segcache::Error>> {
-        let guard = self.cache()?;
-        let cache: &ShardedCache = &guard;
-        let ttl = Ttl::from(ttl);
-        let write = || {
+        // As `Ttl::from`, which is not inlined across crates.
+        let ttl = match ttl {
+            Some(d) if !d.is_zero() => Ttl::After(d),
+            _ => Ttl::Never,
+        };
+        /// The write itself (inlined at both call sites: a closure called
+        /// from two places was kept out of line).
+        #[inline(always)]
+        fn write(
+            cache: &ShardedCache,
+            key: &[u8],
+            value: &[u8],
+            flags: u32,
+            ttl: Ttl,
+            mode: StoreMode,
+            cas: Option<u64>,
+        ) -> Result<(), segcache::Error> {
             if mode == StoreMode::Set && cas.is_none() {
                 // The core's direct path for a plain set.
                 return cache.set(key, value, flags, ttl);
@@ -242,24 +310,29 @@ impl PyCache {
                 invalidate: false,
             };
             cache.store(&store).map(drop)
-        };
-        Ok(if value.len() >= DETACH_AT {
-            py.detach(write)
-        } else {
-            write()
-        })
+        }
+        if value.len() >= DETACH_AT {
+            let guard = self.cache()?;
+            let cache: &ShardedCache = &guard;
+            return Ok(py.detach(|| write(cache, key, value, flags, ttl, mode, cas)));
+        }
+        // The core's write runs no Python code.
+        let cache = self.cache_attached(py)?;
+        // A plain reference with a GIL, a guard on free-threaded builds.
+        #[allow(clippy::needless_borrow)]
+        Ok(write(&cache, key, value, flags, ttl, mode, cas))
     }
 
     /// Whether an encoded key is present.
     #[inline(always)]
-    pub fn contains_encoded(&self, key: &[u8]) -> PyResult<bool> {
-        Ok(self.cache()?.contains(key))
+    pub fn contains_encoded(&self, py: Python<'_>, key: &[u8]) -> PyResult<bool> {
+        Ok(self.cache_attached(py)?.contains(key))
     }
 
     /// Deletes an encoded key; `true` if it was present.
     #[inline(always)]
-    pub fn remove(&self, key: &[u8]) -> PyResult<bool> {
-        Ok(self.cache()?.delete(key))
+    pub fn remove(&self, py: Python<'_>, key: &[u8]) -> PyResult<bool> {
+        Ok(self.cache_attached(py)?.delete(key))
     }
 
     /// The encoded keys of the live items at this moment, copied out one
@@ -558,7 +631,7 @@ impl PyCache {
         default: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let found = match read_key(key, &mut KeyBuf::new())? {
-            Some(k) => self.lookup(py, k)?,
+            Some(k) => self.lookup_inline(py, k)?,
             None => None,
         };
         Ok(match found {
@@ -711,9 +784,9 @@ impl PyCache {
 
     /// Removes key; True if it was present.
     #[inline(always)]
-    pub(crate) fn delete(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    pub(crate) fn delete(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         match read_key(key, &mut KeyBuf::new())? {
-            Some(k) => self.remove(k),
+            Some(k) => self.remove(py, k),
             None => Ok(false),
         }
     }
@@ -727,7 +800,7 @@ impl PyCache {
         };
         match left {
             Some(left) => Ok(left.duration().map(|d| d.as_secs())),
-            None => Err(PyKeyError::new_err(key.clone().unbind())),
+            None => Err(PyKeyError::new_err((key.clone().unbind(),))),
         }
     }
 
@@ -845,7 +918,7 @@ impl PyCache {
             )));
         }
         let missing = || match default.len() {
-            0 => Err(PyKeyError::new_err(key.clone().unbind())),
+            0 => Err(PyKeyError::new_err((key.clone().unbind(),))),
             _ => default.get_item(0),
         };
         let mut kb = KeyBuf::new();
@@ -1019,9 +1092,9 @@ impl PyCache {
     }
 
     #[inline(always)]
-    pub(crate) fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    pub(crate) fn __contains__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         match read_key(key, &mut KeyBuf::new())? {
-            Some(k) => Ok(self.cache()?.contains(k)),
+            Some(k) => self.contains_encoded(py, k),
             None => Ok(false),
         }
     }
@@ -1032,11 +1105,8 @@ impl PyCache {
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let found = match read_key(key, &mut KeyBuf::new())? {
-            Some(k) => self.lookup(py, k)?,
-            None => None,
-        };
-        found.ok_or_else(|| PyKeyError::new_err(key.clone().unbind()))
+        self.get_item(py, key)?
+            .ok_or_else(|| PyKeyError::new_err((key.clone().unbind(),)))
     }
 
     #[inline(always)]
@@ -1053,11 +1123,11 @@ impl PyCache {
     }
 
     #[inline(always)]
-    pub(crate) fn __delitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        if self.delete(key)? {
+    pub(crate) fn __delitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        if self.delete(py, key)? {
             Ok(())
         } else {
-            Err(PyKeyError::new_err(key.clone().unbind()))
+            Err(PyKeyError::new_err((key.clone().unbind(),)))
         }
     }
 
@@ -1103,6 +1173,19 @@ impl PyCache {
 }
 
 impl PyCache {
+    /// `c[key]`, with `None` for a missing key (the caller raises).
+    #[inline(always)]
+    pub(crate) fn get_item<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match read_key(key, &mut KeyBuf::new())? {
+            Some(k) => self.lookup_inline(py, k),
+            None => Ok(None),
+        }
+    }
+
     /// Removes an encoded key and returns its value, atomically.
     fn take<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
         // Read the value with its CAS token, then delete only that version:

@@ -305,7 +305,7 @@ impl CachedFunction {
         let cache = self.cache.bind(py).get();
         for k in cache.snapshot_keys(py)?.iter() {
             if key::is_call_of(k, &self.name) {
-                cache.remove(k)?;
+                cache.remove(py, k)?;
             }
         }
         self.hits.store(0, Ordering::Relaxed);

@@ -44,10 +44,25 @@ pub fn str_bytes<'a>(s: &'a Bound<'_, PyString>) -> PyResult<&'a [u8]> {
     Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len as usize) })
 }
 
+/// The bytes of a `bytes` object, borrowed from it: one C call
+/// (`PyBytes_AsStringAndSize`) where pyo3's `as_bytes` makes two.
+#[inline]
+pub fn bytes_of<'a>(b: &'a Bound<'_, PyBytes>) -> &'a [u8] {
+    let mut ptr: *mut std::ffi::c_char = std::ptr::null_mut();
+    let mut len: pyo3::ffi::Py_ssize_t = 0;
+    // SAFETY: `b` is a live `bytes` (so the call cannot fail) and we are
+    // attached to the interpreter.
+    let rc = unsafe { pyo3::ffi::PyBytes_AsStringAndSize(b.as_ptr(), &mut ptr, &mut len) };
+    debug_assert!(rc == 0 && !ptr.is_null() && len >= 0);
+    // SAFETY: CPython guarantees `len` bytes at `ptr`, immutable and owned
+    // by the object, which outlives 'a.
+    unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len as usize) }
+}
+
 /// Reads a key or value argument; `what` names it in the `TypeError`.
 pub fn buf<'a>(obj: &'a Bound<'_, PyAny>, what: &str) -> PyResult<Buf<'a>> {
     if let Ok(b) = obj.cast::<PyBytes>() {
-        return Ok(Buf::Borrowed(b.as_bytes()));
+        return Ok(Buf::Borrowed(bytes_of(b)));
     }
     if let Ok(s) = obj.cast::<PyString>() {
         return str_bytes(s).map(Buf::Borrowed);
@@ -72,13 +87,58 @@ pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// The value of an `int` (or `bool`) that fits in an i64; `None` beyond,
+/// without raising: pyo3's `extract::<i64>` would build an `OverflowError`
+/// and drop it, and a `PyErr` dropped on the fast-call and slot paths
+/// (where pyo3 counts the thread as detached) waits in pyo3's pool until
+/// its next entry point, so a loop over big-int keys would pile them up.
+#[inline]
+pub fn small_int(obj: &Bound<'_, PyAny>) -> Option<i64> {
+    debug_assert!(obj.is_instance_of::<PyInt>());
+    let mut overflow: std::ffi::c_int = 0;
+    // SAFETY: `obj` is a live int and we are attached.
+    let n = unsafe { pyo3::ffi::PyLong_AsLongLongAndOverflow(obj.as_ptr(), &mut overflow) };
+    if overflow != 0 {
+        return None;
+    }
+    // SAFETY: attached. -1 may be the value or an error (not for an int).
+    if n == -1 && unsafe { !pyo3::ffi::PyErr_Occurred().is_null() } {
+        // SAFETY: attached; clears without building an exception object.
+        unsafe { pyo3::ffi::PyErr_Clear() };
+        return None;
+    }
+    Some(n)
+}
+
+/// Sets `e` as the current exception from the fast-call methods and the
+/// slots, where pyo3 counts the thread as detached: inside
+/// `Python::attach`, so that the references the error drops while it is
+/// raised (a lazy error's type and message) are released at once instead
+/// of waiting in pyo3's pool for its next entry point (a loop of failing
+/// calls would pile them up). Errors only: with the GIL held, `attach`
+/// costs a `PyGILState_Ensure`/`Release` pair.
+#[cold]
+pub fn restore_attached(e: PyErr) {
+    Python::attach(|py| e.restore(py));
+}
+
+/// Drops a Python error directly: restored (see [`restore_attached`]),
+/// then cleared by CPython. A `PyErr` dropped by Rust on the fast-call and
+/// slot paths would wait in pyo3's pool instead.
+#[cold]
+pub fn discard(_py: Python<'_>, e: PyErr) {
+    restore_attached(e);
+    // SAFETY: attached; clears the error just set.
+    unsafe { pyo3::ffi::PyErr_Clear() };
+}
+
 /// An int's value: i64 first (one C call), i128 beyond (slower under the
 /// stable ABI); `None` beyond that.
 #[inline]
 fn int_value(obj: &Bound<'_, PyAny>) -> Option<i128> {
-    match obj.extract::<i64>() {
-        Ok(n) => Some(n as i128),
-        Err(_) => obj.extract::<i128>().ok(),
+    match small_int(obj) {
+        Some(n) => Some(n as i128),
+        None => obj.extract::<i128>().map_err(|e| discard(obj.py(), e)).ok(),
     }
 }
 
@@ -153,7 +213,7 @@ pub fn to_py_err(err: segcache::Error, key: Option<&Bound<'_, PyAny>>) -> PyErr 
     use segcache::Error as E;
     match err {
         E::NotFound => match key {
-            Some(k) => PyKeyError::new_err(k.clone().unbind()),
+            Some(k) => PyKeyError::new_err((k.clone().unbind(),)),
             None => PyKeyError::new_err("not found"),
         },
         E::HashTableFull | E::OutOfMemory => CacheFullError::new_err(err.to_string()),

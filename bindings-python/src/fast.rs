@@ -12,15 +12,16 @@
 //! count) is handed to the method pyo3 generated (kept aside at install
 //! time), so error messages are pyo3's, unchanged.
 //!
-//! The mapping dunders (`c[k]`, `c[k] = v`, `del c[k]`, `k in c`) stay
-//! pyo3's type slots: a method descriptor under `__getitem__` would make
-//! CPython dispatch the operators through its generic slot functions
-//! (a method lookup per call), ~100 instructions more than pyo3's slot.
+//! The mapping operators (`c[k]`, `c[k] = v`, `del c[k]`, `k in c`) are
+//! type slots, not methods: a method descriptor under `__getitem__` would
+//! make CPython dispatch the operators through its generic slot functions
+//! (a method lookup per call). `crate::slots` gives them plain C slots.
 //!
 //! Must never: run Python code before its arguments are checked the way
-//! pyo3 would check them, let a panic cross into CPython, or hold a
-//! `Py<T>` it drops (pyo3 counts this thread as detached here, so a
-//! dropped `Py<T>` would wait in pyo3's pool until its next call).
+//! pyo3 would check them, let a panic cross into CPython, or drop a
+//! `Py<T>` or a `PyErr` (pyo3 counts this thread as detached here, so the
+//! decref would wait in pyo3's pool until its next entry point): errors
+//! are raised through `convert::restore_attached`.
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::ffi;
@@ -256,8 +257,8 @@ fn ret(py: Python<'_>, r: PyResult<Bound<'_, PyAny>>) -> *mut ffi::PyObject {
 
 /// Sets the exception; NULL.
 #[cold]
-fn raise(py: Python<'_>, e: PyErr) -> *mut ffi::PyObject {
-    e.restore(py);
+fn raise(_py: Python<'_>, e: PyErr) -> *mut ffi::PyObject {
+    crate::convert::restore_attached(e);
     std::ptr::null_mut()
 }
 
@@ -357,7 +358,7 @@ entry!(
 entry!(
     /// `Cache.delete(key)`.
     delete = 2,
-    |c, py, a| match c.delete(&a[0]) {
+    |c, py, a| match c.delete(py, &a[0]) {
         Ok(b) => py_bool(b),
         Err(e) => raise(py, e),
     }

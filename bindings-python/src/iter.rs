@@ -72,7 +72,7 @@ impl CacheIter {
             self.next_key += 1;
             match self.kind {
                 Kind::Keys => {
-                    if cache.contains_encoded(k)? {
+                    if cache.contains_encoded(py, k)? {
                         return key::decode(py, k).map(Some);
                     }
                 }

@@ -28,7 +28,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyMemoryView, PyString, PyTuple};
 use segcache::MAX_KEY_LEN;
 
-use crate::convert::{str_bytes, type_name};
+use crate::convert::{bytes_of, small_int, str_bytes, type_name};
 
 /// First byte of every key that is not a non-empty `str`.
 pub const TAG: u8 = 0xFF;
@@ -243,7 +243,7 @@ impl KeyBuf {
             return self.sized(T_STR, str_bytes(s)?);
         }
         if let Ok(b) = obj.cast::<PyBytes>() {
-            return self.sized(T_BYTES, b.as_bytes());
+            return self.sized(T_BYTES, bytes_of(b));
         }
         if let Ok(b) = obj.cast::<PyBool>() {
             let v = b.is_true();
@@ -254,9 +254,9 @@ impl KeyBuf {
             };
         }
         if obj.is_instance_of::<PyInt>() {
-            return match obj.extract::<i64>() {
-                Ok(n) => self.int(n),
-                Err(_) => self.big_int(obj),
+            return match small_int(obj) {
+                Some(n) => self.int(n),
+                None => self.big_int(obj),
             };
         }
         if let Ok(f) = obj.cast::<PyFloat>() {

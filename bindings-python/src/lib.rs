@@ -13,6 +13,8 @@
 //!   the rest through a serializer, pickle by default), and back;
 //! - `cache`: the `Cache` class;
 //! - `fast`: fast-call entry points for `Cache.get`, `set` and `delete`;
+//! - `slots`: `CacheSlots`, `Cache` with the mapping operators as plain
+//!   C slots (the base of the Python mapping);
 //! - `iter`: iteration over live items;
 //! - `flight`: single-flight for `get_or_set` and the decorator;
 //! - `cached`: the decorator's native wrapper (`CachedFunction`);
@@ -36,6 +38,7 @@ mod fast;
 mod flight;
 mod iter;
 mod key;
+mod slots;
 mod value;
 
 /// Writes of values at least this long release the GIL while the cache
@@ -55,7 +58,9 @@ create_exception!(
 #[pymodule(gil_used = false)]
 fn _segcache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cache::PyCache>()?;
-    fast::install(&m.py().get_type::<cache::PyCache>())?;
+    let cache_type = m.py().get_type::<cache::PyCache>();
+    fast::install(&cache_type)?;
+    m.add("CacheSlots", slots::make_type(&cache_type)?)?;
     m.add_class::<clock::PyManualClock>()?;
     m.add_class::<cached::CachedFunction>()?;
     m.add_class::<cached::BoundCachedMethod>()?;

@@ -343,6 +343,32 @@ def test_append_prepend(cache):
     assert cache.get("obj") == [1]
 
 
+def test_str_value_made_invalid_by_append_comes_back_as_bytes(cache):
+    # A str value is read back as str only while its bytes are UTF-8.
+    cache.set("s", "caf")
+    assert cache.append("s", b"\xc3\xa9") is True
+    assert cache.get("s") == "café" and cache["s"] == "café"
+    for i, bad in enumerate([b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80"]):
+        key = f"bad{i}"
+        cache.set(key, "ok")
+        assert cache.append(key, bad) is True
+        assert cache.get(key) == b"ok" + bad, bad
+        assert cache.pop(key) == b"ok" + bad, bad
+    cache.set("empty", "")
+    assert cache.get("empty") == ""
+    # The ASCII test reads 8 bytes at a time, then the rest one by one:
+    # a non-ASCII or invalid byte in either part.
+    for text in ["abcdefgh", "abcdefghé", "é" + "a" * 20, "a" * 17 + "€" + "b" * 5, "x" * 1000 + "✓"]:
+        cache.set("t", text)
+        assert cache.get("t") == text
+    for at in [0, 7, 8, 9, 16, 23]:
+        data = bytearray(b"a" * 24)
+        data[at] = 0xFF
+        cache.set("t", "")
+        assert cache.append("t", bytes(data)) is True
+        assert cache.get("t") == bytes(data), at
+
+
 def test_incr_decr(cache):
     with pytest.raises(KeyError):
         cache.incr("n")

@@ -1,7 +1,9 @@
 """The hot methods (get, set, delete) take every way of calling them that
 their signatures allow, and refuse the rest with the usual TypeError: they
 are plain fast-call C functions that hand anything unusual to the methods
-pyo3 generated. The mapping dunders beside them behave as before."""
+pyo3 generated. The mapping operators of segcache.Cache (c[k], c[k] = v,
+del c[k], k in c) are plain C slots of CacheSlots, a native subclass of
+pyo3's Cache, and behave exactly as pyo3's slots do."""
 
 import inspect
 
@@ -189,3 +191,227 @@ def test_keywords_built_at_run_time_bind_too(cache):
     assert cache.get("missing", **{default: 3}) == 3
     with pytest.raises(TypeError):
         cache.set("k", b"v", **{"".join(["t", "tx"]): 1})
+
+
+def test_mapping_operators_are_the_native_slots():
+    # segcache.Cache gets c[k], c[k] = v, del c[k] and k in c from
+    # CacheSlots (plain C slots), not from pyo3's Cache beneath it.
+    assert segcache.Cache.__mro__[1] is _segcache.CacheSlots
+    assert _segcache.CacheSlots.__mro__[1] is _segcache.Cache
+    for name in ["__getitem__", "__setitem__", "__delitem__", "__contains__"]:
+        assert name in _segcache.CacheSlots.__dict__, name
+        assert getattr(segcache.Cache, name) is _segcache.CacheSlots.__dict__[name], name
+        assert getattr(segcache.Cache, name) is not getattr(_segcache.Cache, name), name
+
+
+def outcome(f):
+    try:
+        return ("ok", f())
+    except Exception as e:  # noqa: BLE001 - comparing what each raises
+        return (type(e).__name__, str(e), e.args)
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["k", "", "é", b"k", 1, 1.0, True, None, (1, "a"), "x" * 300, [1], {}, 2**70, float("nan")],
+    ids=repr,
+)
+def test_slots_behave_as_pyo3_slots(key):
+    # The same operations through our slots (segcache.Cache) and through
+    # pyo3's (a bare _segcache.Cache) give the same results and errors.
+    ours, theirs = segcache.Cache(heap_size=4 << 20), _segcache.Cache(heap_size=4 << 20)
+    for c in (ours, theirs):
+        c["other"] = b"o"
+
+    def run(c):
+        def setitem():
+            c[key] = b"v"
+        def delitem():
+            del c[key]
+        return [
+            outcome(lambda: key in c),
+            outcome(lambda: c[key]),
+            outcome(delitem),
+            outcome(setitem),
+            outcome(lambda: key in c),
+            outcome(lambda: c[key]),
+            outcome(delitem),
+            outcome(lambda: key in c),
+            outcome(lambda: len(c)),
+        ]
+
+    assert run(ours) == run(theirs)
+
+
+def test_slots_on_subclasses_and_direct_instances():
+    # A subclass that overrides one operator keeps our slot for the rest.
+    class Shout(segcache.Cache):
+        def __setitem__(self, key, value):
+            super().__setitem__(key, value.upper())
+
+    c = Shout(heap_size=4 << 20)
+    c["k"] = b"v"
+    assert c["k"] == b"V" and "k" in c
+    del c["k"]
+    assert "k" not in c
+    d = _segcache.CacheSlots(heap_size=4 << 20)
+    d["k"] = "v"
+    assert d["k"] == "v" and "k" in d
+    del d["k"]
+    with pytest.raises(KeyError):
+        d["k"]
+
+
+def test_slot_operators_do_not_leak_references(cache):
+    import sys
+
+    value, key, missing = b"y" * 100, "key", "missing"
+    cache[key] = value
+    cls = type(cache)
+    before = [sys.getrefcount(o) for o in (value, key, missing, cls, _segcache.CacheSlots)]
+    for _ in range(1000):
+        cache[key] = value
+        cache[key]
+        key in cache
+        missing in cache
+        del cache[key]
+        cache[key] = value
+        try:
+            del cache[missing]
+        except KeyError:
+            pass
+        try:
+            cache[missing]
+        except KeyError:
+            pass
+    # Instances hold a reference to their (heap) type: each one made and
+    # dropped must give it back.
+    for _ in range(200):
+        segcache.Cache(heap_size=1 << 20)
+        _segcache.CacheSlots(heap_size=1 << 20)
+    after = [sys.getrefcount(o) for o in (value, key, missing, cls, _segcache.CacheSlots)]
+    assert before == after
+
+
+def test_missing_keys_release_their_references_at_once(cache):
+    # KeyError from c[k] and del c[k] must not park the key in pyo3's
+    # deferred-decref pool (drained only by the next pyo3 entry point):
+    # counted right after the loop, with no other call in between.
+    import sys
+
+    key = ("missing", 12345)
+    before = sys.getrefcount(key)
+    for _ in range(100):
+        try:
+            cache[key]
+        except KeyError as e:
+            assert e.args == (key,)
+        try:
+            del cache[key]
+        except KeyError as e:
+            assert e.args == (key,)
+    after = sys.getrefcount(key)  # outside the assert (pytest's rewriting)
+    assert after == before
+
+
+@pytest.mark.parametrize("key", [None, (1, "a"), (), "k", 1, b"k"], ids=repr)
+def test_key_error_carries_the_key_as_dict_does(cache, key):
+    # KeyError(key) with the key as its one argument, as a dict raises it
+    # (a tuple key is not spread into several arguments, None is kept).
+    with pytest.raises(KeyError) as expected:
+        {}[key]
+    base = _segcache.Cache(heap_size=4 << 20)
+
+    def delitem(c):
+        del c[key]
+
+    for call in [
+        lambda: cache[key],
+        lambda: delitem(cache),
+        lambda: cache.pop(key),
+        lambda: cache.ttl(key),
+        lambda: cache.incr(key),
+        lambda: base[key],
+        lambda: delitem(base),
+    ]:
+        with pytest.raises(KeyError) as got:
+            call()
+        assert got.value.args == expected.value.args == (key,)
+
+
+def test_big_int_keys_and_values_leave_no_exceptions_behind(cache):
+    # Ints beyond 64 bits must not raise-and-drop an OverflowError on the
+    # fast paths: a dropped error there waits in pyo3's pool (until the
+    # next pyo3 entry point), so a loop would pile them up.
+    import gc
+
+    def overflow_errors():
+        return sum(isinstance(o, OverflowError) for o in gc.get_objects())
+
+    before = overflow_errors()
+    for i in range(200):
+        key = 2**70 + i
+        cache[key] = 2**90 + i
+        assert cache[key] == 2**90 + i and key in cache
+        assert cache.get(key) == 2**90 + i
+        cache.set(key, -(2**80))
+        assert cache.get(key) == -(2**80)
+        del cache[key]
+        assert not cache.delete(key)
+    assert overflow_errors() - before < 10
+    # An int too long for str() (CPython's digit limit) is pickled; the
+    # ValueError str() raised must not stay behind either.
+    huge = 10**5000
+
+    def value_errors():
+        return sum(isinstance(o, ValueError) for o in gc.get_objects())
+
+    before = value_errors()
+    for _ in range(50):
+        cache["huge"] = huge
+        assert cache["huge"] == huge
+    assert value_errors() - before < 10
+
+
+def test_raised_errors_release_their_references_at_once():
+    # Errors raised by the fast-call methods and the operator slots must
+    # not leave references in pyo3's deferred-decref pool (drained only by
+    # its next entry point). CacheFullError is a heap type on every
+    # CPython (not immortal), so its count shows a parked reference; it
+    # is read right after the loop, with no other call in between.
+    import sys
+
+    c = segcache.Cache(heap_size=1 << 20, segment_size=64 << 10, shards=1, eviction="none")
+    full = False
+    for i in range(10_000):
+        try:
+            c[f"fill:{i}"] = b"x" * 1000
+        except segcache.CacheFullError:
+            full = True
+            break
+    assert full
+    # One failing call of each kind first (one-time caches), then count.
+    for n in range(2):
+        try:
+            c[f"warm:{n}"] = b"x" * 1000
+        except segcache.CacheFullError:
+            pass
+        try:
+            c.set(f"warm:{n}", b"x" * 1000)
+        except segcache.CacheFullError:
+            pass
+    before = sys.getrefcount(segcache.CacheFullError)
+    raised = 0
+    for n in range(100):
+        try:
+            c[f"more:{n}"] = b"x" * 1000
+        except segcache.CacheFullError:
+            raised += 1
+        try:
+            c.set(f"more:{n}", b"x" * 1000)
+        except segcache.CacheFullError:
+            raised += 1
+    # Counted outside the assert: pytest's rewriting holds sub-expressions.
+    after = sys.getrefcount(segcache.CacheFullError)
+    assert after == before
+    assert raised == 200

@@ -131,6 +131,7 @@ pub struct Builder {
     clock: Option<ManualClock>,
     datapool: Option<PathBuf>,
     restore: bool,
+    prefault: bool,
 }
 
 impl Default for Builder {
@@ -143,6 +144,7 @@ impl Default for Builder {
             clock: None,
             datapool: None,
             restore: false,
+            prefault: false,
         }
     }
 }
@@ -204,6 +206,19 @@ impl Builder {
         self
     }
 
+    /// Makes the whole heap resident at build (default off), as
+    /// memcached's `-L` and Pelikan's `seg.prefault` do: the first fill of
+    /// the cache then pays no page faults (otherwise a write into a fresh
+    /// page, or huge page, waits for the kernel), and memory the machine
+    /// cannot give is an error here ([`Error::InvalidConfig`] naming
+    /// `prefault`) rather than a slowdown later. The process's resident
+    /// size is the heap's from the start. With a datapool, the file's pages
+    /// are brought in (their contents are kept).
+    pub fn prefault(mut self, prefault: bool) -> Self {
+        self.prefault = prefault;
+        self
+    }
+
     /// Reads time from `clock` instead of the system's monotonic clock.
     pub fn clock(mut self, clock: ManualClock) -> Self {
         self.clock = Some(clock);
@@ -223,6 +238,15 @@ impl Builder {
                 format!("{power}; must be from {MIN_HASH_POWER} to {MAX_HASH_POWER}"),
             ))
         }
+    }
+
+    fn populate(heap: &mut Heap) -> Result<(), Error> {
+        heap.populate().map_err(|e| {
+            Self::invalid(
+                "prefault",
+                format!("cannot make the {} byte heap resident: {e}", heap.len()),
+            )
+        })
     }
 
     /// Checks every setting and allocates the cache.
@@ -270,12 +294,15 @@ impl Builder {
                     "needs a datapool to restore from".into(),
                 ));
             }
-            let heap = Heap::anon(seg * segments).map_err(|e| {
+            let mut heap = Heap::anon(seg * segments).map_err(|e| {
                 Self::invalid(
                     "heap_size",
                     format!("cannot map {} bytes: {e}", seg * segments),
                 )
             })?;
+            if self.prefault {
+                Self::populate(&mut heap)?;
+            }
             let segs = Segments::with_heap(seg, segments, heap);
             return Ok(Segcache::new(segs, table, self.eviction, clock));
         };
@@ -287,8 +314,11 @@ impl Builder {
                 persist::tmp_path(&path).display()
             ))
         })?;
-        let heap = Heap::file(&path, seg * segments)
+        let mut heap = Heap::file(&path, seg * segments)
             .map_err(|e| Error::Persistence(format!("datapool {}: {e}", path.display())))?;
+        if self.prefault {
+            Self::populate(&mut heap)?;
+        }
         let mut segs = Segments::with_heap(seg, segments, heap);
         let settings = persist::Settings {
             segment_size: seg as u64,
@@ -430,6 +460,34 @@ mod tests {
             Error::InvalidConfig { field, .. } => field,
             other => panic!("expected InvalidConfig, got {other:?}"),
         }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn prefault_makes_the_heap_resident_before_the_first_write() {
+        use crate::memory::tests::resident_pages;
+        let heap = 8 << 20;
+        let lazy = Segcache::builder().heap_size(heap).build().unwrap();
+        let pages = lazy.segs.heap().len() / 4096;
+        assert!(resident_pages(lazy.segs.heap()) < pages / 2);
+        let mut eager = Segcache::builder()
+            .heap_size(heap)
+            .prefault(true)
+            .build()
+            .unwrap();
+        assert_eq!(resident_pages(eager.segs.heap()), pages);
+        eager.set("k", "v", 0, None).unwrap();
+        assert_eq!(eager.get("k").unwrap().value(), b"v");
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pool");
+        let pooled = Segcache::builder()
+            .heap_size(heap)
+            .datapool(&path)
+            .prefault(true)
+            .build()
+            .unwrap();
+        assert_eq!(resident_pages(pooled.segs.heap()), pages);
     }
 
     #[test]

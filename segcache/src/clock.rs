@@ -62,19 +62,38 @@ impl ManualClock {
 #[derive(Clone, Debug)]
 pub(crate) enum Clock {
     /// Cache time is `base` plus the whole seconds elapsed since the
-    /// monotonic reading `start_ns`, so the first tick comes a full second
+    /// monotonic reading `start`, so the first tick comes a full second
     /// after the clock is made.
-    System { start_ns: u64, base: u32 },
+    System { start: Mono, base: u32 },
     /// Cache time and "wall" time are both the manual reading.
     Manual(ManualClock),
 }
 
-/// Nanoseconds of a monotonic clock. On Linux this is the coarse clock
-/// (a few nanoseconds to read, a few milliseconds of resolution): every
+/// A monotonic clock reading, kept as the system gives it (seconds and
+/// nanoseconds) so whole seconds between two readings cost a subtraction
+/// and a compare, not a division.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Mono {
+    secs: u64,
+    nanos: u32,
+}
+
+impl Mono {
+    /// Whole seconds from `earlier` to `self` (0 if `earlier` is later).
+    #[inline]
+    fn secs_since(self, earlier: Mono) -> u64 {
+        // A borrow when the nanoseconds have not yet caught up.
+        let borrow = (self.nanos < earlier.nanos) as u64;
+        self.secs.saturating_sub(earlier.secs + borrow)
+    }
+}
+
+/// A reading of a monotonic clock. On Linux this is the coarse clock (a
+/// few nanoseconds to read, a few milliseconds of resolution): every
 /// operation reads it, and expiry works in whole seconds.
 #[cfg(target_os = "linux")]
 #[inline]
-fn monotonic_ns() -> u64 {
+fn monotonic() -> Mono {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -83,18 +102,23 @@ fn monotonic_ns() -> u64 {
     // exists on every Linux since 2.6.32, and the call only writes `ts`.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
     debug_assert_eq!(rc, 0);
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    debug_assert!(ts.tv_sec >= 0 && (0..1_000_000_000).contains(&ts.tv_nsec));
+    Mono {
+        secs: ts.tv_sec as u64,
+        nanos: ts.tv_nsec as u32,
+    }
 }
 
 #[cfg(not(target_os = "linux"))]
 #[inline]
-fn monotonic_ns() -> u64 {
+fn monotonic() -> Mono {
     use std::sync::OnceLock;
     static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
-    EPOCH
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_nanos() as u64
+    let d = EPOCH.get_or_init(std::time::Instant::now).elapsed();
+    Mono {
+        secs: d.as_secs(),
+        nanos: d.subsec_nanos(),
+    }
 }
 
 fn unix_secs() -> u64 {
@@ -106,7 +130,7 @@ fn unix_secs() -> u64 {
 impl Clock {
     pub(crate) fn system() -> Self {
         Clock::System {
-            start_ns: monotonic_ns(),
+            start: monotonic(),
             base: 0,
         }
     }
@@ -115,8 +139,8 @@ impl Clock {
     #[inline]
     pub(crate) fn now(&self) -> u32 {
         match self {
-            Clock::System { start_ns, base } => {
-                let secs = monotonic_ns().saturating_sub(*start_ns) / 1_000_000_000;
+            Clock::System { start, base } => {
+                let secs = monotonic().secs_since(*start);
                 base.saturating_add(u32::try_from(secs).unwrap_or(u32::MAX))
             }
             Clock::Manual(clock) => clock.now(),
@@ -139,7 +163,7 @@ impl Clock {
         let down = self.wall().saturating_sub(saved_wall);
         match self {
             Clock::System { .. } => Clock::System {
-                start_ns: monotonic_ns(),
+                start: monotonic(),
                 base: saved_now.saturating_add(u32::try_from(down).unwrap_or(u32::MAX)),
             },
             Clock::Manual(clock) => {
@@ -173,9 +197,33 @@ mod tests {
     }
 
     #[test]
+    fn whole_seconds_between_readings_borrow_from_the_nanoseconds() {
+        let at = |secs, nanos| Mono { secs, nanos };
+        assert_eq!(at(10, 0).secs_since(at(10, 0)), 0);
+        assert_eq!(at(10, 999_999_999).secs_since(at(10, 0)), 0);
+        assert_eq!(at(11, 0).secs_since(at(10, 1)), 0, "0.999999999 s");
+        assert_eq!(at(11, 1).secs_since(at(10, 1)), 1);
+        assert_eq!(at(12, 0).secs_since(at(10, 500)), 1);
+        assert_eq!(at(12, 500).secs_since(at(10, 500)), 2);
+        assert_eq!(at(9, 0).secs_since(at(10, 0)), 0, "never negative");
+        assert_eq!(at(10, 0).secs_since(at(10, 5)), 0, "never negative");
+        // The same answer as dividing nanoseconds.
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..10_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let (a, b) = (rng % 5_000_000_000_000, (rng >> 20) % 5_000_000_000_000);
+            let (lo, hi) = (a.min(b), a.max(b));
+            let mono = |ns: u64| at(ns / 1_000_000_000, (ns % 1_000_000_000) as u32);
+            assert_eq!(mono(hi).secs_since(mono(lo)), (hi - lo) / 1_000_000_000);
+        }
+    }
+
+    #[test]
     fn resumed_clock_counts_the_time_down() {
         let saved = Clock::System {
-            start_ns: monotonic_ns(),
+            start: monotonic(),
             base: 500,
         };
         let wall = unix_secs() - 100; // saved 100 s ago

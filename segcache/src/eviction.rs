@@ -594,9 +594,11 @@ impl Segcache {
             let h = &mut self.segs.headers[dst as usize];
             h.generation = h.generation.wrapping_add(1);
         }
-        // Pass 2: pack survivors into the outputs, unlink the rest.
+        // Pass 2: pack survivors into the outputs, unlink the rest. Items
+        // that sit back to back and land back to back move in one copy.
         let mut written = [(0usize, 0u32); MERGE_MAX];
         let mut evicted = 0u64;
+        let mut run = CopyRun::EMPTY;
         pack(
             &live,
             plan.forced,
@@ -620,8 +622,9 @@ impl Segcache {
                             seg: chain[out],
                             offset: write as u32,
                         };
-                        if from != to {
-                            self.segs.copy(from, to, item.size as usize);
+                        if from != to && !run.extend(from, to, item.size) {
+                            run.flush(&mut self.segs);
+                            run = CopyRun::start(from, to, item.size);
                         }
                         // Survivors of a selection age (their count halves);
                         // forced items (a compaction, a topped-up segment)
@@ -629,11 +632,12 @@ impl Segcache {
                         // every compaction turned warm probation items cold
                         // before their evaluation.
                         let forced = (item.index as usize) < plan.forced;
-                        if from != to || !forced {
-                            self.table.move_slot(bucket, slot, to);
-                            if forced {
-                                self.table.set_frequency(bucket, slot, item.freq);
+                        if forced {
+                            if from != to {
+                                self.table.relocate(bucket, slot, to);
                             }
+                        } else {
+                            self.table.move_slot(bucket, slot, to);
                         }
                         written[out].0 += item.size as usize;
                         written[out].1 += 1;
@@ -648,6 +652,7 @@ impl Segcache {
                 }
             },
         );
+        run.flush(&mut self.segs);
         self.merge_scratch = live;
         let after = match outputs {
             0 => self.segs.headers[chain[chain.len() - 1] as usize].next,
@@ -682,6 +687,55 @@ impl Segcache {
             self.segs.headers[after as usize].next
         };
         true
+    }
+}
+
+/// Bytes a merge still has to move: `len` bytes from `from` to `to`, in
+/// one segment each. Items are copied in chain order and never to a place
+/// after their own, so a run may wait until the next item that does not
+/// continue it (the copies in between read nothing it writes).
+struct CopyRun {
+    from: Option<Location>,
+    to: Location,
+    len: u32,
+}
+
+impl CopyRun {
+    /// Nothing to move.
+    const EMPTY: CopyRun = CopyRun {
+        from: None,
+        to: Location { seg: 0, offset: 0 },
+        len: 0,
+    };
+
+    fn start(from: Location, to: Location, len: u32) -> CopyRun {
+        CopyRun {
+            from: Some(from),
+            to,
+            len,
+        }
+    }
+
+    /// Takes `len` more bytes if they continue the run at both ends.
+    #[inline]
+    fn extend(&mut self, from: Location, to: Location, len: u32) -> bool {
+        let Some(start) = self.from else {
+            return false;
+        };
+        let continues =
+            |a: Location, b: Location| a.seg == b.seg && a.offset + self.len == b.offset;
+        if continues(start, from) && continues(self.to, to) {
+            self.len += len;
+            return true;
+        }
+        false
+    }
+
+    /// Copies the run (memmove: it may overlap itself) and empties it.
+    fn flush(&mut self, segs: &mut crate::segments::Segments) {
+        if let Some(from) = self.from.take() {
+            segs.copy(from, self.to, self.len as usize);
+        }
     }
 }
 

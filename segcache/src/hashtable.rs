@@ -333,11 +333,12 @@ impl Table {
     /// The first slot in `hash`'s window (its home up to the home's reach)
     /// whose tag and check bits match and whose item info satisfies `pred`:
     /// (bucket, slot, item info).
+    ///
+    /// The home bucket is searched inline (most keys live there); the
+    /// displaced buckets, only when the home has a reach, out of line.
     #[inline(always)]
     fn find(&self, hash: u64, pred: &mut impl FnMut(u64) -> bool) -> Option<(usize, usize, u64)> {
         let home = self.home(hash);
-        let tag = tag_of(hash);
-        let check = check_of(hash);
         debug_assert!(home < self.homes);
         // Start the slot lines' load while the control word arrives: on a
         // hit the matching slot is most likely in the home bucket.
@@ -345,24 +346,58 @@ impl Table {
         // SAFETY: `home < homes` (`home` scales a 32-bit value by homes /
         // 2^32), within `ctrl_unchecked`'s bound.
         let head = unsafe { self.ctrl_unchecked(home) };
+        if let Some(found) = self.find_in(home, 0, head, hash, pred) {
+            return Some(found);
+        }
+        if head & REACH_MASK == 0 {
+            return None;
+        }
+        self.find_displaced(home, head, hash, pred)
+    }
+
+    /// [`find`](Self::find) in the buckets past the home, up to its reach.
+    #[inline(never)]
+    fn find_displaced(
+        &self,
+        home: usize,
+        head: u64,
+        hash: u64,
+        pred: &mut impl FnMut(u64) -> bool,
+    ) -> Option<(usize, usize, u64)> {
         let reach = ((head & REACH_MASK) >> REACH_SHIFT) as usize;
-        let mut word = head;
-        for d in 0..=reach {
-            let b = home + d;
-            if d > 0 {
-                // SAFETY: `reach <= MAX_DISPLACEMENT`, so `b < buckets()`.
-                word = unsafe { self.ctrl_unchecked(b) };
-            }
-            let mut hits = match_byte(word, tag);
-            while hits != 0 {
-                let s = hits.trailing_zeros() as usize;
-                hits &= hits - 1;
-                // SAFETY: `b < buckets()` as above; `s < SLOTS` because
-                // `match_byte` only sets bits 0..SLOTS.
-                let info = unsafe { self.slot_unchecked(b, s) };
-                if displacement(info) == d && info >> CHECK_SHIFT == check && pred(info) {
-                    return Some((b, s, info));
-                }
+        (1..=reach).find_map(|d| {
+            // SAFETY: `d <= reach <= MAX_DISPLACEMENT`, so `home + d < buckets()`.
+            let word = unsafe { self.ctrl_unchecked(home + d) };
+            self.find_in(home, d, word, hash, pred)
+        })
+    }
+
+    /// The slot of bucket `home + d` (control word `word`) holding an entry
+    /// of `hash`'s key that satisfies `pred`.
+    #[inline(always)]
+    fn find_in(
+        &self,
+        home: usize,
+        d: usize,
+        word: u64,
+        hash: u64,
+        pred: &mut impl FnMut(u64) -> bool,
+    ) -> Option<(usize, usize, u64)> {
+        // The check bits and the displacement an entry of this key has in
+        // this bucket, compared in one masked test.
+        const ID_MASK: u64 = (0x1f << CHECK_SHIFT) | (DISP_MASK << DISP_SHIFT);
+        let want = check_of(hash) << CHECK_SHIFT | (d as u64) << DISP_SHIFT;
+        let b = home + d;
+        let mut hits = match_byte(word, tag_of(hash));
+        while hits != 0 {
+            let s = hits.trailing_zeros() as usize;
+            hits &= hits - 1;
+            // SAFETY: `b < buckets()` (a home plus at most its reach, which
+            // is at most MAX_DISPLACEMENT); `s < SLOTS` because
+            // `match_byte` only sets bits 0..SLOTS.
+            let info = unsafe { self.slot_unchecked(b, s) };
+            if info & ID_MASK == want && pred(info) {
+                return Some((b, s, info));
             }
         }
         None
@@ -645,6 +680,19 @@ impl HashTable {
         self.find(hash, |info| matches(location(info)))
     }
 
+    /// [`lookup`](Self::lookup) when no table is draining (the caller
+    /// checked [`is_growing`](Self::is_growing)): the read path's lookup,
+    /// with no branch for the old table.
+    #[inline(always)]
+    pub(crate) fn lookup_settled(
+        &self,
+        hash: u64,
+        mut matches: impl FnMut(Location) -> bool,
+    ) -> Option<(usize, usize, u64)> {
+        debug_assert!(self.drain.is_none());
+        self.table.find(hash, &mut |info| matches(location(info)))
+    }
+
     /// The item info at a known location, if the table points there.
     #[cfg(test)]
     pub(crate) fn info_at(&self, hash: u64, loc: Location) -> Option<u64> {
@@ -792,6 +840,18 @@ impl HashTable {
         let freq = ((old >> FREQ_SHIFT) & FREQ_MAX) / 2;
         t.slots[b * SLOTS + slot] = pack(old >> CHECK_SHIFT, freq, displacement(old), to)
             | (old & (STAMP_MASK << STAMP_SHIFT));
+    }
+
+    /// Points the entry at (`bucket`, `slot`) to `to`, keeping its access
+    /// counter and everything else (a compaction that did not judge it).
+    #[inline]
+    pub(crate) fn relocate(&mut self, bucket: usize, slot: usize, to: Location) {
+        let (t, b) = self.resolve_mut(bucket);
+        let i = b * SLOTS + slot;
+        debug_assert_ne!(t.ctrl[b] >> (8 * slot) & 0xff, 0, "moving an empty slot");
+        t.slots[i] = (t.slots[i] & !(SEG_MASK << SEG_SHIFT | OFFSET_MASK))
+            | ((to.seg as u64) << SEG_SHIFT)
+            | to.offset as u64;
     }
 
     /// Empties the entry at (`bucket`, `slot`), returning its item info.
@@ -1112,6 +1172,17 @@ mod tests {
         );
         table.set_frequency(bucket, slot, 200);
         assert_eq!(frequency(table.info_at(hash, a).unwrap()), 127, "capped");
+        let before = table.info_at(hash, a).unwrap();
+        table.relocate(bucket, slot, b);
+        let after = table.info_at(hash, b).unwrap();
+        assert_eq!(location(after), b);
+        assert_eq!(
+            after & !(SEG_MASK << SEG_SHIFT | OFFSET_MASK),
+            before & !(SEG_MASK << SEG_SHIFT | OFFSET_MASK),
+            "relocating keeps the counter, stamp, check bits and displacement"
+        );
+        assert!(table.info_at(hash, a).is_none());
+        table.relocate(bucket, slot, a);
         assert_eq!(location(table.clear_at(bucket, slot)), a);
         assert!(table.info_at(hash, a).is_none());
     }

@@ -83,15 +83,68 @@ pub(crate) fn write(dst: &mut [u8], key: &[u8], value_parts: [&[u8]; 2], meta: &
         at += 8;
     }
     dst[META_AT] = bits;
-    dst[at..at + key.len()].copy_from_slice(key);
+    copy_bytes(&mut dst[at..at + key.len()], key);
     at += key.len();
     for part in value_parts {
         if !part.is_empty() {
-            dst[at..at + part.len()].copy_from_slice(part);
+            copy_bytes(&mut dst[at..at + part.len()], part);
             at += part.len();
         }
     }
     debug_assert_eq!(at, dst.len());
+}
+
+/// `dst.copy_from_slice(src)`, inline up to 64 bytes (a few overlapping
+/// word moves cost less than a call to `memcpy` for keys and small
+/// values); longer copies go to `memcpy`.
+#[inline(always)]
+fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    let dst = &mut dst[..n];
+    // Copies the `N` bytes at `at` (in bounds: every caller below keeps
+    // `at + N <= n`).
+    #[inline(always)]
+    fn chunk<const N: usize>(dst: &mut [u8], src: &[u8], at: usize) {
+        let word: [u8; N] = src[at..at + N].try_into().unwrap();
+        dst[at..at + N].copy_from_slice(&word);
+    }
+    match n {
+        0 => {}
+        1..=3 => {
+            dst[0] = src[0];
+            dst[n / 2] = src[n / 2];
+            dst[n - 1] = src[n - 1];
+        }
+        4..=7 => {
+            chunk::<4>(dst, src, 0);
+            chunk::<4>(dst, src, n - 4);
+        }
+        8..=16 => {
+            chunk::<8>(dst, src, 0);
+            chunk::<8>(dst, src, n - 8);
+        }
+        17..=32 => {
+            chunk::<16>(dst, src, 0);
+            chunk::<16>(dst, src, n - 16);
+        }
+        33..=64 => {
+            chunk::<32>(dst, src, 0);
+            chunk::<32>(dst, src, n - 32);
+        }
+        _ => dst.copy_from_slice(src),
+    }
+}
+
+/// Sets the meta-protocol marks `bits` on the item at the front of
+/// `bytes`, writing the byte only if one is missing (a read that finds
+/// them set leaves the line clean).
+#[inline(always)]
+pub(crate) fn mark(bytes: &mut [u8], bits: u8) {
+    debug_assert_eq!(bits & !MARKS, 0);
+    let meta = &mut bytes[META_AT];
+    if *meta & bits != bits {
+        *meta |= bits;
+    }
 }
 
 /// A read-only view of an item in a segment.
@@ -193,10 +246,10 @@ impl<'a> RawItem<'a> {
     }
 }
 
-/// `a == b` for slices of equal length, inline for keys up to 32 bytes
-/// (a few word compares, overlapping at the ends, cost less than a call
-/// to `memcmp`); longer keys go to `memcmp`.
-#[inline]
+/// `a == b` for slices of equal length, inline and without a call: a few
+/// word compares, overlapping at the ends, cost less than `memcmp`, and a
+/// lookup loop that calls nothing keeps its state in registers.
+#[inline(always)]
 fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
     debug_assert_eq!(a.len(), b.len());
     let n = a.len();
@@ -204,7 +257,8 @@ fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
     let w64 = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().unwrap());
     let w32 = |s: &[u8], at: usize| u32::from_ne_bytes(s[at..at + 4].try_into().unwrap());
     match n {
-        0..=3 => a == b,
+        0 => true,
+        1..=3 => a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1],
         4..=8 => w32(a, 0) == w32(b, 0) && w32(a, n - 4) == w32(b, n - 4),
         9..=16 => w64(a, 0) == w64(b, 0) && w64(a, n - 8) == w64(b, n - 8),
         17..=32 => {
@@ -214,7 +268,21 @@ fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
                 | (w64(a, n - 8) ^ w64(b, n - 8));
             diff == 0
         }
-        _ => a == b,
+        _ => {
+            // 16 bytes a step, the last step overlapping the one before.
+            let mut at = 0;
+            loop {
+                let at16 = at.min(n - 16);
+                let diff = (w64(a, at16) ^ w64(b, at16)) | (w64(a, at16 + 8) ^ w64(b, at16 + 8));
+                if diff != 0 {
+                    return false;
+                }
+                if at16 == n - 16 {
+                    return true;
+                }
+                at += 16;
+            }
+        }
     }
 }
 
@@ -261,7 +329,7 @@ mod tests {
     #[test]
     fn key_compare_agrees_with_slice_equality() {
         let meta = Meta::default();
-        for len in 1..=70usize {
+        for len in 1..=MAX_KEY_LEN {
             let key: Vec<u8> = (0..len as u8).map(|i| i.wrapping_mul(37)).collect();
             let size = item_size(len, 3, &meta);
             let mut buf = vec![0u8; size];
@@ -278,6 +346,23 @@ mod tests {
             let mut longer = key.clone();
             longer.push(0);
             assert!(!item.key_is(&longer));
+        }
+    }
+
+    #[test]
+    fn small_copies_copy_exactly_the_bytes_asked_for() {
+        let src: Vec<u8> = (0..100u8)
+            .map(|i| i.wrapping_mul(91).wrapping_add(7))
+            .collect();
+        for n in 0..=100usize {
+            let mut dst = [0xeeu8; 102];
+            copy_bytes(&mut dst[1..=n], &src[..n]);
+            assert_eq!(&dst[1..=n], &src[..n], "len {n}");
+            assert_eq!(dst[0], 0xee, "len {n}: nothing before");
+            assert!(
+                dst[n + 1..].iter().all(|&b| b == 0xee),
+                "len {n}: nothing after"
+            );
         }
     }
 

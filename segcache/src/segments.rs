@@ -190,10 +190,38 @@ impl Segments {
         &mut self.data[start..start + self.segment_size]
     }
 
-    /// The item stored at `loc`.
+    /// The item stored at `loc` (a view from it to its segment's end:
+    /// one bounds check for the pair of slicings this stands for).
     #[inline]
     pub(crate) fn item(&self, loc: Location) -> RawItem<'_> {
-        RawItem::at(&self.data(loc.seg)[loc.offset as usize..])
+        let (start, end) = self.item_span(loc);
+        RawItem::at(&self.data[start..end])
+    }
+
+    /// Heap range from the item at `loc` to its segment's end.
+    #[inline(always)]
+    fn item_span(&self, loc: Location) -> (usize, usize) {
+        debug_assert!((loc.offset as usize) < self.segment_size);
+        let seg = loc.seg as usize * self.segment_size;
+        (seg + loc.offset as usize, seg + self.segment_size)
+    }
+
+    /// Sets meta-protocol marks on the item at `loc` (see [`item::mark`](crate::item::mark)).
+    #[inline]
+    pub(crate) fn mark(&mut self, loc: Location, bits: u8) {
+        let (start, end) = self.item_span(loc);
+        crate::item::mark(&mut self.data[start..end], bits);
+    }
+
+    /// The item at `loc` as a plain read returns it, with its segment's
+    /// header: sets the item's `fetched` mark first if it is missing (the
+    /// byte is written only then, so later reads leave its line clean).
+    #[inline]
+    pub(crate) fn fetch(&mut self, loc: Location) -> (RawItem<'_>, &SegmentHeader) {
+        let (start, end) = self.item_span(loc);
+        let bytes = &mut self.data[start..end];
+        crate::item::mark(bytes, crate::item::FETCHED);
+        (RawItem::at(bytes), &self.headers[loc.seg as usize])
     }
 
     /// Copies `len` bytes from one location to another (the ranges may

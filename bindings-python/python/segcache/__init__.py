@@ -88,7 +88,7 @@ def _rebuild(cls: type, config: dict, items: list) -> "Cache":
     return cache
 
 
-class Cache(_segcache.Cache, collections.abc.MutableMapping):
+class Cache(_segcache.CacheSlots, collections.abc.MutableMapping):
     """A memory-bounded, thread-safe cache of Python values with TTLs, and a
     ``collections.abc.MutableMapping``.
 

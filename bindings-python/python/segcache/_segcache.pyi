@@ -291,6 +291,11 @@ class Cache:
     def __setitem__(self, key: Key, value: Any) -> None: ...
     def __delitem__(self, key: Key) -> None: ...
 
+class CacheSlots(Cache):
+    """``Cache`` with the mapping operators (``c[k]``, ``c[k] = v``,
+    ``del c[k]``, ``k in c``) as plain C slots, the same operations at a
+    lower cost per call; ``segcache.Cache`` derives from it."""
+
 class CachedFunction:
     """A function whose results are kept in a ``Cache`` (made by
     ``segcache.cached``; see there)."""

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Open-loop benchmark: segcache-server vs memcached 1.6 (Debian package
-# memcached) on loopback, same worker thread count, with and without
-# pinning. For each server: a short step search for the highest target
-# rate held with p999 < 2 ms, then p50/p99/p999 at one common rate.
-# Prints markdown and writes it to examples/server/BENCH.md.
+# memcached) and, when PELIKAN_SEGCACHE names a built `pelikan-segcache`
+# binary, Pelikan's own segcache server, on loopback, same worker thread
+# count, with and without pinning. For each server: a short step search
+# for the highest target rate held with p999 < 2 ms, then p50/p99/p999 at
+# one common rate. Prints markdown to stdout (paste what you keep into
+# examples/server/BENCH.md; the script never writes it).
 #
 # Env: WORKERS (default 1), CONNS (default 64), STEP_SECS (default 2),
-# RATES (default "10000 20000 40000 60000 80000 100000 130000 160000").
+# RATES (default "10000 20000 40000 60000 80000 100000 130000 160000"),
+# PELIKAN_SEGCACHE (unset: Pelikan skipped).
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 
@@ -15,7 +18,6 @@ CONNS="${CONNS:-64}"
 STEP_SECS="${STEP_SECS:-2}"
 RATES="${RATES:-10000 20000 40000 60000 80000 100000 130000 160000}"
 SLO_US=2000
-OUT="$SERVER_DIR/BENCH.md"
 LOADGEN="$CARGO_TARGET_DIR/release/loadgen"
 
 need_pkg memcached memcached
@@ -28,8 +30,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-REPORT="$(mktemp)"
-say() { echo "$*" | tee -a "$REPORT"; }
+say() { echo "$*"; }
 
 # field NAME LINE
 field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
@@ -43,16 +44,10 @@ start_target() { # NAME -> sets T_PORT, T_PID
         # Worker i on core i, the storage thread (several workers) on the next.
         local last=$((WORKERS))
         start_server T --workers "$WORKERS" --heap-size 256MiB --pin "0-$last" ;;
-    memcached)
-        T_PORT="$(free_port)"
-        memcached -l 127.0.0.1 -p "$T_PORT" -U 0 -t "$WORKERS" -m 256 -c 4096 -u root &
-        T_PID=$!
-        wait_port "$T_PORT" ;;
-    memcached-pinned)
-        T_PORT="$(free_port)"
-        taskset -c "0-$((WORKERS))" memcached -l 127.0.0.1 -p "$T_PORT" -U 0 -t "$WORKERS" -m 256 -c 4096 -u root &
-        T_PID=$!
-        wait_port "$T_PORT" ;;
+    memcached) start_memcached T "$WORKERS" ;;
+    memcached-pinned) start_memcached T "$WORKERS" "0-$WORKERS" ;;
+    pelikan) start_pelikan T "$WORKERS" ;;
+    pelikan-pinned) start_pelikan T "$WORKERS" "0-$WORKERS" ;;
     esac
     PIDS+=("$T_PID")
 }
@@ -63,14 +58,15 @@ run_load() { # PORT RATE [extra]
 }
 
 CONFIGS="segcache segcache-pinned memcached memcached-pinned"
+if [ -n "${PELIKAN_SEGCACHE:-}" ]; then CONFIGS="$CONFIGS pelikan pelikan-pinned"; fi
 declare -A BEST
-say "## segcache-server vs memcached: open-loop step search"
+say "## segcache-server vs memcached${PELIKAN_SEGCACHE:+ and Pelikan}: open-loop step search"
 say ""
 say "Command: \`WORKERS=$WORKERS CONNS=$CONNS STEP_SECS=$STEP_SECS bash examples/server/scripts/bench.sh\`"
 say ""
 say "Machine: $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)), $(uname -r); memcached $(memcached -V | awk '{print $2}'); loadgen, servers and the kernel share these cores."
 if [ "$WORKERS" = 1 ]; then SHAPE="1 worker owning the cache (no storage thread)"; else SHAPE="$WORKERS workers + 1 storage thread"; fi
-say "Workload: keys 4-32 B, values 64/256 B, 80:20 get:set, uniform over 50,000 prefilled keys, $CONNS connections, open loop, latency from scheduled send to full reply. segcache-server: $SHAPE; memcached: -t $WORKERS. Pinned: segcache \`--pin 0-$WORKERS\`, memcached under \`taskset -c 0-$WORKERS\`."
+say "Workload: keys 4-32 B, values 64/256 B, 80:20 get:set, uniform over 50,000 prefilled keys, $CONNS connections, open loop, latency from scheduled send to full reply. segcache-server: $SHAPE; memcached: -t $WORKERS${PELIKAN_SEGCACHE:+; Pelikan: $WORKERS worker thread(s)}. Pinned: segcache \`--pin 0-$WORKERS\`, the others under \`taskset -c 0-$WORKERS\`."
 say ""
 say "| server | target rate | achieved | p50 us | p99 us | p999 us | max us |"
 say "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
@@ -126,6 +122,3 @@ for cfg in $CONFIGS; do
     med="$(for r in "${runs[@]}"; do echo "$(field p999_us "$r") $r"; done | sort -n | sed -n 2p | cut -d' ' -f2-)"
     say "| $cfg | $(field p50_us "$med") | $(field p99_us "$med") | $(field p999_us "$med") |"
 done
-cp "$REPORT" "$OUT.tmp"
-mv "$OUT.tmp" "$OUT"
-echo "wrote $OUT"

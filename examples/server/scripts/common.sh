@@ -97,3 +97,56 @@ stop_pid() {
     kill -KILL "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null || true
 }
+
+# start_memcached VAR_PREFIX WORKERS [CORES]: memcached 1.6 with WORKERS
+# threads on a free loopback port (under `taskset -c CORES` when given);
+# sets ${VAR_PREFIX}_PID and _PORT.
+start_memcached() {
+    local prefix="$1" workers="$2" cores="${3:-}"
+    local taskset=() port
+    if [ -n "$cores" ]; then taskset=(taskset -c "$cores"); fi
+    port="$(free_port)"
+    "${taskset[@]}" memcached -l 127.0.0.1 -p "$port" -U 0 -t "$workers" -m 256 -c 4096 -u root &
+    printf -v "${prefix}_PID" '%s' "$!"
+    printf -v "${prefix}_PORT" '%s' "$port"
+    wait_port "$port"
+}
+
+# start_pelikan VAR_PREFIX WORKERS [CORES]: Pelikan's segcache server (the
+# binary PELIKAN_SEGCACHE names, built from pelikan-io/pelikan outside
+# this repository) with WORKERS worker threads, a 256 MB heap of 1 MB
+# segments, on a free loopback port (under `taskset -c CORES` when
+# given); sets ${VAR_PREFIX}_PID and _PORT.
+start_pelikan() {
+    local prefix="$1" workers="$2" cores="${3:-}"
+    local taskset=() port conf
+    if [ -n "$cores" ]; then taskset=(taskset -c "$cores"); fi
+    port="$(free_port)"
+    conf="$(mktemp --suffix .toml)"
+    cat >"$conf" <<EOT
+daemonize = false
+[admin]
+host = "127.0.0.1"
+port = "$(free_port)"
+[server]
+host = "127.0.0.1"
+port = "$port"
+[worker]
+threads = $workers
+[seg]
+heap_size = "256MB"
+segment_size = "1MB"
+hash_power = 20
+eviction = "Merge"
+[time]
+time_type = "Memcache"
+[debug]
+log_level = "error"
+[klog]
+sample = 0
+EOT
+    "${taskset[@]}" "$PELIKAN_SEGCACHE" "$conf" >/dev/null 2>&1 &
+    printf -v "${prefix}_PID" '%s' "$!"
+    printf -v "${prefix}_PORT" '%s' "$port"
+    wait_port "$port"
+}

@@ -47,47 +47,15 @@ ctx_switches() { # PID -> voluntary + involuntary context switches of its thread
 field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
 start_target() { # NAME -> T_PORT, T_PID
-    local taskset=()
-    if [ "$PIN" = 1 ]; then taskset=(taskset -c "0-$WORKERS"); fi
+    local cores=""
+    if [ "$PIN" = 1 ]; then cores="0-$WORKERS"; fi
     case "$1" in
     segcache)
         local pin=()
-        if [ "$PIN" = 1 ]; then pin=(--pin "0-$WORKERS"); fi
+        if [ -n "$cores" ]; then pin=(--pin "$cores"); fi
         start_server T --workers "$WORKERS" --heap-size 256MiB "${pin[@]}" ;;
-    memcached)
-        T_PORT="$(free_port)"
-        "${taskset[@]}" memcached -l 127.0.0.1 -p "$T_PORT" -U 0 -t "$WORKERS" -m 256 -c 4096 -u root &
-        T_PID=$!
-        wait_port "$T_PORT" ;;
-    pelikan)
-        T_PORT="$(free_port)"
-        local conf
-        conf="$(mktemp --suffix .toml)"
-        cat >"$conf" <<EOF
-daemonize = false
-[admin]
-host = "127.0.0.1"
-port = "$(free_port)"
-[server]
-host = "127.0.0.1"
-port = "$T_PORT"
-[worker]
-threads = $WORKERS
-[seg]
-heap_size = "256MB"
-segment_size = "1MB"
-hash_power = 20
-eviction = "Merge"
-[time]
-time_type = "Memcache"
-[debug]
-log_level = "error"
-[klog]
-sample = 0
-EOF
-        "${taskset[@]}" "$PELIKAN_SEGCACHE" "$conf" >/dev/null 2>&1 &
-        T_PID=$!
-        wait_port "$T_PORT" ;;
+    memcached) start_memcached T "$WORKERS" "$cores" ;;
+    pelikan) start_pelikan T "$WORKERS" "$cores" ;;
     esac
     PIDS+=("$T_PID")
 }

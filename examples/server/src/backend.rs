@@ -11,7 +11,9 @@
 //! collects the round (`Backend::start`): one wake-up per round, not one
 //! per request. The worker waits for the answer without spinning, asleep
 //! in an epoll of the backend's own ([`StorageWait`]) that the storage
-//! thread wakes when the batch is answered (`Backend::wait`); the
+//! thread wakes when the batch is answered (`Backend::wait`; only a
+//! worker that said it sleeps is woken, so an answer the worker finds
+//! by itself costs no eventfd write and no wasted poll); the
 //! worker's socket events stay queued in the worker's poll meanwhile, so
 //! they cannot wake it before the batch is back.
 //!
@@ -27,7 +29,7 @@
 use mio::{Events, Poll, Token, Waker};
 use segcache::storage::Client;
 use segcache::{Item, Request, Response, RestoreOutcome, Segcache, StorageHandle};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -75,8 +77,16 @@ impl Backend {
     /// that wakes `wait` when a batch is answered.
     pub fn thread(handle: &StorageHandle, wait: StorageWait) -> Self {
         let waker = Arc::clone(&wait.waker);
+        let asleep = Arc::clone(&wait.asleep);
         let client = handle.client_with_notify(move || {
-            let _ = waker.wake();
+            // The answer is queued: wake the worker only if it sleeps (or
+            // is about to). One that is still awake finds the answer
+            // itself, and an eventfd write it did not need would cost a
+            // syscall here and a wasted poll in its next wait.
+            fence(Ordering::SeqCst);
+            if asleep.load(Ordering::SeqCst) {
+                let _ = waker.wake();
+            }
         });
         Backend(Way::Thread {
             client,
@@ -165,19 +175,25 @@ impl Backend {
         else {
             return;
         };
-        loop {
+        let mut announced = false;
+        let done = loop {
             match client.try_complete(batch) {
-                Ok(true) => {
-                    *answered = true;
-                    return;
+                Ok(true) => break true,
+                Err(_) => break false,
+                // Say "asleep", then look once more before sleeping: an
+                // answer queued before the storage thread could see the
+                // flag is found by this look (both sides fence between
+                // their store and their load).
+                Ok(false) if !announced => {
+                    wait.asleep.store(true, Ordering::SeqCst);
+                    fence(Ordering::SeqCst);
+                    announced = true;
                 }
                 Ok(false) => wait.sleep(),
-                Err(_) => {
-                    *answered = false;
-                    return;
-                }
             }
-        }
+        };
+        wait.asleep.store(false, Ordering::SeqCst);
+        *answered = done;
     }
 
     /// The responses of the round, in submission order (after
@@ -258,6 +274,9 @@ pub struct StorageWait {
     poll: Poll,
     events: Events,
     waker: Arc<Waker>,
+    /// The worker waits (or is about to) for an answer: only then does
+    /// the storage thread's notify write to the waker.
+    asleep: Arc<AtomicBool>,
 }
 
 impl StorageWait {
@@ -269,6 +288,7 @@ impl StorageWait {
             poll,
             events: Events::with_capacity(4),
             waker,
+            asleep: Arc::new(AtomicBool::new(false)),
         })
     }
 

@@ -129,6 +129,11 @@ pub struct Cli {
     /// memcached's `-F`.
     #[arg(long)]
     pub disable_flush_all: bool,
+    /// Make the whole heap resident at start, as memcached's `-L`: the
+    /// first fill pays no page faults, and a heap the machine cannot give
+    /// fails the start instead of slowing writes later.
+    #[arg(long)]
+    pub prefault: bool,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -173,6 +178,7 @@ struct SegSection {
     segment_size: Option<Size>,
     hash_power: Option<i64>,
     eviction: Option<String>,
+    prefault: Option<bool>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -231,6 +237,8 @@ pub struct Config {
     pub pin: Option<Vec<usize>>,
     /// Heap file for warm restarts (`--datapool`, `seg.datapool`).
     pub datapool: Option<std::path::PathBuf>,
+    /// Make the heap resident at start (`--prefault`, `seg.prefault`).
+    pub prefault: bool,
     /// Listen backlog of both ports.
     pub backlog: u32,
     /// Close client connections silent this long (`None`: never).
@@ -550,6 +558,7 @@ impl Config {
                 .datapool
                 .clone()
                 .or_else(|| file.seg.datapool.map(Into::into)),
+            prefault: cli.prefault || file.seg.prefault.unwrap_or(false),
             backlog,
             idle_timeout,
             max_conn_output: max_conn_output as usize,
@@ -566,6 +575,7 @@ impl Config {
             "segment_size" => "seg.segment_size (--segment-size)".into(),
             "hash_power" => "seg.hash_power (--hash-power)".into(),
             "eviction" => "seg.eviction (--eviction)".into(),
+            "prefault" => "seg.prefault (--prefault)".into(),
             other => format!("seg.{other}"),
         }
     }
@@ -612,6 +622,7 @@ mod tests {
             port = 0
         "#;
         let c = Config::from_toml(text, &Cli::default()).unwrap();
+        assert!(!c.prefault);
         assert_eq!(c.listen.port(), 1234);
         assert_eq!((c.workers, c.max_connections), (3, 10));
         assert_eq!((c.heap_size, c.segment_size), (16 << 20, 65536));
@@ -623,6 +634,15 @@ mod tests {
         };
         let c = Config::from_toml(text, &cli).unwrap();
         assert_eq!((c.listen.port(), c.workers), (99, 1));
+        let flagged = Cli {
+            prefault: true,
+            ..Cli::default()
+        };
+        assert!(Config::from_toml(text, &flagged).unwrap().prefault);
+        let filed = Config::from_toml("[seg]\nprefault = true\n", &Cli::default()).unwrap();
+        assert!(filed.prefault);
+        let e = Config::from_toml("[seg]\nprefault = \"yes\"\n", &Cli::default()).unwrap_err();
+        assert!(e.to_string().contains("prefault"), "{e}");
     }
 
     #[test]

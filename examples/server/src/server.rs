@@ -121,7 +121,8 @@ impl Server {
         let mut builder = Segcache::builder()
             .heap_size(config.heap_size)
             .segment_size(config.segment_size)
-            .eviction(config.eviction);
+            .eviction(config.eviction)
+            .prefault(config.prefault);
         if let Some(p) = config.hash_power {
             builder = builder.hash_power(p);
         }

@@ -252,3 +252,27 @@ fn a_multiget_larger_than_the_budget_answers_every_key_in_order() {
     );
     assert!(got.ends_with(b"VERSION 0.1.0\r\n"));
 }
+
+/// `--prefault` makes the heap resident before the first request (the
+/// listening line is printed after the cache is built); without it the
+/// heap's pages come only as items are written.
+#[test]
+fn prefault_makes_the_heap_resident_at_start() {
+    let heap = 96 * MIB;
+    let lazy = Server::start(&["--heap-size", "96MiB"]);
+    let lazy_rss = rss(lazy.pid());
+    assert!(
+        lazy_rss < heap / 2,
+        "lazy heap resident at start: {lazy_rss}"
+    );
+    drop(lazy);
+    let eager = Server::start(&["--heap-size", "96MiB", "--prefault"]);
+    let eager_rss = rss(eager.pid());
+    assert!(
+        eager_rss >= heap,
+        "prefaulted RSS {eager_rss} < heap {heap}"
+    );
+    let mut conn = eager.connect();
+    conn.expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+    conn.expect(b"get k\r\n", b"VALUE k 0 1\r\nv\r\nEND\r\n");
+}

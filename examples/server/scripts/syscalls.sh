@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# System calls and context switches per request at fixed request rates:
+# segcache-server vs memcached 1.6 (Debian package) and, when
+# PELIKAN_SEGCACHE names a built `pelikan-segcache` binary, Pelikan's own
+# segcache server. Counts, not times: `perf stat` counts the server's
+# syscall tracepoints and context switches (all its threads) while the load
+# generator runs, divided by the requests it completed. Unlike CPU time,
+# these barely move with the machine's other load, so they compare servers
+# on a shared machine.
+#
+# Counts still follow how requests happen to bunch up (a server that falls
+# behind reads several requests per call), so rounds are interleaved and
+# the median per figure is shown, with the range of syscalls per request.
+#
+# Env: RATES (default "20000 50000 80000"), ROUNDS (3), SECS (3), CONNS
+# (128), WORKERS (1), PELIKAN_SEGCACHE (unset: skipped), SEGCACHE_BIN (a
+# segcache-server binary to measure instead of this tree's). Needs `perf`
+# with tracepoint access (root). Prints markdown to stdout.
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+
+RATES="${RATES:-20000 50000 80000}"
+ROUNDS="${ROUNDS:-3}"
+SECS="${SECS:-3}"
+CONNS="${CONNS:-128}"
+WORKERS="${WORKERS:-1}"
+LOADGEN="$CARGO_TARGET_DIR/release/loadgen"
+
+need_pkg memcached memcached
+command -v perf >/dev/null || { echo "perf not found" >&2; exit 1; }
+build_server
+SERVER_BIN="${SEGCACHE_BIN:-$SERVER_BIN}"
+
+PIDS=()
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do stop_pid "$p"; done
+}
+trap cleanup EXIT
+
+# Receive, send and wait calls under every name the three servers use.
+EVENTS="raw_syscalls:sys_enter,context-switches"
+for s in read recvfrom recvmsg readv write sendto sendmsg writev \
+    epoll_wait epoll_pwait epoll_ctl futex; do
+    EVENTS="$EVENTS,syscalls:sys_enter_$s"
+done
+
+# field NAME LINE
+field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+
+start_target() { # NAME -> T_PORT, T_PID
+    case "$1" in
+    segcache) start_server T --workers "$WORKERS" --heap-size 256MiB ;;
+    memcached) start_memcached T "$WORKERS" ;;
+    pelikan) start_pelikan T "$WORKERS" ;;
+    esac
+    PIDS+=("$T_PID")
+}
+
+SERVERS="segcache memcached"
+if [ -n "${PELIKAN_SEGCACHE:-}" ]; then SERVERS="$SERVERS pelikan"; fi
+
+RESULTS="$(mktemp)"
+for round in $(seq 1 "$ROUNDS"); do
+    for server in $SERVERS; do
+        start_target "$server"
+        "$LOADGEN" --port "$T_PORT" --rate 10000 --duration 1 --warmup 0 \
+            --connections "$CONNS" >/dev/null
+        for rate in $RATES; do
+            stat="$(mktemp)"
+            line="$(perf stat -x, -o "$stat" -e "$EVENTS" -p "$T_PID" -- \
+                "$LOADGEN" --port "$T_PORT" --rate "$rate" --duration "$SECS" \
+                --warmup 0 --connections "$CONNS" --no-fill)"
+            reqs="$(python3 -c "print(round(float('$(field achieved "$line")') * $SECS))")"
+            python3 - "$stat" "$server" "$rate" "$reqs" >>"$RESULTS" <<'PY'
+import sys
+path, server, rate, reqs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+counts = {}
+for line in open(path):
+    parts = line.strip().split(",")
+    if len(parts) < 3 or not parts[0].replace(".", "").isdigit():
+        continue
+    name = parts[2].split(":")[-1].replace("sys_enter_", "")
+    counts[name] = counts.get(name, 0) + float(parts[0])
+g = lambda *names: sum(counts.get(n, 0) for n in names) / max(1, reqs)
+print(server, rate, reqs,
+      g("sys_enter"),
+      g("read", "recvfrom", "recvmsg", "readv"),
+      g("write", "sendto", "sendmsg", "writev"),
+      g("epoll_wait", "epoll_pwait"),
+      g("epoll_ctl"),
+      g("futex"),
+      g("context-switches"))
+PY
+            rm -f "$stat"
+        done
+        stop_pid "$T_PID"
+    done
+done
+
+echo "## Syscalls and context switches per request (perf stat counts over all the server's threads, median of $ROUNDS interleaved rounds)"
+echo
+echo "Command: \`RATES=\"$RATES\" ROUNDS=$ROUNDS SECS=$SECS CONNS=$CONNS WORKERS=$WORKERS bash examples/server/scripts/syscalls.sh\`"
+echo
+python3 - "$RESULTS" "$SERVERS" "$RATES" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+servers, rates = sys.argv[2].split(), sys.argv[3].split()
+print("| server | rate (req/s) | requests | syscalls/req [min-max] | recv/req | send/req "
+      "| epoll_wait/req | epoll_ctl/req | futex/req | ctx sw/req |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for r in rates:
+    for s in servers:
+        mine = [x for x in rows if x[0] == s and x[1] == r]
+        if not mine:
+            continue
+        col = lambda i: statistics.median(float(x[i]) for x in mine)
+        total = sorted(float(x[3]) for x in mine)
+        print(f"| {s} | {r} | {col(2):.0f} | {col(3):.2f} [{total[0]:.2f}-{total[-1]:.2f}] | "
+              + " | ".join(f"{col(i):.3f}" for i in range(4, 10)) + " |")
+PY
