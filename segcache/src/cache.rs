@@ -1718,8 +1718,9 @@ impl Segcache {
                 if let Some(old) = replaced {
                     self.account_unlinked(hashtable::location(old));
                 } else if self.eviction == Eviction::Merge && self.admission.readmit(hash, size) {
-                    // Evicted unread from probation and back already: one
-                    // access, so the next evaluation promotes it.
+                    // Back from a ghost (evicted from either pool and
+                    // written again): one access, so the next evaluation
+                    // promotes it.
                     if let Some((bucket, slot, _)) = self.table.locate(hash, loc) {
                         self.table
                             .set_frequency(bucket, slot, crate::eviction::PROMOTE_FREQ);
