@@ -172,7 +172,8 @@ impl Eq for Item<'_> {}
 /// The CAS token of the item `raw` at `loc` in the segment with `header`:
 /// the one it keeps, or one made of its segment's generation and its
 /// location (`generation 23 | segment 20 | offset 21` bits), unique per
-/// item version.
+/// item version (across the shards of a sharded cache too: each shard's
+/// generations are its own residue modulo the shard count).
 #[inline]
 fn cas_token(raw: RawItem<'_>, header: &SegmentHeader, loc: Location) -> u64 {
     if let Some(kept) = raw.kept_cas() {

@@ -591,8 +591,7 @@ impl Segcache {
         // Items in the output segments move: a new generation means no CAS
         // token of a moved or removed item can match a later item there.
         for &dst in &chain[..outputs] {
-            let h = &mut self.segs.headers[dst as usize];
-            h.generation = h.generation.wrapping_add(1);
+            self.segs.bump_generation(dst);
         }
         // Pass 2: pack survivors into the outputs, unlink the rest. Items
         // that sit back to back and land back to back move in one copy.

@@ -81,6 +81,11 @@ pub(crate) struct Segments {
     data: Heap,
     segment_size: usize,
     free: Vec<u32>,
+    /// What a generation grows by when a segment's contents go: 1, or in
+    /// a shard of a sharded cache the shard count, so that every
+    /// generation of shard `i` is `i` modulo the count and no two shards
+    /// hand out the same CAS token ([`Segments::set_cas_lane`]).
+    gen_step: u32,
 }
 
 impl Segments {
@@ -103,7 +108,35 @@ impl Segments {
             data,
             segment_size,
             free: (0..count as u32).rev().collect(),
+            gen_step: 1,
         }
+    }
+
+    /// Makes this the shard `lane` of `lanes` (a power of two up to 1024):
+    /// from now on every segment generation is `lane` modulo `lanes`, so
+    /// the CAS tokens built from generations (23 bits of them) never
+    /// coincide with another shard's. A segment's generation then repeats
+    /// after 2^23 / `lanes` reuses instead of 2^23. Generations restored
+    /// from a datapool this shard saved are already in its lane and are
+    /// kept (tokens survive the restart); any other (a fresh heap, or a
+    /// datapool saved without lanes) is moved into the lane, which can only
+    /// make an old token stop matching, never match wrongly.
+    pub(crate) fn set_cas_lane(&mut self, lane: u32, lanes: u32) {
+        debug_assert!(lanes.is_power_of_two() && lanes <= 1024 && lane < lanes);
+        self.gen_step = lanes;
+        for h in self.headers.iter_mut() {
+            if h.generation % lanes != lane {
+                h.generation = h.generation.wrapping_mul(lanes).wrapping_add(lane);
+            }
+        }
+    }
+
+    /// Starts a new generation of segment `id`: no CAS token of an item
+    /// that was there can match one written there from now on.
+    #[inline]
+    pub(crate) fn bump_generation(&mut self, id: u32) {
+        let h = &mut self.headers[id as usize];
+        h.generation = h.generation.wrapping_add(self.gen_step);
     }
 
     #[inline]
@@ -160,7 +193,7 @@ impl Segments {
         debug_assert_ne!(h.state, SegState::Free);
         debug_assert_eq!(h.live_items, 0);
         debug_assert_eq!(h.live_bytes, 0);
-        *h = SegmentHeader::free(h.generation.wrapping_add(1));
+        *h = SegmentHeader::free(h.generation.wrapping_add(self.gen_step));
         self.free.push(id);
     }
 
@@ -170,7 +203,7 @@ impl Segments {
             let generation = if h.state == SegState::Free {
                 h.generation
             } else {
-                h.generation.wrapping_add(1)
+                h.generation.wrapping_add(self.gen_step)
             };
             *h = SegmentHeader::free(generation);
         }

@@ -60,8 +60,14 @@ impl std::fmt::Debug for ShardedCache {
 }
 
 impl ShardedCache {
-    pub(crate) fn from_shards(caches: Vec<Segcache>) -> Self {
+    pub(crate) fn from_shards(mut caches: Vec<Segcache>) -> Self {
         debug_assert!(caches.len().is_power_of_two());
+        // One CAS lane per shard: a token names one item version across
+        // the whole cache, as memcached's do, not only within its shard.
+        let lanes = caches.len() as u32;
+        for (lane, cache) in caches.iter_mut().enumerate() {
+            cache.segs.set_cas_lane(lane as u32, lanes);
+        }
         ShardedCache {
             mask: caches.len() as u64 - 1,
             shards: caches.into_iter().map(|c| Shard(Mutex::new(c))).collect(),
@@ -540,6 +546,39 @@ mod tests {
         assert!(c.read_with("k", |i| i.is_some()));
         assert!(c.read_with("absent", |i| i.is_none()));
         assert_eq!((c.stats().hits, c.stats().misses), (1, 1));
+    }
+
+    #[test]
+    fn cas_tokens_name_one_item_version_across_all_shards() {
+        // Each shard builds tokens from its own segments' generations and
+        // locations; without a lane per shard, the first item of every
+        // shard had the same token, and a token of one key could pass
+        // `cas` on another key of another shard.
+        let c = Segcache::builder().build_sharded(16).unwrap();
+        let keys: Vec<String> = (0..2000).map(|i| format!("key{i}")).collect();
+        for k in &keys {
+            c.set(k, "v", 0, None).unwrap();
+        }
+        let tokens: Vec<u64> = keys
+            .iter()
+            .map(|k| c.read_with(k, |i| i.unwrap().cas()))
+            .collect();
+        let distinct: std::collections::HashSet<u64> = tokens.iter().copied().collect();
+        assert_eq!(
+            distinct.len(),
+            keys.len(),
+            "CAS tokens repeat across shards"
+        );
+        for (i, k) in keys.iter().enumerate().skip(1) {
+            assert_eq!(
+                c.cas(k, "stolen", 0, None, tokens[i - 1]),
+                Err(Error::Exists),
+                "{k} took the token of {}",
+                keys[i - 1]
+            );
+        }
+        assert_eq!(c.cas(&keys[0], "mine", 0, None, tokens[0]), Ok(()));
+        c.read_with(&keys[1], |i| assert_eq!(i.unwrap().value(), b"v"));
     }
 
     #[test]
