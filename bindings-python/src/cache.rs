@@ -55,6 +55,7 @@ struct Config {
     hash_power: Option<u8>,
     eviction: Eviction,
     shards: usize,
+    prefault: bool,
 }
 
 /// A memory-bounded, thread-safe cache of Python values with TTLs.
@@ -432,7 +433,7 @@ impl PyCache {
 #[pymethods]
 impl PyCache {
     #[new]
-    #[pyo3(signature = (heap_size=None, segment_size=None, hash_power=None, eviction=None, shards=None, datapool=None, restore=None, serializer=None, _clock=None))]
+    #[pyo3(signature = (heap_size=None, segment_size=None, hash_power=None, eviction=None, shards=None, datapool=None, restore=None, serializer=None, prefault=None, _clock=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -444,6 +445,7 @@ impl PyCache {
         datapool: Option<&Bound<'_, PyAny>>,
         restore: Option<&Bound<'_, PyAny>>,
         serializer: Option<&Bound<'_, PyAny>>,
+        prefault: Option<&Bound<'_, PyAny>>,
         _clock: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         fn opt<'py>(o: Option<&Bound<'py, PyAny>>) -> Option<Bound<'py, PyAny>> {
@@ -519,6 +521,16 @@ impl PyCache {
                 })?,
             None => false,
         };
+        let prefault = match opt(prefault) {
+            Some(o) => o
+                .cast::<pyo3::types::PyBool>()
+                .map(|b| b.is_true())
+                .map_err(|_| {
+                    PyTypeError::new_err(format!("prefault must be a bool, not {}", type_name(&o)))
+                })?,
+            None => false,
+        };
+        builder = builder.prefault(prefault);
         let serializer = Serializer::new(py, serializer)?;
         if let Some(path) = &datapool {
             builder = builder.datapool(path);
@@ -537,6 +549,7 @@ impl PyCache {
                 hash_power,
                 eviction,
                 shards: inner.shards(),
+                prefault,
             },
             inner: RwLock::new(Some(inner)),
             closing: AtomicBool::new(false),
@@ -614,6 +627,7 @@ impl PyCache {
         d.set_item("hash_power", self.config.hash_power)?;
         d.set_item("eviction", self.config.eviction.name())?;
         d.set_item("shards", self.config.shards)?;
+        d.set_item("prefault", self.config.prefault)?;
         d.set_item(
             "serializer",
             self.serializer.given.as_ref().map(|s| s.bind(py)),

@@ -2,8 +2,10 @@
 checking and errors, TTLs (moved by a ManualClock, never by sleeping) and
 the heap bound under a large fill."""
 
+import copy
 import datetime
 import math
+import sys
 
 import pytest
 
@@ -250,6 +252,28 @@ def test_small_heaps_just_work():
     tiny = segcache.Cache(heap_size=64 << 10)
     tiny["k"] = "v"
     assert tiny["k"] == "v"
+
+
+def _rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_prefault_makes_the_heap_resident_at_construction():
+    heap = 96 << 20
+    before = _rss_bytes()
+    lazy = segcache.Cache(heap_size=heap, shards=4)
+    assert _rss_bytes() - before < heap // 2
+    before = _rss_bytes()
+    eager = segcache.Cache(heap_size=heap, shards=4, prefault=True)
+    assert _rss_bytes() - before >= heap
+    eager["k"] = "v"
+    assert eager["k"] == "v"
+    assert copy.copy(eager)._config()["prefault"] is True
+    assert lazy._config()["prefault"] is False
+    with pytest.raises(TypeError, match="prefault"):
+        segcache.Cache(heap_size=1 << 20, prefault="yes")
 
 
 def test_oversized_value_is_a_value_error_and_the_old_value_stays(cache):

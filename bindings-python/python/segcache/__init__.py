@@ -94,7 +94,7 @@ class Cache(_segcache.CacheSlots, collections.abc.MutableMapping):
 
     ``Cache(heap_size=None, segment_size=None, hash_power=None,
     eviction=None, shards=None, datapool=None, restore=None,
-    serializer=None)``
+    serializer=None, prefault=None)``
 
     ``heap_size``: bytes of item storage (default 64 MiB); item data never
     exceeds it (the hash table and segment headers come on top:
@@ -108,6 +108,8 @@ class Cache(_segcache.CacheSlots, collections.abc.MutableMapping):
     the CPU count). ``serializer``: an object with ``dumps``/``loads`` for
     values other than bytes, str and int (default ``pickle``).
     ``datapool``/``restore``: warm restart (see ``save()``).
+    ``prefault=True``: make the heap resident now (no page faults on the
+    first fill).
 
     Keys: ``str``, ``bytes``, ``int``, ``float``, ``bool``, ``None`` and
     tuples of these, with a dict's equality (``1 == 1.0 == True``: one

@@ -152,6 +152,9 @@ class Cache:
     ``dumps(obj) -> bytes | str`` and ``loads(bytes) -> obj`` (``json``,
     ``orjson``, ``msgpack``...; default ``pickle``, highest protocol:
     only cache pickled data that untrusted code cannot write).
+    ``prefault``: make the whole heap resident now (default ``False``),
+    so the first fill pays no page faults and memory the machine cannot
+    give fails here (``ValueError``) instead of slowing writes later.
     ``_clock``: a ``ManualClock``, for tests.
 
     Warm restart: ``datapool`` (a ``str`` or ``os.PathLike`` path) keeps
@@ -188,6 +191,7 @@ class Cache:
         datapool: Union[None, str, "os.PathLike[str]"] = None,
         restore: Optional[bool] = None,
         serializer: Any = None,
+        prefault: Optional[bool] = None,
         _clock: Optional[ManualClock] = None,
     ) -> None: ...
     @property
