@@ -19,6 +19,8 @@
 //! threads = 2
 //! pin = "0-2"          # optional: one core per worker, then the storage thread
 //!                      # (threads = 1: the worker owns the cache, no storage thread)
+//! shared_cache = false # true: several workers share a sharded cache (no
+//!                      # storage thread; each shard has its share of the heap)
 //!
 //! [seg]
 //! heap_size = "64MiB"
@@ -129,6 +131,13 @@ pub struct Cli {
     /// memcached's `-F`.
     #[arg(long)]
     pub disable_flush_all: bool,
+    /// Several workers share one sharded cache, each shard behind its own
+    /// lock (as memcached's threads share its table), instead of handing
+    /// every round to a storage thread: no hand-off and no wake-up per
+    /// round. Each shard holds its share of the heap and evicts on its
+    /// own; a datapool is one file per shard. No effect with one worker.
+    #[arg(long)]
+    pub shared_cache: bool,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -163,6 +172,7 @@ struct ServerSection {
 struct WorkerSection {
     threads: Option<i64>,
     pin: Option<String>,
+    shared_cache: Option<bool>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -242,6 +252,9 @@ pub struct Config {
     /// `flush_all` is refused (`--disable-flush-all`,
     /// `server.disable_flush_all`).
     pub disable_flush_all: bool,
+    /// Several workers share a sharded cache instead of a storage thread
+    /// (`--shared-cache`, `worker.shared_cache`).
+    pub shared_cache: bool,
 }
 
 /// Parses `123`, `64k`, `64KiB`, `64MB`, `1GiB` (binary multiples; `B`
@@ -556,6 +569,7 @@ impl Config {
             max_buffered: max_buffered as usize,
             disable_flush_all: cli.disable_flush_all
                 || file.server.disable_flush_all.unwrap_or(false),
+            shared_cache: cli.shared_cache || file.worker.shared_cache.unwrap_or(false),
         })
     }
 
@@ -623,6 +637,14 @@ mod tests {
         };
         let c = Config::from_toml(text, &cli).unwrap();
         assert_eq!((c.listen.port(), c.workers), (99, 1));
+        assert!(!c.shared_cache, "the storage thread by default");
+        let c = Config::from_toml("[worker]\nshared_cache = true\n", &Cli::default()).unwrap();
+        assert!(c.shared_cache);
+        let cli = Cli {
+            shared_cache: true,
+            ..Cli::default()
+        };
+        assert!(Config::from_toml("", &cli).unwrap().shared_cache);
     }
 
     #[test]
