@@ -11,7 +11,8 @@
 #
 # Env: RATES (default "20000 50000 80000"), ROUNDS (3), SECS (4), CONNS
 # (128), WORKERS (1), PELIKAN_SEGCACHE (unset: skipped), PIN (0/1: pin
-# servers with --pin / taskset to cores 0-WORKERS).
+# servers with --pin / taskset to cores 0-WORKERS), SERVER_ARGS (more flags
+# for segcache-server, e.g. --shared-cache).
 # Prints markdown to stdout.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
@@ -53,7 +54,8 @@ start_target() { # NAME -> T_PORT, T_PID
     segcache)
         local pin=()
         if [ -n "$cores" ]; then pin=(--pin "$cores"); fi
-        start_server T --workers "$WORKERS" --heap-size 256MiB "${pin[@]}" ;;
+        # shellcheck disable=SC2086 # SERVER_ARGS is a list of flags
+        start_server T --workers "$WORKERS" --heap-size 256MiB ${SERVER_ARGS:-} "${pin[@]}" ;;
     memcached) start_memcached T "$WORKERS" "$cores" ;;
     pelikan) start_pelikan T "$WORKERS" "$cores" ;;
     esac

@@ -1,7 +1,10 @@
 //! Where a worker's storage requests run, and how their responses come
-//! back: on the shared storage thread (several workers), or inline on a
+//! back: on the shared storage thread (several workers), inline on a
 //! cache the worker owns (one worker: as Pelikan's server runs with one
-//! worker thread, no hand-off, no thread to wake, nothing to wait for).
+//! worker thread, no hand-off, no thread to wake, nothing to wait for),
+//! or inline on a sharded cache every worker shares (several workers with
+//! `--shared-cache`: as memcached's threads share its table, each request
+//! locks its key's shard for as long as it runs).
 //!
 //! # The storage thread
 //! The requests of one event-loop round go into one reusable
@@ -23,12 +26,19 @@
 //! chores: [`Segcache::expire`] at least once a second, `stats` for the
 //! admin port ([`StatsPort`]), and the datapool save at shutdown.
 //!
+//! # Shared
+//! As inline, on a [`ShardedCache`]: each request locks its key's shard
+//! (plain gets render under that lock), so workers never wait for one
+//! another except on the same shard. Worker 0 runs the expiry; the admin
+//! port reads stats from the cache itself; the server saves its datapool
+//! (one file per shard) once every worker has stopped.
+//!
 //! This module never interprets a request or renders a reply (that is
 //! [`crate::executor`]'s), and never touches sockets.
 
 use mio::{Events, Poll, Token, Waker};
 use segcache::storage::Client;
-use segcache::{Item, Request, Response, RestoreOutcome, Segcache, StorageHandle};
+use segcache::{Item, Request, Response, RestoreOutcome, Segcache, ShardedCache, StorageHandle};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -61,6 +71,18 @@ enum Way {
     },
     /// The worker's own cache.
     Inline(Box<Inline>),
+    /// A sharded cache every worker shares.
+    Shared(Box<Shared>),
+}
+
+/// A worker's view of the sharded cache all workers share.
+struct Shared {
+    cache: Arc<ShardedCache>,
+    /// Responses of the round so far, in submission order.
+    replies: Vec<Response>,
+    /// This worker runs the cache's expiry (one worker does).
+    expires: bool,
+    next_expire: Instant,
 }
 
 /// A cache a single worker owns.
@@ -107,12 +129,25 @@ impl Backend {
         })))
     }
 
+    /// Requests run on `cache`, shared with the other workers (each
+    /// request locks the key's shard only); with `expires`, this worker
+    /// also runs the cache's expiry once a second.
+    pub fn shared(cache: Arc<ShardedCache>, expires: bool) -> Self {
+        Backend(Way::Shared(Box::new(Shared {
+            cache,
+            replies: Vec::new(),
+            expires,
+            next_expire: Instant::now() + EXPIRE_EVERY,
+        })))
+    }
+
     /// Queues (thread) or runs (inline) one request; its response is the
     /// next one [`replies`](Self::replies) yields after the earlier ones.
     pub(crate) fn submit(&mut self, request: &Request<&[u8]>) {
         match &mut self.0 {
             Way::Thread { batch, .. } => batch.push(request),
             Way::Inline(inline) => inline.replies.push(inline.cache.get_mut().execute(request)),
+            Way::Shared(shared) => shared.replies.push(shared.cache.execute(request)),
         }
     }
 
@@ -126,6 +161,7 @@ impl Backend {
     ) -> Option<R> {
         match &mut self.0 {
             Way::Inline(inline) => Some(f(inline.cache.get_mut().get(key))),
+            Way::Shared(shared) => Some(shared.cache.read_with(key, f)),
             Way::Thread { .. } => None,
         }
     }
@@ -210,6 +246,7 @@ impl Backend {
                 }
             }
             Way::Inline(inline) => &inline.replies,
+            Way::Shared(shared) => &shared.replies,
         }
     }
 
@@ -227,6 +264,7 @@ impl Backend {
                 }
             }
             Way::Inline(inline) => inline.replies.clear(),
+            Way::Shared(shared) => shared.replies.clear(),
         }
     }
 
@@ -235,6 +273,7 @@ impl Backend {
     pub(crate) fn deadline(&self) -> Option<Instant> {
         match &self.0 {
             Way::Thread { .. } => None,
+            Way::Shared(shared) => shared.expires.then_some(shared.next_expire),
             Way::Inline(inline) => Some(inline.next_expire),
         }
     }
@@ -243,8 +282,16 @@ impl Backend {
     /// when due, and stats the admin port asked for. Cheap when there is
     /// nothing to do (a clock comparison and an atomic load).
     pub(crate) fn chores(&mut self, now: Instant) {
-        let Way::Inline(inline) = &mut self.0 else {
-            return;
+        let inline = match &mut self.0 {
+            Way::Inline(inline) => inline,
+            Way::Shared(shared) => {
+                if shared.expires && now >= shared.next_expire {
+                    shared.cache.expire();
+                    shared.next_expire = now + EXPIRE_EVERY;
+                }
+                return;
+            }
+            Way::Thread { .. } => return,
         };
         if now >= inline.next_expire {
             inline.cache.get_mut().expire();
@@ -259,7 +306,7 @@ impl Backend {
     /// a warm restart (the storage thread does this for its own).
     pub(crate) fn finish(self) -> Result<(), String> {
         match self.0 {
-            Way::Thread { .. } => Ok(()),
+            Way::Thread { .. } | Way::Shared { .. } => Ok(()),
             Way::Inline(mut inline) => {
                 inline.port.close();
                 inline.cache.save()
@@ -422,6 +469,9 @@ pub enum StatsSource {
     Thread(StorageHandle),
     /// The worker that owns the cache.
     Inline(Arc<StatsPort>),
+    /// The sharded cache the workers share (its `stats` locks one shard
+    /// at a time).
+    Shared(Arc<ShardedCache>),
 }
 
 impl StatsSource {
@@ -433,6 +483,7 @@ impl StatsSource {
                 _ => None,
             },
             StatsSource::Inline(port) => port.ask(),
+            StatsSource::Shared(cache) => Some(cache.stats()),
         }
     }
 }

@@ -19,6 +19,8 @@
 //! threads = 2
 //! pin = "0-2"          # optional: one core per worker, then the storage thread
 //!                      # (threads = 1: the worker owns the cache, no storage thread)
+//! shared_cache = false # true: several workers share a sharded cache (no
+//!                      # storage thread; each shard has its share of the heap)
 //!
 //! [seg]
 //! heap_size = "64MiB"
@@ -134,6 +136,13 @@ pub struct Cli {
     /// fails the start instead of slowing writes later.
     #[arg(long)]
     pub prefault: bool,
+    /// Several workers share one sharded cache, each shard behind its own
+    /// lock (as memcached's threads share its table), instead of handing
+    /// every round to a storage thread: no hand-off and no wake-up per
+    /// round. Each shard holds its share of the heap and evicts on its
+    /// own; a datapool is one file per shard. No effect with one worker.
+    #[arg(long)]
+    pub shared_cache: bool,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -168,6 +177,7 @@ struct ServerSection {
 struct WorkerSection {
     threads: Option<i64>,
     pin: Option<String>,
+    shared_cache: Option<bool>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -250,6 +260,9 @@ pub struct Config {
     /// `flush_all` is refused (`--disable-flush-all`,
     /// `server.disable_flush_all`).
     pub disable_flush_all: bool,
+    /// Several workers share a sharded cache instead of a storage thread
+    /// (`--shared-cache`, `worker.shared_cache`).
+    pub shared_cache: bool,
 }
 
 /// Parses `123`, `64k`, `64KiB`, `64MB`, `1GiB` (binary multiples; `B`
@@ -565,6 +578,7 @@ impl Config {
             max_buffered: max_buffered as usize,
             disable_flush_all: cli.disable_flush_all
                 || file.server.disable_flush_all.unwrap_or(false),
+            shared_cache: cli.shared_cache || file.worker.shared_cache.unwrap_or(false),
         })
     }
 
@@ -643,6 +657,14 @@ mod tests {
         assert!(filed.prefault);
         let e = Config::from_toml("[seg]\nprefault = \"yes\"\n", &Cli::default()).unwrap_err();
         assert!(e.to_string().contains("prefault"), "{e}");
+        assert!(!c.shared_cache, "the storage thread by default");
+        let c = Config::from_toml("[worker]\nshared_cache = true\n", &Cli::default()).unwrap();
+        assert!(c.shared_cache);
+        let cli = Cli {
+            shared_cache: true,
+            ..Cli::default()
+        };
+        assert!(Config::from_toml("", &cli).unwrap().shared_cache);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! Threads: the caller's thread runs the listener (accepts, enforces
 //! `max_connections`, hands connections round-robin to the workers over a
 //! channel plus a mio `Waker`); N [`Worker`]s; with more than one worker,
-//! one segcache storage thread (a single worker owns the cache itself);
+//! one segcache storage thread (a single worker owns the cache itself;
+//! with `--shared-cache` the workers share a sharded cache instead);
 //! an admin thread (plain-text `stats`/`version`/`quit`, and HTTP
 //! `GET /metrics` in Prometheus text format); a signal thread that turns
 //! SIGTERM/SIGINT into a shutdown: stop accepting, let workers answer what
@@ -16,7 +17,7 @@ use crate::metrics::Metrics;
 use crate::worker::{Ctx, Worker};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
-use segcache::{RestoreOutcome, Segcache, StorageConfig, StorageHandle};
+use segcache::{RestoreOutcome, Segcache, ShardedCache, StorageConfig, StorageHandle};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -59,6 +60,10 @@ pub struct Server {
     /// The storage thread (absent when the one worker owns the cache).
     storage: Option<segcache::storage::StorageThread>,
     handle: Option<StorageHandle>,
+    /// The sharded cache the workers share (`--shared-cache`).
+    shared_cache: Option<Arc<ShardedCache>>,
+    /// Save the shared cache's datapool at the end.
+    save_shared: bool,
     ctx: Arc<Ctx>,
     pub listen_addr: SocketAddr,
     pub admin_addr: SocketAddr,
@@ -96,6 +101,34 @@ fn pin_current(who: &str, core: usize) {
     }
 }
 
+/// Shards of a shared cache for `workers` workers: four per worker (few
+/// lock collisions), halved while a shard would get fewer than 16
+/// segments (eviction works a shard at a time), a power of two.
+fn shard_count(workers: usize, heap_size: usize, segment_size: usize) -> usize {
+    let mut shards = (workers * 4).next_power_of_two().min(1024);
+    while shards > 1 && heap_size / shards < 16 * segment_size {
+        shards /= 2;
+    }
+    shards
+}
+
+/// One outcome for the shards' restores: restored if every shard was
+/// (items summed), else fresh with the first reason given.
+fn shards_restored(outcomes: &[RestoreOutcome]) -> RestoreOutcome {
+    let mut items = 0;
+    for outcome in outcomes {
+        match outcome {
+            RestoreOutcome::Restored { items: n } => items += n,
+            other => return other.clone(),
+        }
+    }
+    if outcomes.is_empty() {
+        RestoreOutcome::NotRequested
+    } else {
+        RestoreOutcome::Restored { items }
+    }
+}
+
 impl Server {
     /// Builds the cache, binds both ports and starts every thread.
     pub fn start(config: &Config) -> Result<Server, StartError> {
@@ -107,14 +140,19 @@ impl Server {
         // requests to and wake, as Pelikan's server with one worker);
         // several share a storage thread.
         let inline = config.workers == 1;
+        let storage_thread = !inline && !config.shared_cache;
         if let Some(cores) = &pin {
-            let threads = config.workers + usize::from(!inline);
+            let threads = config.workers + usize::from(storage_thread);
             if cores.len() < threads {
                 eprintln!(
                     "segcache-server: --pin lists {} core(s) for {} worker(s){}; cores are reused",
                     cores.len(),
                     config.workers,
-                    if inline { "" } else { " + 1 storage thread" }
+                    if storage_thread {
+                        " + 1 storage thread"
+                    } else {
+                        ""
+                    }
                 );
             }
         }
@@ -144,7 +182,14 @@ impl Server {
             }
             other => StartError::Io(format!("cannot start storage: {other}")),
         };
-        let (mut own_cache, handle, storage) = if inline {
+        // Several workers with --shared-cache share a sharded cache.
+        let mut shared_cache = None;
+        let (mut own_cache, handle, storage) = if !inline && !storage_thread {
+            let shards = shard_count(config.workers, config.heap_size, config.segment_size);
+            let cache = builder.build_sharded(shards).map_err(storage_err)?;
+            shared_cache = Some(Arc::new(cache));
+            (None, None, None)
+        } else if inline {
             (
                 Some(OwnedCache::new(builder.build().map_err(storage_err)?)),
                 None,
@@ -162,6 +207,10 @@ impl Server {
             (None, Some(handle), Some(storage))
         };
         let restored = match (&own_cache, &handle) {
+            _ if shared_cache.is_some() => {
+                let outcomes = shared_cache.as_ref().map(|c| c.restore_outcomes());
+                shards_restored(&outcomes.unwrap_or_default())
+            }
             (Some(cache), _) => cache.restore_outcome().clone(),
             (None, Some(handle)) => handle.restore_outcome().clone(),
             (None, None) => RestoreOutcome::NotRequested,
@@ -244,11 +293,18 @@ impl Server {
         let mut wakers = vec![Arc::clone(&listener_waker)];
         let mut senders = Vec::new();
         let mut workers = Vec::new();
-        let mut stats_source = handle.clone().map(StatsSource::Thread);
+        let mut stats_source = match &shared_cache {
+            Some(cache) => Some(StatsSource::Shared(Arc::clone(cache))),
+            None => handle.clone().map(StatsSource::Thread),
+        };
         for i in 0..config.workers {
             let (wpoll, waker) = Worker::poll_and_waker().map_err(io_err("worker poll"))?;
             let (tx, rx) = mpsc::channel();
             let backend = match (own_cache.take(), &handle) {
+                _ if shared_cache.is_some() => {
+                    let cache = shared_cache.as_ref().map(Arc::clone);
+                    Backend::shared(cache.expect("checked"), i == 0)
+                }
                 (Some(cache), _) => {
                     let port = Arc::new(StatsPort::new(Arc::clone(&waker)));
                     stats_source = Some(StatsSource::Inline(Arc::clone(&port)));
@@ -295,6 +351,8 @@ impl Server {
             admin: Some(admin),
             storage,
             handle,
+            save_shared: shared_cache.is_some() && config.datapool.is_some(),
+            shared_cache,
             ctx,
             listen_addr,
             admin_addr,
@@ -372,15 +430,33 @@ impl Server {
         drop(self.listener);
         drop(self.senders);
         let mut failure = None;
+        let mut panicked = false;
         for w in self.workers.drain(..) {
             match w.join() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => failure = Some(e),
-                Err(_) => failure = Some("a worker thread panicked".to_string()),
+                Err(_) => {
+                    panicked = true;
+                    failure = Some("a worker thread panicked".to_string());
+                }
             }
         }
         if let Some(a) = self.admin.take() {
             let _ = a.join();
+        }
+        // Every worker and the admin thread are gone: the shared cache is
+        // ours alone. Not saved after a panic (it may be half-changed).
+        if let Some(cache) = self.shared_cache.take() {
+            if self.save_shared && !panicked {
+                match Arc::try_unwrap(cache) {
+                    Ok(cache) => {
+                        if let Err(e) = cache.save() {
+                            failure = Some(format!("saving the datapool: {e}"));
+                        }
+                    }
+                    Err(_) => failure = Some("the shared cache is still in use".to_string()),
+                }
+            }
         }
         if let Some(handle) = self.handle.take() {
             handle.shutdown();

@@ -634,7 +634,7 @@ impl Worker {
         }
         self.backend.clear();
         batch.arena.clear();
-        if batch.arena.capacity() > (4 << 20) {
+        if batch.arena.capacity() > (1 << 20) {
             batch.arena.shrink_to(64 << 10);
         }
         // The replies are in the write buffers now: count them there.

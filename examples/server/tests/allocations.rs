@@ -1,7 +1,8 @@
 //! The server serves gets, sets and misses without allocating per request
 //! once its buffers have grown, both with a worker that owns the cache (one
-//! worker) and with workers sending batches to the storage thread (where
-//! hits and misses change places in the batch from round to round): the
+//! worker), with workers sending batches to the storage thread (where
+//! hits and misses change places in the batch from round to round) and
+//! with workers sharing a sharded cache: the
 //! server runs in this process under a counting allocator, and the client
 //! side of the measured loop allocates nothing itself (fixed requests, a
 //! fixed read buffer), so every allocation counted is the server's. The
@@ -86,19 +87,23 @@ fn round(stream: &mut TcpStream, buf: &mut [u8]) {
 /// allocations over 300 rounds of 13 requests, after a warm-up. Asserts
 /// in its turn: a failure's report allocates, and must not land in
 /// another test's window.
-fn check_allocations(workers: &str, most: u64) {
+fn check_allocations(shape: &[&str], most: u64) {
     let _turn = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cli = Cli::parse_from([
-        "segcache-server",
-        "--port",
-        "0",
-        "--admin-port",
-        "0",
-        "--workers",
-        workers,
-        "--heap-size",
-        "16MiB",
-    ]);
+    let cli = Cli::parse_from(
+        [
+            &[
+                "segcache-server",
+                "--port",
+                "0",
+                "--admin-port",
+                "0",
+                "--heap-size",
+                "16MiB",
+            ][..],
+            shape,
+        ]
+        .concat(),
+    );
     let config = Config::load(&cli).expect("config");
     let server = Server::start(&config).expect("start");
     let addr = server.listen_addr;
@@ -126,7 +131,7 @@ fn check_allocations(workers: &str, most: u64) {
     runner.join().unwrap().expect("clean shutdown");
     assert!(
         allocations <= most,
-        "{workers} worker(s): {allocations} allocations for {} requests",
+        "{shape:?}: {allocations} allocations for {} requests",
         ROUNDS * 13
     );
 }
@@ -136,7 +141,7 @@ fn check_allocations(workers: &str, most: u64) {
 
 #[test]
 fn the_inline_worker_allocates_nothing_per_request() {
-    check_allocations("1", 16);
+    check_allocations(&["--workers", "1"], 16);
 }
 
 #[test]
@@ -144,5 +149,20 @@ fn workers_and_the_storage_thread_allocate_nothing_per_request() {
     // One request per round trip: the batch's only read alternates hit and
     // miss, which cost an allocation per hit when a reply buffer was
     // reused only by the same position.
-    check_allocations("2", 16);
+    check_allocations(&["--workers", "2"], 16);
+}
+
+#[test]
+fn workers_sharing_a_cache_allocate_nothing_per_request() {
+    // 4 shards of 16 segments of 256 KiB.
+    check_allocations(
+        &[
+            "--workers",
+            "2",
+            "--shared-cache",
+            "--segment-size",
+            "256KiB",
+        ],
+        16,
+    );
 }

@@ -124,6 +124,12 @@ fn admin_stats_and_metrics_with_the_cache_inline() {
     admin_reports(&["--workers", "1"]);
 }
 
+/// The admin port reads the shared cache's stats itself.
+#[test]
+fn admin_stats_and_metrics_with_a_shared_cache() {
+    admin_reports(&["--workers", "2", "--shared-cache"]);
+}
+
 fn admin_reports(args: &[&str]) {
     let server = Server::start(args);
     let mut c = server.connect();
@@ -176,6 +182,11 @@ fn sigterm_with_requests_in_flight_exits_0() {
 #[test]
 fn sigterm_with_requests_in_flight_exits_0_with_the_cache_inline() {
     sigterm_under_load(&["--workers", "1"]);
+}
+
+#[test]
+fn sigterm_with_requests_in_flight_exits_0_with_a_shared_cache() {
+    sigterm_under_load(&["--workers", "2", "--shared-cache"]);
 }
 
 fn sigterm_under_load(args: &[&str]) {
@@ -277,4 +288,9 @@ fn expired_items_are_reclaimed_unread_by_the_storage_thread() {
 #[test]
 fn expired_items_are_reclaimed_unread_with_the_cache_inline() {
     expired_items_are_reclaimed_unread(&["--workers", "1"]);
+}
+
+#[test]
+fn expired_items_are_reclaimed_unread_with_a_shared_cache() {
+    expired_items_are_reclaimed_unread(&["--workers", "2", "--shared-cache"]);
 }

@@ -58,26 +58,32 @@ fn stubborn(addr: std::net::SocketAddr) -> TcpStream {
 
 #[test]
 fn attacks_keep_rss_under_the_bound_and_it_comes_back_down() {
-    attacks_stay_bounded("2");
+    attacks_stay_bounded(&["--workers", "2"]);
 }
 
 /// The same with one worker owning the cache (no storage thread).
 #[test]
 fn attacks_keep_rss_under_the_bound_and_it_comes_back_down_with_the_cache_inline() {
-    attacks_stay_bounded("1");
+    attacks_stay_bounded(&["--workers", "1"]);
 }
 
-fn attacks_stay_bounded(workers: &str) {
+/// The same with two workers sharing a sharded cache.
+#[test]
+fn attacks_keep_rss_under_the_bound_and_it_comes_back_down_with_a_shared_cache() {
+    attacks_stay_bounded(&["--workers", "2", "--shared-cache"]);
+}
+
+/// `shape`: the worker flags.
+fn attacks_stay_bounded(shape: &[&str]) {
     let heap = 64 * MIB;
     let max_buffered = 32 * MIB;
-    let mut server = Server::start(&[
-        "--heap-size",
-        "64MiB",
-        "--max-buffered",
-        "32MiB",
-        "--workers",
-        workers,
-    ]);
+    let mut server = Server::start(
+        &[
+            &["--heap-size", "64MiB", "--max-buffered", "32MiB"][..],
+            shape,
+        ]
+        .concat(),
+    );
     let pid = server.pid();
     let mut admin = Conn::new(server.admin);
     let table: u64 = stat(&mut admin, "hash_table_bytes")

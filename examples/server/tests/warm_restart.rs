@@ -10,25 +10,38 @@ use std::process::{Command, Stdio};
 
 #[test]
 fn sigterm_saves_and_sigkill_does_not() {
-    saves_on_sigterm_only("2");
+    saves_on_sigterm_only(&["--workers", "2"], "pool.meta");
 }
 
 /// One worker owns the cache (no storage thread) and saves it itself.
 #[test]
 fn sigterm_saves_and_sigkill_does_not_with_the_cache_inline() {
-    saves_on_sigterm_only("1");
+    saves_on_sigterm_only(&["--workers", "1"], "pool.meta");
 }
 
-fn saves_on_sigterm_only(workers: &str) {
-    let (dir, pool_arg) = scratch_pool(&format!("segcache-server-warm-{workers}"));
+/// Several workers sharing a cache of 4 shards (16 MiB of 256 KiB
+/// segments): one heap file and one snapshot per shard.
+const SHARED: &[&str] = &[
+    "--workers",
+    "2",
+    "--shared-cache",
+    "--segment-size",
+    "256KiB",
+];
+
+#[test]
+fn sigterm_saves_and_sigkill_does_not_with_a_shared_cache() {
+    saves_on_sigterm_only(SHARED, "pool.shard3.meta");
+}
+
+/// `shape`: the worker flags; `meta`: a snapshot file the save writes.
+fn saves_on_sigterm_only(shape: &[&str], meta: &str) {
+    let (dir, pool_arg) = scratch_pool(&format!("segcache-server-warm-{}", shape.concat()));
     let args = [
-        "--heap-size",
-        "16MiB",
-        "--datapool",
-        pool_arg.as_str(),
-        "--workers",
-        workers,
-    ];
+        &["--heap-size", "16MiB", "--datapool", pool_arg.as_str()],
+        shape,
+    ]
+    .concat();
 
     let mut server = Server::start(&args);
     let mut conn = server.connect();
@@ -38,10 +51,7 @@ fn saves_on_sigterm_only(workers: &str) {
     }
     drop(conn);
     assert_eq!(server.signal_and_wait("TERM"), Some(0), "graceful exit");
-    assert!(
-        dir.join("pool.meta").exists(),
-        "snapshot written on SIGTERM"
-    );
+    assert!(dir.join(meta).exists(), "snapshot written on SIGTERM");
 
     let mut server = Server::start(&args);
     let mut conn = server.connect();
@@ -53,7 +63,7 @@ fn saves_on_sigterm_only(workers: &str) {
     drop(conn);
     // Killed: no snapshot, and the one consumed at start is gone.
     assert_eq!(server.signal_and_wait("KILL"), None);
-    assert!(!dir.join("pool.meta").exists());
+    assert!(!dir.join(meta).exists());
     let server = Server::start(&args);
     let mut conn = server.connect();
     conn.expect(b"get key1\r\n", b"END\r\n");
@@ -84,30 +94,34 @@ fn an_unusable_datapool_path_is_a_config_error() {
 
 #[test]
 fn a_save_that_fails_on_sigterm_exits_nonzero() {
-    failed_save_exits_nonzero("2");
+    failed_save_exits_nonzero(&["--workers", "2"], "pool.meta");
 }
 
 #[test]
 fn a_save_that_fails_on_sigterm_exits_nonzero_with_the_cache_inline() {
-    failed_save_exits_nonzero("1");
+    failed_save_exits_nonzero(&["--workers", "1"], "pool.meta");
 }
 
-fn failed_save_exits_nonzero(workers: &str) {
-    let (dir, pool_arg) = scratch_pool(&format!("segcache-server-warm-fail-{workers}"));
-    let mut server = Server::start(&[
-        "--heap-size",
-        "16MiB",
-        "--datapool",
-        pool_arg.as_str(),
-        "--workers",
-        workers,
-    ]);
+#[test]
+fn a_save_that_fails_on_sigterm_exits_nonzero_with_a_shared_cache() {
+    failed_save_exits_nonzero(SHARED, "pool.shard1.meta");
+}
+
+fn failed_save_exits_nonzero(shape: &[&str], meta: &str) {
+    let (dir, pool_arg) = scratch_pool(&format!("segcache-server-warm-fail-{}", shape.concat()));
+    let mut server = Server::start(
+        &[
+            &["--heap-size", "16MiB", "--datapool", pool_arg.as_str()],
+            shape,
+        ]
+        .concat(),
+    );
     let mut conn = server.connect();
     conn.expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
     drop(conn);
     // A directory where the snapshot goes: the save fails,
     // and the server must say so with its exit code.
-    std::fs::create_dir(dir.join("pool.meta")).unwrap();
+    std::fs::create_dir(dir.join(meta)).unwrap();
     assert_eq!(
         server.signal_and_wait("TERM"),
         Some(1),
