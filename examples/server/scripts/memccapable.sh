@@ -9,12 +9,14 @@ set -euo pipefail
 need_pkg libmemcached-tools memccapable memcapable
 TOOL="$(command -v memccapable || command -v memcapable)"
 build_server
-# Both shapes of the server: one worker owning the cache (inline), and two
-# workers sharing the storage thread.
-for workers in 1 2; do
-    start_server SRV --workers "$workers"
+# Every shape of the server: one worker owning the cache (inline), two
+# workers sharing the storage thread, and two workers sharing one sharded
+# cache (--shared-cache).
+for shape in "1" "2" "2 --shared-cache"; do
+    # shellcheck disable=SC2086 # the shape is a worker count and flags
+    start_server SRV --workers $shape
     trap 'stop_pid "$SRV_PID"' EXIT
-    echo "segcache-server (--workers $workers) on 127.0.0.1:$SRV_PORT; running $TOOL -a"
+    echo "segcache-server (--workers $shape) on 127.0.0.1:$SRV_PORT; running $TOOL -a"
     LOG="$(mktemp)"
     set +e
     timeout 120 "$TOOL" -a -h 127.0.0.1 -p "$SRV_PORT" 2>&1 | tee "$LOG"
@@ -24,7 +26,7 @@ for workers in 1 2; do
     trap - EXIT
     passed=$(grep -c '\[pass\]' "$LOG" || true)
     failed=$(grep -Ec '\[(fail|FAIL)' "$LOG" || true)
-    echo "memccapable (--workers $workers): $passed passed, $failed failed (exit $rc)"
+    echo "memccapable (--workers $shape): $passed passed, $failed failed (exit $rc)"
     if [ "$rc" != 0 ] || [ "$failed" != 0 ] || [ "$passed" = 0 ]; then
         echo "memccapable: FAILED" >&2
         exit 1

@@ -23,12 +23,14 @@ SUITE="$("$VENV/bin/python" -c 'import os, pymemcache.test as t; print(os.path.d
 build_server
 # The suite's conftest.py (--server/--port) lives beside the tests.
 cd "$SUITE"
-# Both shapes of the server: one worker owning the cache (inline), and two
-# workers sharing the storage thread.
-for workers in 1 2; do
-    start_server SRV --workers "$workers"
+# Every shape of the server: one worker owning the cache (inline), two
+# workers sharing the storage thread, and two workers sharing one sharded
+# cache (--shared-cache).
+for shape in "1" "2" "2 --shared-cache"; do
+    # shellcheck disable=SC2086 # the shape is a worker count and flags
+    start_server SRV --workers $shape
     trap 'stop_pid "$SRV_PID"' EXIT
-    echo "segcache-server (--workers $workers) on 127.0.0.1:$SRV_PORT; running pymemcache $PYMEMCACHE_VERSION integration tests"
+    echo "segcache-server (--workers $shape) on 127.0.0.1:$SRV_PORT; running pymemcache $PYMEMCACHE_VERSION integration tests"
     timeout 300 "$VENV/bin/pytest" -q -p no:cacheprovider -W ignore::pytest.PytestUnknownMarkWarning \
         -m integration --server 127.0.0.1 --port "$SRV_PORT" \
         --deselect test_integration.py::test_tls \
