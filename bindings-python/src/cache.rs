@@ -27,7 +27,8 @@ use std::time::Duration;
 
 use crate::clock::PyManualClock;
 use crate::convert::{
-    buf, bytes_of, conditional, int_arg, seconds_arg, str_bytes, to_py_err, ttl_arg, type_name,
+    bool_arg, buf, bytes_of, conditional, int_arg, seconds_arg, str_bytes, to_py_err, ttl_arg,
+    type_name,
 };
 use crate::flight::{Flights, Role};
 use crate::key::{self, KeyBuf, KeyError};
@@ -513,21 +514,11 @@ impl PyCache {
             None => None,
         };
         let restore = match opt(restore) {
-            Some(o) => o
-                .cast::<pyo3::types::PyBool>()
-                .map(|b| b.is_true())
-                .map_err(|_| {
-                    PyTypeError::new_err(format!("restore must be a bool, not {}", type_name(&o)))
-                })?,
+            Some(o) => bool_arg(&o, "restore")?,
             None => false,
         };
         let prefault = match opt(prefault) {
-            Some(o) => o
-                .cast::<pyo3::types::PyBool>()
-                .map(|b| b.is_true())
-                .map_err(|_| {
-                    PyTypeError::new_err(format!("prefault must be a bool, not {}", type_name(&o)))
-                })?,
+            Some(o) => bool_arg(&o, "prefault")?,
             None => false,
         };
         builder = builder.prefault(prefault);

@@ -160,6 +160,13 @@ pub fn int_arg(obj: &Bound<'_, PyAny>, what: &str, min: u64, max: u64) -> PyResu
     Ok(n as u64)
 }
 
+/// A `bool` argument: `TypeError` naming it otherwise.
+pub fn bool_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<bool> {
+    obj.cast::<PyBool>()
+        .map(|b| b.is_true())
+        .map_err(|_| PyTypeError::new_err(format!("{what} must be a bool, not {}", type_name(obj))))
+}
+
 fn timedelta_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
     static TIMEDELTA: PyOnceLock<Py<PyType>> = PyOnceLock::new();
     TIMEDELTA.import(py, "datetime", "timedelta")
