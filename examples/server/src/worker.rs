@@ -47,6 +47,16 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// An emptied buffer that grew past 1 MiB for a burst (a large multi-get,
+/// a slow reader) shrinks back to 64 KiB, so idle workers and connections
+/// do not keep a burst's memory.
+fn give_back_burst(buf: &mut Vec<u8>) {
+    debug_assert!(buf.is_empty());
+    if buf.capacity() > (1 << 20) {
+        buf.shrink_to(64 << 10);
+    }
+}
+
 /// Token of the worker's waker (new connections, shutdown).
 pub const WAKER: Token = Token(usize::MAX);
 /// Bytes read from a socket at a time.
@@ -122,9 +132,7 @@ impl Conn {
         if self.wpos == self.wbuf.len() {
             self.wbuf.clear();
             self.wpos = 0;
-            if self.wbuf.capacity() > (1 << 20) {
-                self.wbuf.shrink_to(64 << 10);
-            }
+            give_back_burst(&mut self.wbuf);
         }
         Ok(())
     }
@@ -634,9 +642,7 @@ impl Worker {
         }
         self.backend.clear();
         batch.arena.clear();
-        if batch.arena.capacity() > (1 << 20) {
-            batch.arena.shrink_to(64 << 10);
-        }
+        give_back_burst(&mut batch.arena);
         // The replies are in the write buffers now: count them there.
         self.budget.settle();
         for &t in &self.dirty {
