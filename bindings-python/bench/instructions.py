@@ -117,14 +117,25 @@ def instructions(script: str, args: list) -> int:
         # A fixed str hash seed: with a random one, dict layouts (and when
         # they resize) differ between the short and the long run, which
         # moved results by up to ~100 instructions per operation.
+        # The child runs in an empty directory of its own and, where
+        # Python has -P (3.11+), without it on sys.path: with -c, Python
+        # puts the working directory first on sys.path, and the import
+        # system lists it again whenever its modification time changes; a
+        # busy working directory (/tmp, a repository other programs write
+        # to) moved results by up to ~250 instructions per operation.
+        cwd = os.path.join(d, "cwd")
+        os.mkdir(cwd)
+        safe_path = ["-P"] if sys.version_info >= (3, 11) else []
         proc = subprocess.run(
             # The child's code by -c, not from a temporary file: a random
             # file name is a different str in every run (code objects and
             # module globals hold it), which moved dict layouts and the
             # result by up to ~500 instructions per operation.
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, "-c", script, *args],
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+             sys.executable, *safe_path, "-c", script, *args],
             capture_output=True,
             text=True,
+            cwd=cwd,
             env={**os.environ, "PYTHONHASHSEED": "0"},
         )
         if proc.returncode != 0:

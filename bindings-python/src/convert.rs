@@ -29,9 +29,20 @@ impl std::ops::Deref for Buf<'_> {
 }
 
 /// The UTF-8 bytes of a `str`, borrowed from the string (CPython caches
-/// them in the object after the first call: no copy, no allocation).
-#[inline]
+/// them in the object after the first call: no copy, no allocation); a
+/// compact ASCII `str` read directly (see `crate::layout`).
+#[inline(always)]
 pub fn str_bytes<'a>(s: &'a Bound<'_, PyString>) -> PyResult<&'a [u8]> {
+    // SAFETY: `s` is a live `str`, borrowed for 'a.
+    if let Some(b) = unsafe { crate::layout::ascii_str(s.as_ptr()) } {
+        return Ok(b);
+    }
+    str_bytes_api(s)
+}
+
+/// [`str_bytes`] through the C API (any `str`, any layout).
+#[inline(never)]
+fn str_bytes_api<'a>(s: &'a Bound<'_, PyString>) -> PyResult<&'a [u8]> {
     let mut len: pyo3::ffi::Py_ssize_t = 0;
     // SAFETY: `s` is a live `str` and we are attached to the interpreter.
     let ptr = unsafe { pyo3::ffi::PyUnicode_AsUTF8AndSize(s.as_ptr(), &mut len) };
@@ -44,10 +55,21 @@ pub fn str_bytes<'a>(s: &'a Bound<'_, PyString>) -> PyResult<&'a [u8]> {
     Ok(unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len as usize) })
 }
 
-/// The bytes of a `bytes` object, borrowed from it: one C call
+/// The bytes of a `bytes` object, borrowed from it: read directly where
+/// the layout is verified (see `crate::layout`), else one C call
 /// (`PyBytes_AsStringAndSize`) where pyo3's `as_bytes` makes two.
-#[inline]
+#[inline(always)]
 pub fn bytes_of<'a>(b: &'a Bound<'_, PyBytes>) -> &'a [u8] {
+    // SAFETY: `b` is a live `bytes`, borrowed for 'a.
+    if let Some(v) = unsafe { crate::layout::bytes(b.as_ptr()) } {
+        return v;
+    }
+    bytes_of_api(b)
+}
+
+/// [`bytes_of`] through the C API.
+#[inline(never)]
+fn bytes_of_api<'a>(b: &'a Bound<'_, PyBytes>) -> &'a [u8] {
     let mut ptr: *mut std::ffi::c_char = std::ptr::null_mut();
     let mut len: pyo3::ffi::Py_ssize_t = 0;
     // SAFETY: `b` is a live `bytes` (so the call cannot fail) and we are

@@ -17,7 +17,8 @@
 //! | typed only: `bool` / integral `float` | `B` + 0 or 1 / `f` + 8 bytes |
 //!
 //! So keys follow Python's equality where a dict does: `1`, `1.0` and
-//! `True` are one key, `"a"` and `b"a"` are two. With `typed` (the
+//! `True` are one key, `"a"` and `b"a"` are two, a `str` subclass (a
+//! `str` enum member) is the `str` it equals. With `typed` (the
 //! decorator's `typed=True`), `bool`, `int` and `float` stay apart, as in
 //! `functools.lru_cache(typed=True)`. An encoding longer than
 //! [`MAX_KEY_LEN`] bytes is [`KeyError::TooLong`]; reads treat that as a
@@ -312,10 +313,21 @@ pub fn encode<'a>(
 /// [`encode`] past its `str` fast path.
 #[inline(never)]
 fn encode_tagged<'a>(
-    obj: &Bound<'_, PyAny>,
+    obj: &'a Bound<'_, PyAny>,
     typed: bool,
     kb: &'a mut KeyBuf,
 ) -> Result<&'a [u8], KeyError> {
+    // A `str` subclass (a `str` enum, say) is the `str` it equals, as in
+    // a dict: its UTF-8, untagged.
+    if let Ok(s) = obj.cast::<PyString>() {
+        let utf8 = str_bytes(s)?;
+        if !utf8.is_empty() {
+            if utf8.len() > MAX_KEY_LEN {
+                return Err(KeyError::TooLong);
+            }
+            return Ok(utf8);
+        }
+    }
     kb.byte(TAG)?;
     kb.tagged(obj, typed, 0)?;
     if kb.too_long() {

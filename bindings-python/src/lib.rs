@@ -8,6 +8,8 @@
 //!
 //! Modules, one concept each:
 //! - `convert`: argument checking (ints, seconds, TTLs) and error mapping;
+//! - `layout`: direct reads of `str` and `bytes` contents where the
+//!   running CPython's layout is verified at import;
 //! - `key`: keys (str, bytes, int, float, bool, None, tuples) to bytes;
 //! - `value`: values to bytes and flags (bytes, str, int as themselves,
 //!   the rest through a serializer, pickle by default), and back;
@@ -38,6 +40,7 @@ mod fast;
 mod flight;
 mod iter;
 mod key;
+mod layout;
 mod slots;
 mod value;
 
@@ -52,11 +55,20 @@ create_exception!(
     "The cache could not make room for a write: eviction is \"none\" and the heap (or the key's hash-table neighbourhood) is full."
 );
 
+/// Which direct readers of object memory are in use, as
+/// `(str, bytes)` (see the `layout` module); for tests.
+#[pyfunction(name = "_direct_reads")]
+fn direct_reads() -> (bool, bool) {
+    layout::active()
+}
+
 /// The native module; `segcache/__init__.py` re-exports it. Every class is
 /// backed by `Sync` Rust state, so the module declares that it runs without
 /// the GIL on free-threaded CPython.
 #[pymodule(gil_used = false)]
 fn _segcache(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    layout::probe(m.py())?;
+    m.add_function(wrap_pyfunction!(direct_reads, m)?)?;
     m.add_class::<cache::PyCache>()?;
     let cache_type = m.py().get_type::<cache::PyCache>();
     fast::install(&cache_type)?;

@@ -1,0 +1,182 @@
+//! Direct reads of a `str`'s or a `bytes`' contents from the object's
+//! memory, where the running CPython's layout has been verified.
+//!
+//! Owns the layout probe and the two readers, nothing else. Under the
+//! stable ABI the contents are reached through C calls
+//! (`PyUnicode_AsUTF8AndSize`, `PyBytes_AsStringAndSize`: ~27 and ~15
+//! instructions per call, once or twice per operation). CPython's own
+//! layouts are plain C structs that have not changed within a release:
+//!
+//! - a compact ASCII `str` (`PyASCIIObject`): length at byte 16, a state
+//!   word at byte 32 whose bit 5 is `compact` and bit 6 `ascii`, the
+//!   characters (which are their UTF-8) right after the header, which is
+//!   48 bytes on 3.10-3.11 and 40 from 3.12;
+//! - a `bytes` (`PyBytesObject`): size at byte 16, contents at byte 32.
+//!
+//! [`probe`] runs at import: it asks the C API for the contents of a set
+//! of objects and keeps a direct reader only if every answer matches what
+//! the reader would compute (and, for `str`, the `ascii` bit is clear on
+//! non-ASCII strings). A layout it does not recognise (a future CPython,
+//! a free-threaded build, whose object header is larger) leaves the C
+//! calls in place. Free-threaded builds never try (`Py_GIL_DISABLED`).
+//!
+//! Must never: read past what the verified layout says is there, or be
+//! used on an object of another type (callers check the exact type or a
+//! subclass first: a `str` subclass instance is never compact, so it
+//! takes the C call).
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Where a compact ASCII `str`'s characters start, or 0: use the C API.
+static ASCII_DATA: AtomicUsize = AtomicUsize::new(0);
+/// Where a `bytes`' contents start, or 0: use the C API.
+static BYTES_DATA: AtomicUsize = AtomicUsize::new(0);
+
+/// Byte offset of `ob_size` / `PyASCIIObject.length` (after the refcount
+/// and the type pointer).
+const LENGTH_AT: usize = 16;
+/// Byte offset of `PyASCIIObject.state`.
+const STATE_AT: usize = 32;
+/// `state.compact` and `state.ascii`.
+const COMPACT_ASCII: u32 = (1 << 5) | (1 << 6);
+/// `sizeof(PyASCIIObject)`: with `wstr` (3.10, 3.11), without (3.12+).
+const ASCII_HEADERS: [usize; 2] = [48, 40];
+/// `offsetof(PyBytesObject, ob_sval)`.
+const BYTES_HEADER: usize = 32;
+
+/// Which direct readers are in use: (`str`, `bytes`), for tests.
+pub fn active() -> (bool, bool) {
+    (
+        ASCII_DATA.load(Ordering::Relaxed) != 0,
+        BYTES_DATA.load(Ordering::Relaxed) != 0,
+    )
+}
+
+/// A compact ASCII `str`'s characters (its UTF-8), read from the object;
+/// `None` for any other `str`, or when the layout was not verified.
+///
+/// # Safety
+/// `obj` is a live `str` (or subclass) and stays alive for `'a`.
+#[inline(always)]
+pub unsafe fn ascii_str<'a>(obj: *mut ffi::PyObject) -> Option<&'a [u8]> {
+    let at = ASCII_DATA.load(Ordering::Relaxed);
+    if at == 0 {
+        return None;
+    }
+    // SAFETY: `probe` verified this layout for the running interpreter:
+    // every `str` has the state word at STATE_AT, and a compact ASCII one
+    // its length at LENGTH_AT and that many characters at `at`. `str`s
+    // are immutable, and the object outlives 'a.
+    unsafe {
+        let base = obj.cast::<u8>();
+        let state = base.add(STATE_AT).cast::<u32>().read();
+        if state & COMPACT_ASCII != COMPACT_ASCII {
+            return None;
+        }
+        let len = base.add(LENGTH_AT).cast::<isize>().read();
+        debug_assert!(len >= 0);
+        Some(std::slice::from_raw_parts(base.add(at), len as usize))
+    }
+}
+
+/// A `bytes`' contents, read from the object; `None` when the layout was
+/// not verified.
+///
+/// # Safety
+/// `obj` is a live `bytes` (or subclass) and stays alive for `'a`.
+#[inline(always)]
+pub unsafe fn bytes<'a>(obj: *mut ffi::PyObject) -> Option<&'a [u8]> {
+    let at = BYTES_DATA.load(Ordering::Relaxed);
+    if at == 0 {
+        return None;
+    }
+    // SAFETY: `probe` verified that a `bytes` holds its size at LENGTH_AT
+    // and its contents at `at`; `bytes` are immutable and the object
+    // outlives 'a.
+    unsafe {
+        let base = obj.cast::<u8>();
+        let len = base.add(LENGTH_AT).cast::<isize>().read();
+        debug_assert!(len >= 0);
+        Some(std::slice::from_raw_parts(base.add(at), len as usize))
+    }
+}
+
+/// Verifies the layouts above against the C API on sample objects and
+/// turns on the readers that match. Call once at import, attached.
+pub fn probe(py: Python<'_>) -> PyResult<()> {
+    if cfg!(Py_GIL_DISABLED) {
+        return Ok(());
+    }
+    // Made at run time (not only literals: those may be interned or
+    // statically allocated), of several lengths.
+    let ascii: Vec<Bound<'_, PyAny>> = vec![
+        pyo3::types::PyString::new(py, "k").into_any(),
+        pyo3::types::PyString::new(py, "segcache:probe").into_any(),
+        py.eval(c"'key:' + str(12345)", None, None)?,
+        py.eval(c"'x' * 300", None, None)?,
+        py.eval(c"''.join(['a', 'b'])", None, None)?,
+    ];
+    let other: Vec<Bound<'_, PyAny>> = vec![
+        py.eval(c"'\\u00e9t\\u00e9'", None, None)?,
+        py.eval(c"'\\u20ac' * 3", None, None)?,
+        py.eval(c"'\\U0001F600x'", None, None)?,
+        py.eval(c"'caf' + chr(233)", None, None)?,
+    ];
+    if let Some(at) = ASCII_HEADERS
+        .into_iter()
+        .find(|&at| ascii_layout_holds(&ascii, &other, at))
+    {
+        ASCII_DATA.store(at, Ordering::Relaxed);
+    }
+    let samples: Vec<Bound<'_, PyAny>> = vec![
+        pyo3::types::PyBytes::new(py, b"").into_any(),
+        pyo3::types::PyBytes::new(py, b"v").into_any(),
+        pyo3::types::PyBytes::new(py, b"segcache:probe").into_any(),
+        py.eval(c"b'\\x00\\xff' * 600", None, None)?,
+    ];
+    if samples.iter().all(bytes_layout_holds) {
+        BYTES_DATA.store(BYTES_HEADER, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Whether every `ascii` string is compact ASCII with its characters at
+/// `at`, and no string of `other` claims to be ASCII.
+fn ascii_layout_holds(ascii: &[Bound<'_, PyAny>], other: &[Bound<'_, PyAny>], at: usize) -> bool {
+    let state = |s: &Bound<'_, PyAny>| {
+        // SAFETY: every object starts with at least a refcount, a type
+        // pointer and (a `str`) its length and hash: byte 32..36 is inside
+        // any `str` object of any CPython this builds for.
+        unsafe { s.as_ptr().cast::<u8>().add(STATE_AT).cast::<u32>().read() }
+    };
+    let api = |s: &Bound<'_, PyAny>| {
+        let mut len: ffi::Py_ssize_t = 0;
+        // SAFETY: a live `str`; attached.
+        let p = unsafe { ffi::PyUnicode_AsUTF8AndSize(s.as_ptr(), &mut len) };
+        (p.cast::<u8>() as usize, len)
+    };
+    ascii.iter().all(|s| {
+        let (p, len) = api(s);
+        let base = s.as_ptr() as usize;
+        // SAFETY: as `state`.
+        let length = unsafe { (base as *const u8).add(LENGTH_AT).cast::<isize>().read() };
+        p != 0 && state(s) & COMPACT_ASCII == COMPACT_ASCII && p == base + at && len == length
+    }) && other.iter().all(|s| {
+        let (p, _) = api(s);
+        p != 0 && state(s) & COMPACT_ASCII != COMPACT_ASCII
+    })
+}
+
+/// Whether a `bytes` holds its size and contents where [`bytes`] reads.
+fn bytes_layout_holds(b: &Bound<'_, PyAny>) -> bool {
+    let mut ptr: *mut std::ffi::c_char = std::ptr::null_mut();
+    let mut len: ffi::Py_ssize_t = 0;
+    // SAFETY: a live `bytes`; attached.
+    let rc = unsafe { ffi::PyBytes_AsStringAndSize(b.as_ptr(), &mut ptr, &mut len) };
+    let base = b.as_ptr() as usize;
+    // SAFETY: a `bytes` is a variable-size object: its size is at byte 16.
+    let size = unsafe { (base as *const u8).add(LENGTH_AT).cast::<isize>().read() };
+    rc == 0 && ptr as usize == base + BYTES_HEADER && len == size
+}
