@@ -114,11 +114,11 @@ type CacheRef<'a> = MappedRwLockReadGuard<'a, ShardedCache>;
 /// The open cache for one short call holding the GIL throughout: a plain
 /// reference where a GIL exists (see [`PyCache::cache_attached`]).
 #[cfg(not(Py_GIL_DISABLED))]
-type AttachedRef<'a> = &'a ShardedCache;
+pub(crate) type AttachedRef<'a> = &'a ShardedCache;
 /// The open cache for one short call: on free-threaded CPython, the read
 /// lock.
 #[cfg(Py_GIL_DISABLED)]
-type AttachedRef<'a> = CacheRef<'a>;
+pub(crate) type AttachedRef<'a> = CacheRef<'a>;
 
 fn closed_error() -> PyErr {
     PyRuntimeError::new_err(
@@ -189,23 +189,29 @@ impl PyCache {
     /// promise this take [`cache`](Self::cache)'s read lock. On free-threaded
     /// CPython this is that read lock.
     #[inline(always)]
-    fn cache_attached(&self, _py: Python<'_>) -> PyResult<AttachedRef<'_>> {
+    fn cache_attached(&self, py: Python<'_>) -> PyResult<AttachedRef<'_>> {
+        self.open_attached(py).ok_or_else(closed_error)
+    }
+
+    /// [`cache_attached`](Self::cache_attached) with `None` for a closed
+    /// cache (no error built), for the hot paths (`crate::hot`); the same
+    /// rules for the caller.
+    #[inline(always)]
+    pub(crate) fn open_attached(&self, _py: Python<'_>) -> Option<AttachedRef<'_>> {
         #[cfg(not(Py_GIL_DISABLED))]
         {
             if self.closing.load(Ordering::Relaxed) {
-                return Err(closed_error());
+                return None;
             }
             // SAFETY: the only writer is `save()`, which sets `closing`
             // under the GIL before it takes the lock to write (see above):
             // we hold the GIL and saw `closing` unset, so no write happens
             // until our caller lets the GIL go, after its last use.
-            unsafe { &*self.inner.data_ptr() }
-                .as_ref()
-                .ok_or_else(closed_error)
+            unsafe { &*self.inner.data_ptr() }.as_ref()
         }
         #[cfg(Py_GIL_DISABLED)]
         {
-            self.cache()
+            self.cache().ok()
         }
     }
 

@@ -32,6 +32,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 use crate::cache::PyCache;
+use crate::hot;
 
 /// One method this module replaces: its name, its parameters (after
 /// self; each may be passed by keyword) and how many are required.
@@ -139,12 +140,27 @@ unsafe fn call(
     args: *const *mut ffi::PyObject,
     nargs: ffi::Py_ssize_t,
     kwnames: *mut ffi::PyObject,
+    hot: impl for<'py> FnOnce(&PyCache, Python<'py>) -> Option<*mut ffi::PyObject>,
     body: impl for<'py> FnOnce(&PyCache, Python<'py>, &[Borrowed<'_, 'py, PyAny>]) -> *mut ffi::PyObject,
 ) -> *mut ffi::PyObject {
     // SAFETY: CPython calls methods attached to the interpreter.
     let py = unsafe { Python::assume_attached() };
     let out = catch_unwind(AssertUnwindSafe(|| {
         let method = &METHODS[slow];
+        // The commonest call: the required arguments, positionally, as
+        // `hot` reads them; it returns `None` to go the general way.
+        if kwnames.is_null() && nargs == method.required as ffi::Py_ssize_t {
+            // SAFETY: the descriptor checked `slf`'s type; `slf` is
+            // borrowed for the call.
+            let cache = unsafe {
+                &*(Borrowed::from_ptr(py, slf)
+                    .cast_unchecked::<PyCache>()
+                    .get() as *const PyCache)
+            };
+            if let Some(r) = hot(cache, py) {
+                return r;
+            }
+        }
         let mut bound = [std::ptr::null_mut(); MAX_PARAMS];
         let (args, n) = match usize::try_from(nargs) {
             // The common call: positional arguments only, as many as the
@@ -328,7 +344,11 @@ unsafe fn call_slow<'py>(
 
 /// Declares an entry point: `call` with the index into [`METHODS`].
 macro_rules! entry {
-    ($(#[$doc:meta])* $name:ident = $slow:expr, |$cache:ident, $py:ident, $a:ident| $body:expr) => {
+    (
+        $(#[$doc:meta])* $name:ident = $slow:expr,
+        hot |$hc:ident, $hpy:ident, $args:ident| $hot:expr,
+        |$cache:ident, $py:ident, $a:ident| $body:expr
+    ) => {
         $(#[$doc])*
         unsafe extern "C" fn $name(
             slf: *mut ffi::PyObject,
@@ -336,8 +356,21 @@ macro_rules! entry {
             nargs: ffi::Py_ssize_t,
             kwnames: *mut ffi::PyObject,
         ) -> *mut ffi::PyObject {
-            // SAFETY: CPython calls it as a fast-call method of `Cache`.
-            unsafe { call($slow, slf, args, nargs, kwnames, |$cache, $py, $a| $body) }
+            let $args = args;
+            // SAFETY: CPython calls it as a fast-call method of `Cache`;
+            // `hot` runs only with the method's required arguments in
+            // `args` (see `call`).
+            unsafe {
+                call(
+                    $slow,
+                    slf,
+                    args,
+                    nargs,
+                    kwnames,
+                    |$hc, $hpy| $hot,
+                    |$cache, $py, $a| $body,
+                )
+            }
         }
     };
 }
@@ -345,11 +378,16 @@ macro_rules! entry {
 entry!(
     /// `Cache.get(key, default=None)`.
     get = 0,
+    hot |c, py, args| hot::get(c, py, *args, none),
     |c, py, a| ret(py, c.get(py, &a[0], a.get(1).map(|d| Bound::clone(d))))
 );
 entry!(
     /// `Cache.set(key, value, ttl=None)`.
     set = 1,
+    hot |c, py, args| hot::set(c, py, *args, *args.add(1)).map(|r| match r {
+        Ok(()) => none(),
+        Err(e) => hot::raise_write(py, *args, e, std::ptr::null_mut()),
+    }),
     |c, py, a| match c.set(py, &a[0], &a[1], a.get(2).map(|t| &**t)) {
         Ok(()) => none(),
         Err(e) => raise(py, e),
@@ -358,6 +396,7 @@ entry!(
 entry!(
     /// `Cache.delete(key)`.
     delete = 2,
+    hot |c, py, args| hot::delete(c, py, *args).map(py_bool),
     |c, py, a| match c.delete(py, &a[0]) {
         Ok(b) => py_bool(b),
         Err(e) => raise(py, e),

@@ -14,6 +14,8 @@
 //! - `value`: values to bytes and flags (bytes, str, int as themselves,
 //!   the rest through a serializer, pickle by default), and back;
 //! - `cache`: the `Cache` class;
+//! - `hot`: the common case of the hot entry points (plain str key,
+//!   bytes or ASCII str value) straight to the core;
 //! - `fast`: fast-call entry points for `Cache.get`, `set` and `delete`;
 //! - `slots`: `CacheSlots`, `Cache` with the mapping operators as plain
 //!   C slots (the base of the Python mapping);
@@ -38,6 +40,7 @@ mod clock;
 mod convert;
 mod fast;
 mod flight;
+mod hot;
 mod iter;
 mod key;
 mod layout;

@@ -29,6 +29,7 @@ use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::cache::PyCache;
+use crate::hot;
 
 /// The subclass's docstring.
 const DOC: &std::ffi::CStr = c"Cache with the mapping operators (c[k], c[k] = v, del c[k], k in c) as plain C slots; segcache.Cache derives from it.";
@@ -137,6 +138,9 @@ unsafe extern "C" fn subscript(
     // SAFETY: CPython's slot contract (see `call`); `key` is borrowed.
     unsafe {
         call(slf, std::ptr::null_mut(), |c, py| {
+            if let Some(r) = hot::get(c, py, key, || key_error(key, std::ptr::null_mut())) {
+                return r;
+            }
             match c.get_item(py, &Borrowed::from_ptr(py, key)) {
                 Ok(Some(v)) => v.into_ptr(),
                 Ok(None) => key_error(key, std::ptr::null_mut()),
@@ -156,6 +160,19 @@ unsafe extern "C" fn ass_subscript(
     // (when not NULL) are borrowed.
     unsafe {
         call(slf, -1, |c, py| {
+            if value.is_null() {
+                match hot::delete(c, py, key) {
+                    Some(true) => return 0,
+                    Some(false) => return key_error(key, -1),
+                    None => {}
+                }
+            } else {
+                match hot::set(c, py, key, value) {
+                    Some(Ok(())) => return 0,
+                    Some(Err(e)) => return hot::raise_write(py, key, e, -1),
+                    None => {}
+                }
+            }
             let k = Borrowed::from_ptr(py, key);
             let done = if value.is_null() {
                 match c.delete(py, &k) {
@@ -179,6 +196,9 @@ unsafe extern "C" fn contains(slf: *mut ffi::PyObject, key: *mut ffi::PyObject) 
     // SAFETY: CPython's slot contract (see `call`); `key` is borrowed.
     unsafe {
         call(slf, -1, |c, py| {
+            if let Some(b) = hot::contains(c, py, key) {
+                return c_int::from(b);
+            }
             match c.__contains__(py, &Borrowed::from_ptr(py, key)) {
                 Ok(b) => c_int::from(b),
                 Err(e) => raise(py, e, -1),

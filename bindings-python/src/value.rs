@@ -327,6 +327,18 @@ fn int_type(py: Python<'_>) -> PyResult<&Bound<'_, pyo3::types::PyType>> {
 }
 
 impl<'py> Fetched<'py> {
+    /// The new reference of a value that needs no more work (`bytes`,
+    /// `str`, a small `int`), or `self` back.
+    #[inline(always)]
+    pub fn into_ready(self) -> Result<*mut ffi::PyObject, Self> {
+        if self.kind == Kind::Ready && !self.obj.is_null() {
+            let obj = self.obj;
+            std::mem::forget(self);
+            return Ok(obj);
+        }
+        Err(self)
+    }
+
     /// The value: runs the serializer if needed (call without the lock).
     #[inline(always)]
     pub fn finish(self, ser: &Serializer) -> PyResult<Bound<'py, PyAny>> {

@@ -1,0 +1,179 @@
+//! The common case of the hot entry points (`get`, `set`, `delete` and the
+//! mapping operators): a plain `str` key, a `bytes` or plain `str` value
+//! of less than [`DETACH_AT`] bytes, an open cache. Straight from the
+//! objects' memory (see `crate::layout`) to the core and back, with no
+//! key buffer, no `PyResult` and no `Bound` in between.
+//!
+//! Owns that shortcut and nothing else. Each function returns `None`
+//! when its case does not apply, before doing anything: the caller then
+//! takes the general path (`crate::cache`), which handles every key and
+//! value and raises every error. What a shortcut does is exactly what the
+//! general path would do for the same arguments (the tests in
+//! `tests/test_layout.py` and `tests/test_fastcall.py` check both paths
+//! with the same cases); what it skips is the general path's bookkeeping
+//! (~50 instructions per call).
+//!
+//! "Plain": an exact `str` that is compact ASCII (its characters are its
+//! UTF-8, read without a C call), 1 to [`MAX_KEY_LEN`] bytes as a key;
+//! an exact `bytes` as a value. Anything else (a `str` subclass, a
+//! non-ASCII or too long `str`, an empty key, other types) goes the
+//! general way.
+//!
+//! Must never: run Python code, build a GC-tracked object or drop a
+//! reference between the `closing` check (`PyCache::open_attached`) and
+//! the last use of the cache (see there), or raise anything but the
+//! `KeyError` of a missing key (every other outcome that needs an
+//! exception goes the general way).
+
+use pyo3::ffi;
+use pyo3::prelude::*;
+use segcache::{Ttl, MAX_KEY_LEN};
+
+use crate::cache::PyCache;
+use crate::layout;
+use crate::value::{self, FLAG_BYTES, FLAG_STR};
+use crate::DETACH_AT;
+
+/// A plain key's bytes: an exact, compact ASCII `str` of 1 to
+/// [`MAX_KEY_LEN`] bytes (its UTF-8, as `crate::key` encodes it).
+///
+/// # Safety
+/// Attached; `key` a live object, alive for `'a`.
+#[inline(always)]
+unsafe fn plain_key<'a>(key: *mut ffi::PyObject) -> Option<&'a [u8]> {
+    // SAFETY: attached, `key` live (the caller's contract); the type
+    // check comes before the layout read, which needs a `str`.
+    unsafe {
+        if ffi::Py_TYPE(key) != std::ptr::addr_of_mut!(ffi::PyUnicode_Type) {
+            return None;
+        }
+        let k = layout::ascii_str(key)?;
+        (!k.is_empty() && k.len() <= MAX_KEY_LEN).then_some(k)
+    }
+}
+
+/// A plain value's bytes and flags: an exact `bytes` or an exact compact
+/// ASCII `str`, shorter than [`DETACH_AT`] (longer writes release the
+/// GIL: the general path).
+///
+/// # Safety
+/// Attached; `value` a live object, alive for `'a`.
+#[inline(always)]
+unsafe fn plain_value<'a>(value: *mut ffi::PyObject) -> Option<(&'a [u8], u32)> {
+    // SAFETY: as `plain_key`.
+    unsafe {
+        let ty = ffi::Py_TYPE(value);
+        let (v, flags) = if ty == std::ptr::addr_of_mut!(ffi::PyBytes_Type) {
+            (layout::bytes(value)?, FLAG_BYTES)
+        } else if ty == std::ptr::addr_of_mut!(ffi::PyUnicode_Type) {
+            (layout::ascii_str(value)?, FLAG_STR)
+        } else {
+            return None;
+        };
+        (v.len() < DETACH_AT).then_some((v, flags))
+    }
+}
+
+/// `c.get(key)` / `c[key]`: the value's new reference, or `miss()`'s
+/// result for a missing key; `None`: take the general path.
+///
+/// # Safety
+/// Attached; `key` a live object borrowed for the call.
+#[inline(always)]
+pub unsafe fn get(
+    c: &PyCache,
+    py: Python<'_>,
+    key: *mut ffi::PyObject,
+    miss: impl FnOnce() -> *mut ffi::PyObject,
+) -> Option<*mut ffi::PyObject> {
+    // SAFETY: forwarded.
+    let k = unsafe { plain_key(key) }?;
+    let fetched = {
+        let cache = c.open_attached(py)?;
+        // Under the reference, `fetch` only builds bytes, str or int.
+        cache.get_value_with(k, |v, flags| value::fetch(py, v, flags))
+    };
+    match fetched {
+        None => Some(miss()),
+        Some(f) => match f.into_ready() {
+            Ok(obj) => Some(obj),
+            Err(f) => Some(finish(c, f)),
+        },
+    }
+}
+
+/// A fetched value that needs the serializer (or failed to build): its
+/// new reference, or NULL with the exception set.
+#[cold]
+#[inline(never)]
+fn finish(c: &PyCache, f: value::Fetched<'_>) -> *mut ffi::PyObject {
+    match f.finish(&c.serializer) {
+        Ok(v) => v.into_ptr(),
+        Err(e) => {
+            crate::convert::restore_attached(e);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// `c[key] = value` / `c.set(key, value)` without a TTL: the write's
+/// outcome (the caller raises an error as the general path would, with
+/// `convert::to_py_err`); `None`: take the general path.
+///
+/// # Safety
+/// Attached; `key` and `value` live objects borrowed for the call.
+#[inline(always)]
+pub unsafe fn set(
+    c: &PyCache,
+    py: Python<'_>,
+    key: *mut ffi::PyObject,
+    value: *mut ffi::PyObject,
+) -> Option<Result<(), segcache::Error>> {
+    // SAFETY: forwarded.
+    let k = unsafe { plain_key(key) }?;
+    // SAFETY: forwarded.
+    let (v, flags) = unsafe { plain_value(value) }?;
+    let cache = c.open_attached(py)?;
+    Some(cache.set(k, v, flags, Ttl::Never))
+}
+
+/// Sets the exception for a failed write of `key` and returns `err`.
+///
+/// # Safety
+/// Attached; `key` a live object borrowed for the call.
+#[cold]
+#[inline(never)]
+pub unsafe fn raise_write<R>(
+    py: Python<'_>,
+    key: *mut ffi::PyObject,
+    e: segcache::Error,
+    err: R,
+) -> R {
+    // SAFETY: forwarded.
+    let key = unsafe { Borrowed::from_ptr(py, key) };
+    crate::convert::restore_attached(crate::convert::to_py_err(e, Some(&key)));
+    err
+}
+
+/// `del c[key]` / `c.delete(key)`: whether the key was there; `None`:
+/// take the general path.
+///
+/// # Safety
+/// Attached; `key` a live object borrowed for the call.
+#[inline(always)]
+pub unsafe fn delete(c: &PyCache, py: Python<'_>, key: *mut ffi::PyObject) -> Option<bool> {
+    // SAFETY: forwarded.
+    let k = unsafe { plain_key(key) }?;
+    Some(c.open_attached(py)?.delete(k))
+}
+
+/// `key in c`; `None`: take the general path.
+///
+/// # Safety
+/// Attached; `key` a live object borrowed for the call.
+#[inline(always)]
+pub unsafe fn contains(c: &PyCache, py: Python<'_>, key: *mut ffi::PyObject) -> Option<bool> {
+    // SAFETY: forwarded.
+    let k = unsafe { plain_key(key) }?;
+    Some(c.open_attached(py)?.contains(k))
+}
