@@ -65,6 +65,14 @@ fn direct_reads() -> (bool, bool) {
     layout::active()
 }
 
+/// Defines `get`, `set` and `delete` on `cls` (a subclass of `Cache`) as
+/// its own fast-call methods, so that CPython specialises calls of them
+/// on its instances (see `fast::install_on_subclass`).
+#[pyfunction(name = "_install_fast_methods")]
+fn install_fast_methods(cls: &Bound<'_, pyo3::types::PyType>) -> PyResult<()> {
+    fast::install_on_subclass(cls)
+}
+
 /// The native module; `segcache/__init__.py` re-exports it. Every class is
 /// backed by `Sync` Rust state, so the module declares that it runs without
 /// the GIL on free-threaded CPython.
@@ -72,6 +80,7 @@ fn direct_reads() -> (bool, bool) {
 fn _segcache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     layout::probe(m.py())?;
     m.add_function(wrap_pyfunction!(direct_reads, m)?)?;
+    m.add_function(wrap_pyfunction!(install_fast_methods, m)?)?;
     m.add_class::<cache::PyCache>()?;
     let cache_type = m.py().get_type::<cache::PyCache>();
     fast::install(&cache_type)?;

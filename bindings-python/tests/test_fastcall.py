@@ -149,6 +149,26 @@ def test_called_on_the_wrong_type_raises():
         _segcache.Cache.__setitem__(object(), "k", b"v")
 
 
+def test_the_mapping_has_the_fast_methods_as_its_own():
+    # Defined on segcache.Cache itself (CPython specialises a method call
+    # only when the instance's type is the method's own type), with the
+    # same docs and signatures, and refusing instances of other types.
+    for name in ["get", "set", "delete"]:
+        own = segcache.Cache.__dict__[name]
+        assert type(own) is type(_segcache.Cache.__dict__[name])
+        assert own.__objclass__ is segcache.Cache
+        assert own.__doc__ == getattr(_segcache.Cache, name).__doc__
+        assert inspect.signature(own) == inspect.signature(getattr(_segcache.Cache, name))
+    with pytest.raises(TypeError):
+        segcache.Cache.get(_segcache.Cache(heap_size=4 << 20), "k")
+    with pytest.raises(TypeError):
+        segcache.Cache.set({}, "k", b"v")
+    with pytest.raises(TypeError):
+        _segcache._install_fast_methods(dict)
+    with pytest.raises(TypeError):
+        _segcache._install_fast_methods(_segcache.Cache)
+
+
 def test_subclass_overrides_still_win():
     class Upper(segcache.Cache):
         def __getitem__(self, key):
