@@ -233,6 +233,11 @@ pub fn ttl_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Duration>> {
     match obj {
         None => Ok(None),
         Some(o) if o.is_none() => Ok(None),
+        // The common TTL, a plain non-negative int: one C call.
+        Some(o) if o.is_exact_instance_of::<PyInt>() => match small_int(o) {
+            Some(n) if n >= 0 => Ok(Some(Duration::from_secs(n as u64))),
+            _ => seconds_arg(o, "ttl").map(Some),
+        },
         Some(o) => seconds_arg(o, "ttl").map(Some),
     }
 }

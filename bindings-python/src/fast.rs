@@ -425,7 +425,7 @@ entry!(
 entry!(
     /// `Cache.set(key, value, ttl=None)`.
     set = 1,
-    hot |c, py, args| hot::set(c, py, *args, *args.add(1)).map(|r| match r {
+    hot |c, py, args| hot::set(c, py, *args, *args.add(1), segcache::Ttl::Never).map(|r| match r {
         Ok(()) => none(),
         Err(e) => hot::raise_write(py, *args, e, std::ptr::null_mut()),
     }),

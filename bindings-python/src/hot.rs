@@ -128,13 +128,14 @@ pub unsafe fn set(
     py: Python<'_>,
     key: *mut ffi::PyObject,
     value: *mut ffi::PyObject,
+    ttl: Ttl,
 ) -> Option<Result<(), segcache::Error>> {
     // SAFETY: forwarded.
     let k = unsafe { plain_key(key) }?;
     // SAFETY: forwarded.
     let (v, flags) = unsafe { plain_value(value) }?;
     let cache = c.open_attached(py)?;
-    Some(cache.set(k, v, flags, Ttl::Never))
+    Some(cache.set(k, v, flags, ttl))
 }
 
 /// Sets the exception for a failed write of `key` and returns `err`.
@@ -142,7 +143,7 @@ pub unsafe fn set(
 /// # Safety
 /// Attached; `key` a live object borrowed for the call.
 #[cold]
-#[inline(never)]
+#[inline(always)]
 pub unsafe fn raise_write<R>(
     py: Python<'_>,
     key: *mut ffi::PyObject,

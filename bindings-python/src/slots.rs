@@ -167,7 +167,7 @@ unsafe extern "C" fn ass_subscript(
                     None => {}
                 }
             } else {
-                match hot::set(c, py, key, value) {
+                match hot::set(c, py, key, value, segcache::Ttl::Never) {
                     Some(Ok(())) => return 0,
                     Some(Err(e)) => return hot::raise_write(py, key, e, -1),
                     None => {}
