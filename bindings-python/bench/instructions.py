@@ -75,12 +75,20 @@ else:
 # Mappings are written to as users write: c[k] = v and del c[k] (moka-py,
 # not a mapping, and the bare loop through put/delete).
 mapping = name in ("segcache", "cachebox", "cachetools", "dict")
-def run(c=c if mapping else None, get=get, put=put, delete=delete, keys=keys, missing=missing, v=v):
+def run(c=c if mapping else None, obj=c, get=get, put=put, delete=delete, keys=keys, missing=missing, v=v):
     # Locals, not globals: the loop costs what it would in a function.
     for k in keys:
         put(k, v)
     for _ in range(reps):
         if op == "get hit":
+            for k in keys:
+                get(k)
+        elif op == "get hit, c.get(k)" and obj is not None:
+            # The method looked up and called in the loop, as code
+            # usually writes it (CPython specialises the call).
+            for k in keys:
+                obj.get(k)
+        elif op == "get hit, c.get(k)":
             for k in keys:
                 get(k)
         elif op == "get miss":
@@ -107,7 +115,7 @@ run()
 
 CACHES = ["segcache", "cachebox", "moka_py", "cachetools", "dict", "loop"]
 DECORATED = ["segcache", "cachebox", "moka_py", "cachetools", "functools", "loop"]
-OPS = ["get hit", "get miss", "set", "delete"]
+OPS = ["get hit", "get hit, c.get(k)", "get miss", "set", "delete"]
 
 
 def instructions(script: str, args: list) -> int:
