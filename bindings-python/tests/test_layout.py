@@ -6,6 +6,7 @@ reads are on where the layout is known, and every kind of key and value
 comes back right through get, c[k], in, del, iteration, set and delete,
 whichever path it takes."""
 
+import collections
 import enum
 import sys
 
@@ -143,6 +144,27 @@ def test_str_subclass_keys_are_the_str_they_equal(cache):
     # Inside tuples too, as a dict sees them.
     cache[("a", 1)] = b"t"
     assert cache[(Sub("a"), 1)] == b"t"
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+
+
+class Real(float):
+    pass
+
+
+Point = collections.namedtuple("Point", "x y")
+
+
+def test_other_subclass_keys_are_the_values_they_equal(cache):
+    cache[1] = b"i"
+    assert cache[Level.LOW] == b"i" and cache[Real(1.0)] == b"i"
+    cache[Real(2.5)] = b"f"
+    assert cache[2.5] == b"f"
+    cache[(1, "a")] = b"t"
+    assert cache[Point(1, "a")] == b"t"
+    assert sorted(map(repr, cache.keys())) == ["(1, 'a')", "1", "2.5"]
 
 
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 63, 64, 65, 1024, 1033, segcache.DETACH_AT - 1, segcache.DETACH_AT, 300_000])
