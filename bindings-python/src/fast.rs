@@ -429,9 +429,21 @@ entry!(
         Ok(()) => none(),
         Err(e) => hot::raise_write(py, *args, e, std::ptr::null_mut()),
     }),
-    |c, py, a| match c.set(py, &a[0], &a[1], a.get(2).map(|t| &**t)) {
-        Ok(()) => none(),
-        Err(e) => raise(py, e),
+    |c, py, a| {
+        // `set(k, v, ttl)` / `set(k, v, ttl=...)` with a plain int TTL:
+        // the shortcut too, once bound.
+        if let Some(ttl) = a.get(2).and_then(|t| hot::int_ttl(t.as_ptr())) {
+            if let Some(r) = hot::set(c, py, a[0].as_ptr(), a[1].as_ptr(), ttl) {
+                return match r {
+                    Ok(()) => none(),
+                    Err(e) => hot::raise_write(py, a[0].as_ptr(), e, std::ptr::null_mut()),
+                };
+            }
+        }
+        match c.set(py, &a[0], &a[1], a.get(2).map(|t| &**t)) {
+            Ok(()) => none(),
+            Err(e) => raise(py, e),
+        }
     }
 );
 entry!(

@@ -178,3 +178,31 @@ pub unsafe fn contains(c: &PyCache, py: Python<'_>, key: *mut ffi::PyObject) -> 
     let k = unsafe { plain_key(key) }?;
     Some(c.open_attached(py)?.contains(k))
 }
+
+/// A TTL given as an exact `int` of 0 (never) to `i64::MAX` seconds, as
+/// `convert::ttl_arg` and the write read it; `None` for anything else (a
+/// float, a timedelta, `None`, a negative or huge int, another type: the
+/// general path converts it or raises).
+///
+/// # Safety
+/// Attached; `ttl` a live object.
+#[inline(always)]
+pub unsafe fn int_ttl(ttl: *mut ffi::PyObject) -> Option<Ttl> {
+    // SAFETY: attached; `ttl` is live; the call is made on an exact int.
+    unsafe {
+        if ffi::Py_TYPE(ttl) != std::ptr::addr_of_mut!(ffi::PyLong_Type) {
+            return None;
+        }
+        let mut overflow: std::ffi::c_int = 0;
+        let n = ffi::PyLong_AsLongLongAndOverflow(ttl, &mut overflow);
+        // An exact int cannot fail; -1 and every negative value go the
+        // general way, which raises.
+        if overflow != 0 || n < 0 {
+            return None;
+        }
+        Some(match n {
+            0 => Ttl::Never,
+            n => Ttl::After(std::time::Duration::from_secs(n as u64)),
+        })
+    }
+}

@@ -218,3 +218,38 @@ def test_oversized_values_raise_and_keep_the_old_value(cache):
     with pytest.raises(ValueError):
         cache.set("k", "y" * (cache.max_value_len(1) + 1))
     assert cache["k"] == b"old"
+
+
+def outcome(fn):
+    try:
+        return ("ok", fn())
+    except Exception as e:  # noqa: BLE001 - the type is the outcome
+        return ("raised", type(e))
+
+
+@pytest.mark.parametrize("ttl", [None, 0, 1, 5, 3600, 2**31, 2**62, 2**63 - 1, 2**70, -1, -(2**70), True, 1.5, 0.0])
+def test_set_ttls_on_the_shortcut_match_the_general_path(clock, ttl):
+    # A plain str key takes the shortcut; a tuple key the general path:
+    # every TTL must end the same way on both, by keyword and positionally.
+    for call in ("keyword", "positional"):
+        c = segcache.Cache(heap_size=8 << 20, segment_size=1 << 20, _clock=clock)
+        results = []
+        for key in ["plain", ("general",)]:
+            c[key] = b"old"
+            if call == "keyword":
+                done = outcome(lambda: c.set(key, b"new", ttl=ttl))
+            else:
+                done = outcome(lambda: c.set(key, b"new", ttl))
+            results.append((done, c[key], outcome(lambda: c.ttl(key))))
+        assert results[0] == results[1], (call, ttl, results)
+
+
+def test_a_plain_ttl_expires_on_time(cache, clock):
+    cache.set("k", b"v", ttl=5)
+    cache.set("p", b"v", 5)
+    cache.set("never", b"v", ttl=0)
+    clock.advance(4)
+    assert cache.get("k") == b"v" and cache.get("p") == b"v"
+    clock.advance(1)
+    assert cache.get("k") is None and cache.get("p") is None
+    assert cache.get("never") == b"v"
