@@ -1012,6 +1012,64 @@ mod tests {
     }
 
     #[test]
+    fn an_overwrite_counts_as_an_access() {
+        let clock = ManualClock::new();
+        let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+        c.set("once", [1u8; 80], 0, None).unwrap();
+        c.set("twice", [1u8; 80], 0, None).unwrap();
+        assert_eq!(
+            entry(&c, "twice").unwrap().1,
+            0,
+            "a first write is no access"
+        );
+        c.set("twice", [2u8; 80], 0, None).unwrap();
+        assert_eq!(entry(&c, "once").unwrap().1, 0);
+        assert_eq!(
+            entry(&c, "twice").unwrap().1,
+            super::PROMOTE_FREQ,
+            "written again before its evaluation: promoted by it"
+        );
+        // Reads already counted are kept, not lowered.
+        for _ in 0..3 {
+            clock.advance(Duration::from_secs(1));
+            c.get("twice").unwrap();
+        }
+        c.set("twice", [3u8; 80], 0, None).unwrap();
+        assert_eq!(entry(&c, "twice").unwrap().1, super::PROMOTE_FREQ + 3);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn a_key_written_twice_but_never_read_passes_probation() {
+        // Two keys written at the same time, one of them written again;
+        // neither is read. Then a flood of keys written once: the oldest
+        // small segments are evaluated, and only the rewritten key (its
+        // rewrite counted as an access) moves to main.
+        let clock = ManualClock::new();
+        let mut c = merge_cache(256 << 10, 4 << 10, &clock);
+        for k in 0..20u32 {
+            c.set(format!("once{k}"), [1u8; 80], 0, None).unwrap();
+            c.set(format!("twice{k}"), [1u8; 80], 0, None).unwrap();
+        }
+        for k in 0..20u32 {
+            c.set(format!("twice{k}"), [2u8; 80], 0, None).unwrap();
+        }
+        for i in 0..4_000u32 {
+            c.set(format!("flood{i}"), [3u8; 80], 0, None).unwrap();
+        }
+        let once = (0..20u32)
+            .filter(|k| c.contains(format!("once{k}")))
+            .count();
+        let twice = (0..20u32)
+            .filter(|k| c.contains(format!("twice{k}")))
+            .count();
+        assert!(c.stats().evictions > 0, "the flood was evicted");
+        assert_eq!(once, 0, "unread keys left with probation");
+        assert_eq!(twice, 20, "rewritten keys passed it");
+        c.check_invariants();
+    }
+
+    #[test]
     fn a_scan_does_not_flush_the_hot_set() {
         // 300 hot keys (~30 KiB) read every round in a 256 KiB heap, while
         // a scan writes 20 000 keys that are never read again (~2 MiB,
