@@ -1718,18 +1718,17 @@ impl Segcache {
             Ok(Inserted { replaced, evicted }) => {
                 if let Some(old) = replaced {
                     let was = hashtable::location(old);
-                    // Merge eviction: a rewrite counts as an access (the
-                    // count carries over from the old version), so a key
-                    // written again before its evaluation is promoted, as
-                    // an updated entry of quick_cache or S3-FIFO keeps its
-                    // place. Twitter-like rows of BENCHMARKS §1 missed up
-                    // to 0.006 more when rewritten keys started unread.
+                    // Merge eviction: a rewritten key starts with at
+                    // least REWRITE_FREQ accesses (the count carries over
+                    // from the old version), so its evaluation promotes
+                    // it, as an updated entry of quick_cache or S3-FIFO
+                    // keeps its place (see `eviction::REWRITE_FREQ`).
                     if self.eviction == Eviction::Merge
-                        && hashtable::frequency(old) < crate::eviction::PROMOTE_FREQ
+                        && hashtable::frequency(old) < crate::eviction::REWRITE_FREQ
                     {
                         if let Some((bucket, slot, _)) = self.table.locate(hash, loc) {
                             self.table
-                                .set_frequency(bucket, slot, crate::eviction::PROMOTE_FREQ);
+                                .set_frequency(bucket, slot, crate::eviction::REWRITE_FREQ);
                         }
                     }
                     self.account_unlinked(was);
