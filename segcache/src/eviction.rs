@@ -18,7 +18,9 @@
 //!    fill every segment of the run, and nothing unread is kept: room the
 //!    survivors leave is freed (filling it let a segment of unread items
 //!    skip probation in every run). If nothing was read, only the run's
-//!    oldest segment is evicted.
+//!    oldest segment is evicted. A rewrite counts as [`REWRITE_FREQ`]
+//!    accesses (the write path sets them), so a key written again while
+//!    cached is promoted and kept by its first main merge.
 //! 3. Otherwise the main pool *merges*: from a TTL bucket's cursor, take
 //!    main segments until they hold [`MERGE_RATIO`] segments' worth of live
 //!    bytes (at most [`MERGE_MAX`]), keep every item read since its last
