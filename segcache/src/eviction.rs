@@ -1080,6 +1080,17 @@ mod tests {
         assert!(c.stats().evictions > 0, "the flood was evicted");
         assert_eq!(once, 0, "unread keys left with probation");
         assert_eq!(twice, 20, "rewritten keys passed it");
+        // In main, they still count as read once (the promotion halved
+        // the rewrite's two accesses): a main merge, which keeps what was
+        // read since the last move, keeps them too.
+        for k in 0..20u32 {
+            let (at, freq) = entry(&c, &format!("twice{k}")).unwrap();
+            assert!(c.admission.is_main(at.seg), "twice{k} in main");
+            assert!(
+                freq >= super::PROMOTE_FREQ,
+                "twice{k} still counts a read: {freq}"
+            );
+        }
         c.check_invariants();
     }
 
