@@ -1717,7 +1717,21 @@ impl Segcache {
         let result = match inserted {
             Ok(Inserted { replaced, evicted }) => {
                 if let Some(old) = replaced {
-                    self.account_unlinked(hashtable::location(old));
+                    let was = hashtable::location(old);
+                    // Merge eviction: a rewritten key starts with at
+                    // least REWRITE_FREQ accesses (the count carries over
+                    // from the old version), so its evaluation promotes
+                    // it, as an updated entry of quick_cache or S3-FIFO
+                    // keeps its place (see `eviction::REWRITE_FREQ`).
+                    if self.eviction == Eviction::Merge
+                        && hashtable::frequency(old) < crate::eviction::REWRITE_FREQ
+                    {
+                        if let Some((bucket, slot, _)) = self.table.locate(hash, loc) {
+                            self.table
+                                .set_frequency(bucket, slot, crate::eviction::REWRITE_FREQ);
+                        }
+                    }
+                    self.account_unlinked(was);
                 } else if self.eviction == Eviction::Merge && self.admission.readmit(hash, size) {
                     // Back from a ghost (evicted from either pool and
                     // written again): one access, so the next evaluation
