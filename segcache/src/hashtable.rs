@@ -212,7 +212,7 @@ fn match_byte_swar(word: u64, byte: u8) -> u32 {
 
 /// Hints the CPU to start loading the cache line at `ptr`.
 #[inline]
-fn prefetch<T>(ptr: *const T) {
+pub(crate) fn prefetch<T>(ptr: *const T) {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse"))]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -587,6 +587,29 @@ impl HashTable {
         self.drain = None;
         self.dropped.clear();
         self.table.clear();
+    }
+
+    /// The item info of the first entry in `hash`'s home bucket whose tag
+    /// matches: where the key's item most likely is (a hint to prefetch
+    /// it, not an answer: the check bits and the key are not compared).
+    /// `None` when no tag matches or while the table grows.
+    #[inline]
+    pub(crate) fn home_candidate(&self, hash: u64) -> Option<u64> {
+        if self.drain.is_some() {
+            return None;
+        }
+        let t = &self.table;
+        let home = t.home(hash);
+        debug_assert!(home < t.homes);
+        // SAFETY: `home < homes <= buckets()` (`home` scales a 32-bit value
+        // by homes / 2^32).
+        let hits = match_byte(unsafe { t.ctrl_unchecked(home) }, tag_of(hash));
+        if hits == 0 {
+            return None;
+        }
+        // SAFETY: `home < buckets()` as above; `match_byte` only sets bits
+        // 0..SLOTS.
+        Some(unsafe { t.slot_unchecked(home, hits.trailing_zeros() as usize) })
     }
 
     /// Starts loading the lines a lookup of `hash` will read: its control
