@@ -215,14 +215,13 @@ impl Batch {
             let bytes = &self.bytes;
             let view = |span: Span| &bytes[span.start as usize..][..span.len as usize];
             let response = match self.requests[i] {
+                // A hit is copied into a free buffer; a miss leaves them.
+                Request::Get { key, opts } if opts == GetOpts::default() => {
+                    Response::Get(Ok(cache.read_plain(view(key), hash, &mut self.free)))
+                }
                 Request::Get { key, opts } => {
-                    // A hit is copied into a free buffer; a miss leaves it.
                     let mut reuse = self.free.pop();
-                    let found = if opts == GetOpts::default() {
-                        Ok(cache.read_plain_reusing(view(key), hash, &mut reuse))
-                    } else {
-                        cache.read_reusing(view(key), hash, &opts, &mut reuse)
-                    };
+                    let found = cache.read_reusing(view(key), hash, &opts, &mut reuse);
                     self.free.extend(reuse);
                     Response::Get(found)
                 }

@@ -1324,14 +1324,15 @@ impl Segcache {
     }
 
     /// [`read_reusing`](Self::read_reusing) with [`GetOpts::default`] (a
-    /// plain `get`), the way [`get`](Self::get) reads: the same answer and
-    /// the same effects on the cache, through the short inline path.
+    /// plain `get`), the way [`get`](Self::get) reads: the same effects on
+    /// the cache, through the short inline path. A hit is copied into a
+    /// buffer taken from `free` (a new one if it is empty).
     #[inline(always)]
-    pub(crate) fn read_plain_reusing(
+    pub(crate) fn read_plain(
         &mut self,
         key: &[u8],
         hash: u64,
-        reuse: &mut Option<OwnedItem>,
+        free: &mut Vec<OwnedItem>,
     ) -> Option<Found> {
         if self.tags_say_miss(hash) {
             return None;
@@ -1344,7 +1345,7 @@ impl Segcache {
             loc,
             now,
         };
-        let item = match reuse.take() {
+        let item = match free.pop() {
             Some(mut old) => {
                 old.refill(view);
                 old
