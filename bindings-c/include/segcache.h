@@ -133,6 +133,12 @@ typedef struct segcache_config_t {
   // if its files are whole and match these settings, else start empty
   // (see `segcache_restore_outcome`). Default false.
   bool restore;
+  // Make the whole heap resident in `segcache_new` (default false), as
+  // memcached's `-L` does: the first fill then pays no page faults, and
+  // memory the machine cannot give is `SEGCACHE_INVALID_CONFIG` naming
+  // `prefault` there rather than a slowdown later. With a datapool the
+  // file's pages are brought in, their contents kept.
+  bool prefault;
 } segcache_config_t;
 
 // How a store treats the existing item, for `segcache_store`: one of the

@@ -46,6 +46,12 @@ pub struct segcache_config_t {
     /// if its files are whole and match these settings, else start empty
     /// (see `segcache_restore_outcome`). Default false.
     pub restore: bool,
+    /// Make the whole heap resident in `segcache_new` (default false), as
+    /// memcached's `-L` does: the first fill then pays no page faults, and
+    /// memory the machine cannot give is `SEGCACHE_INVALID_CONFIG` naming
+    /// `prefault` there rather than a slowdown later. With a datapool the
+    /// file's pages are brought in, their contents kept.
+    pub prefault: bool,
 }
 
 /// The default configuration: 64 MiB heap, 1 MiB segments, automatic hash
@@ -60,6 +66,7 @@ pub extern "C" fn segcache_config_default() -> segcache_config_t {
         eviction: std::ptr::null(),
         datapool: std::ptr::null(),
         restore: false,
+        prefault: false,
     }
 }
 
@@ -104,7 +111,8 @@ unsafe fn utf8<'a>(field: &'static str, ptr: *const c_char) -> Result<&'a str, E
 unsafe fn build(cfg: &segcache_config_t) -> Result<ShardedCache, Error> {
     let mut builder = Segcache::builder()
         .heap_size(cfg.heap_size)
-        .segment_size(cfg.segment_size);
+        .segment_size(cfg.segment_size)
+        .prefault(cfg.prefault);
     if cfg.hash_power != 0 {
         // Checked here: `build_sharded` clamps a too-small power per shard
         // and subtracts the shard bits from a too-large one, so it would

@@ -88,6 +88,39 @@ unsafe fn store(
     })
 }
 
+/// `store` without a CAS check and without the new token: the plain store
+/// modes' entry points.
+///
+/// # Safety
+/// As for `store`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn store_plain(
+    c: *const segcache_t,
+    mode: segcache_store_mode_t,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    flags: u32,
+    ttl_secs: i64,
+) -> segcache_status_t {
+    // SAFETY: the caller keeps `store`'s contract; no CAS, no token out.
+    unsafe {
+        store(
+            c,
+            mode,
+            key,
+            key_len,
+            value,
+            value_len,
+            flags,
+            ttl_secs,
+            None,
+            null_mut(),
+        )
+    }
+}
+
 /// Stores `value` under `key` as `mode` says (`SEGCACHE_STORE_SET`, `_ADD`,
 /// `_REPLACE`, `_APPEND`, `_PREPEND`); an unknown mode is
 /// `SEGCACHE_INVALID_ARGUMENT`. `flags` and `ttl` are as for
@@ -149,20 +182,17 @@ pub unsafe extern "C" fn segcache_set(
     flags: u32,
     ttl: i64,
 ) -> segcache_status_t {
-    let mode = SEGCACHE_STORE_SET;
     // SAFETY: same contract as `store`.
     unsafe {
-        store(
+        store_plain(
             c,
-            mode,
+            SEGCACHE_STORE_SET,
             key,
             key_len,
             value,
             value_len,
             flags,
             ttl,
-            None,
-            null_mut(),
         )
     }
 }
@@ -182,20 +212,17 @@ pub unsafe extern "C" fn segcache_add(
     flags: u32,
     ttl: i64,
 ) -> segcache_status_t {
-    let mode = SEGCACHE_STORE_ADD;
     // SAFETY: same contract as `store`.
     unsafe {
-        store(
+        store_plain(
             c,
-            mode,
+            SEGCACHE_STORE_ADD,
             key,
             key_len,
             value,
             value_len,
             flags,
             ttl,
-            None,
-            null_mut(),
         )
     }
 }
@@ -215,20 +242,17 @@ pub unsafe extern "C" fn segcache_replace(
     flags: u32,
     ttl: i64,
 ) -> segcache_status_t {
-    let mode = SEGCACHE_STORE_REPLACE;
     // SAFETY: same contract as `store`.
     unsafe {
-        store(
+        store_plain(
             c,
-            mode,
+            SEGCACHE_STORE_REPLACE,
             key,
             key_len,
             value,
             value_len,
             flags,
             ttl,
-            None,
-            null_mut(),
         )
     }
 }
@@ -281,22 +305,8 @@ pub unsafe extern "C" fn segcache_append(
     data: *const u8,
     data_len: usize,
 ) -> segcache_status_t {
-    let mode = SEGCACHE_STORE_APPEND;
     // SAFETY: same contract as `store`.
-    unsafe {
-        store(
-            c,
-            mode,
-            key,
-            key_len,
-            data,
-            data_len,
-            0,
-            0,
-            None,
-            null_mut(),
-        )
-    }
+    unsafe { store_plain(c, SEGCACHE_STORE_APPEND, key, key_len, data, data_len, 0, 0) }
 }
 
 /// Prepends `data` to the value of an existing key (its flags and TTL
@@ -312,20 +322,17 @@ pub unsafe extern "C" fn segcache_prepend(
     data: *const u8,
     data_len: usize,
 ) -> segcache_status_t {
-    let mode = SEGCACHE_STORE_PREPEND;
     // SAFETY: same contract as `store`.
     unsafe {
-        store(
+        store_plain(
             c,
-            mode,
+            SEGCACHE_STORE_PREPEND,
             key,
             key_len,
             data,
             data_len,
             0,
             0,
-            None,
-            null_mut(),
         )
     }
 }

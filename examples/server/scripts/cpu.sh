@@ -9,6 +9,14 @@
 # with the context switches per request (all the server's threads) and
 # p999 at each rate.
 #
+# On loopback the kernel work of a TCP segment (transmit, and delivery
+# into the receiving socket) is charged to the process that transmits it,
+# and a server that leaves Nagle on (Pelikan's does) has many of its
+# replies transmitted by the client's next request's ACK, in the load
+# generator's context. So the table also shows server + load generator
+# CPU per request (the generator's own user+system time, which it
+# reports): the figure that charges every segment to someone.
+#
 # Env: RATES (default "20000 50000 80000"), ROUNDS (3), SECS (4), CONNS
 # (128), WORKERS (1), PELIKAN_SEGCACHE (unset: skipped), PIN (0/1: pin
 # servers with --pin / taskset to cores 0-WORKERS), SERVER_ARGS (more flags
@@ -83,7 +91,8 @@ for round in $(seq 1 "$ROUNDS"); do
             [ -n "$done_reqs" ] || done_reqs="$(python3 -c "print(int(float('$(field achieved "$line")') * $SECS))")"
             us="$(python3 -c "print(f'{($after - $before) / $TICKS * 1e6 / max(1, $done_reqs):.2f}')")"
             cs="$(python3 -c "print(f'{($cs_after - $cs_before) / max(1, $done_reqs):.3f}')")"
-            echo "$server $rate $round $us $(field p999_us "$line") $(field achieved "$line") $cs" >>"$RESULTS"
+            both="$(python3 -c "print(f'{$us + $(field cpu_us "$line") / max(1, $done_reqs):.2f}')")"
+            echo "$server $rate $round $us $(field p999_us "$line") $(field achieved "$line") $cs $both" >>"$RESULTS"
         done
         stop_pid "$T_PID"
     done
@@ -98,18 +107,21 @@ import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 servers, rates = sys.argv[2].split(), sys.argv[3].split()
 print("| rate (req/s) | " + " | ".join(f"{s} CPU µs/req" for s in servers) + " | " +
+      " | ".join(f"{s} + loadgen µs/req" for s in servers) + " | " +
       " | ".join(f"{s} ctx sw/req" for s in servers) + " | " +
       " | ".join(f"{s} p999 µs" for s in servers) + " |")
-print("| ---: | " + " | ".join("---:" for _ in servers * 3) + " |")
+print("| ---: | " + " | ".join("---:" for _ in servers * 4) + " |")
 for r in rates:
-    cpu, cs, p999 = [], [], []
+    cpu, both, cs, p999 = [], [], [], []
     for s in servers:
         mine = [x for x in rows if x[0] == s and x[1] == r]
         us = sorted(float(x[3]) for x in mine)
         lat = sorted(float(x[4]) for x in mine)
         sw = sorted(float(x[6]) for x in mine)
+        tot = sorted(float(x[7]) for x in mine)
         cpu.append(f"{statistics.median(us):.2f} [{us[0]:.2f}-{us[-1]:.2f}]")
+        both.append(f"{statistics.median(tot):.2f} [{tot[0]:.2f}-{tot[-1]:.2f}]")
         cs.append(f"{statistics.median(sw):.2f}")
         p999.append(f"{statistics.median(lat):.0f}")
-    print(f"| {r} | " + " | ".join(cpu) + " | " + " | ".join(cs) + " | " + " | ".join(p999) + " |")
+    print(f"| {r} | " + " | ".join(cpu) + " | " + " | ".join(both) + " | " + " | ".join(cs) + " | " + " | ".join(p999) + " |")
 PY

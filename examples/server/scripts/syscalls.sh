@@ -14,7 +14,8 @@
 #
 # Env: RATES (default "20000 50000 80000"), ROUNDS (3), SECS (3), CONNS
 # (128), WORKERS (1), PELIKAN_SEGCACHE (unset: skipped), SEGCACHE_BIN (a
-# segcache-server binary to measure instead of this tree's). Needs `perf`
+# segcache-server binary to measure instead of this tree's), SERVER_ARGS
+# (more flags for segcache-server, e.g. --shared-cache). Needs `perf`
 # with tracepoint access (root). Prints markdown to stdout.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
@@ -38,8 +39,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Receive, send and wait calls under every name the three servers use.
-EVENTS="raw_syscalls:sys_enter,context-switches"
+# Receive, send and wait calls under every name the three servers use;
+# `write` apart: none of the three sends replies with it, all three use it
+# for their eventfd or pipe wake-ups. `sched:sched_wakeup` counts the
+# threads the server's threads wake (its own, or the load generator by a
+# reply).
+EVENTS="raw_syscalls:sys_enter,context-switches,sched:sched_wakeup"
 for s in read recvfrom recvmsg readv write sendto sendmsg writev \
     epoll_wait epoll_pwait epoll_ctl futex; do
     EVENTS="$EVENTS,syscalls:sys_enter_$s"
@@ -50,7 +55,9 @@ field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
 start_target() { # NAME -> T_PORT, T_PID
     case "$1" in
-    segcache) start_server T --workers "$WORKERS" --heap-size 256MiB ;;
+    segcache)
+        # shellcheck disable=SC2086 # SERVER_ARGS is a list of flags
+        start_server T --workers "$WORKERS" --heap-size 256MiB ${SERVER_ARGS:-} ;;
     memcached) start_memcached T "$WORKERS" ;;
     pelikan) start_pelikan T "$WORKERS" ;;
     esac
@@ -86,11 +93,13 @@ g = lambda *names: sum(counts.get(n, 0) for n in names) / max(1, reqs)
 print(server, rate, reqs,
       g("sys_enter"),
       g("read", "recvfrom", "recvmsg", "readv"),
-      g("write", "sendto", "sendmsg", "writev"),
+      g("sendto", "sendmsg", "writev"),
+      g("write"),
       g("epoll_wait", "epoll_pwait"),
       g("epoll_ctl"),
       g("futex"),
-      g("context-switches"))
+      g("context-switches"),
+      g("sched_wakeup"))
 PY
             rm -f "$stat"
         done
@@ -107,8 +116,9 @@ import statistics, sys
 rows = [l.split() for l in open(sys.argv[1])]
 servers, rates = sys.argv[2].split(), sys.argv[3].split()
 print("| server | rate (req/s) | requests | syscalls/req [min-max] | recv/req | send/req "
-      "| epoll_wait/req | epoll_ctl/req | futex/req | ctx sw/req |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+      "| write (wake-ups)/req | epoll_wait/req | epoll_ctl/req | futex/req | ctx sw/req "
+      "| threads woken/req |")
+print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for r in rates:
     for s in servers:
         mine = [x for x in rows if x[0] == s and x[1] == r]
@@ -117,5 +127,5 @@ for r in rates:
         col = lambda i: statistics.median(float(x[i]) for x in mine)
         total = sorted(float(x[3]) for x in mine)
         print(f"| {s} | {r} | {col(2):.0f} | {col(3):.2f} [{total[0]:.2f}-{total[-1]:.2f}] | "
-              + " | ".join(f"{col(i):.3f}" for i in range(4, 10)) + " |")
+              + " | ".join(f"{col(i):.3f}" for i in range(4, 12)) + " |")
 PY

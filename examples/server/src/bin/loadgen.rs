@@ -9,7 +9,14 @@
 //! uniform over the key space, which is filled before measuring.
 //!
 //! Prints one line: `rate=.. achieved=.. p50_us=.. p99_us=.. p999_us=..
-//! max_us=.. errors=.. timeouts=..`.
+//! max_us=.. errors=.. timeouts=.. requests=.. cpu_us=.. request_bytes=..`:
+//! `requests` completed in the measured window, `request_bytes` the mean
+//! size of a request sent (so that bytes a server received count its
+//! requests), and `cpu_us` the load generator's
+//! own user+system CPU from the first request to the end (on loopback the
+//! kernel work of a segment is charged to whichever process transmits it,
+//! so a server's CPU per request is only comparable with the client's
+//! beside it).
 
 use clap::Parser;
 use hdrhistogram::Histogram;
@@ -104,6 +111,19 @@ fn reply_len(buf: &[u8]) -> Option<(usize, bool)> {
     Some((nl, !ok))
 }
 
+/// User+system CPU time this process has used, in microseconds.
+fn cpu_us() -> u64 {
+    // SAFETY: `getrusage` only writes the `rusage` it is given, which is
+    // zero-initialised plain data.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let us = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    us(usage.ru_utime) + us(usage.ru_stime)
+}
+
 fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
     let s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     s.set_nodelay(true)?;
@@ -161,6 +181,7 @@ fn main() -> io::Result<()> {
     let mut hist = Histogram::<u64>::new_with_bounds(1_000, 60_000_000_000, 3)
         .map_err(|e| io::Error::other(e.to_string()))?;
     let interval = Duration::from_secs_f64(1.0 / args.rate.max(1) as f64);
+    let cpu_start = cpu_us();
     let start = Instant::now();
     let measure_from = start + Duration::from_secs_f64(args.warmup);
     let stop_at = measure_from + Duration::from_secs_f64(args.duration);
@@ -170,6 +191,7 @@ fn main() -> io::Result<()> {
     let value = vec![b'x'; 256];
     let (mut sent_measured, mut done_measured, mut errors) = (0u64, 0u64, 0u64);
     let mut rr = 0usize;
+    let (mut all_sent, mut all_bytes) = (0u64, 0u64);
     let mut events = Events::with_capacity(1024);
     loop {
         let now = Instant::now();
@@ -178,6 +200,7 @@ fn main() -> io::Result<()> {
             let nconns = conns.len();
             let c = &mut conns[rr % nconns];
             rr += 1;
+            let queued = c.out.len();
             let k = rng.next() % args.keys;
             let is_get = (rng.next() % 10_000) as f64 / 10_000.0 < args.get_ratio;
             c.out
@@ -191,6 +214,8 @@ fn main() -> io::Result<()> {
                 c.out.extend_from_slice(&value[..n]);
                 c.out.extend_from_slice(b"\r\n");
             }
+            all_sent += 1;
+            all_bytes += (c.out.len() - queued) as u64;
             c.pending.push_back(next_send);
             if next_send >= measure_from {
                 sent_measured += 1;
@@ -253,7 +278,8 @@ fn main() -> io::Result<()> {
     let secs = args.duration;
     let q = |p: f64| hist.value_at_quantile(p) / 1000;
     println!(
-        "rate={} achieved={:.0} p50_us={} p99_us={} p999_us={} max_us={} errors={} timeouts={}",
+        "rate={} achieved={:.0} p50_us={} p99_us={} p999_us={} max_us={} errors={} timeouts={} \
+         requests={} cpu_us={} request_bytes={:.3}",
         args.rate,
         done_measured as f64 / secs,
         q(0.5),
@@ -261,7 +287,10 @@ fn main() -> io::Result<()> {
         q(0.999),
         hist.max() / 1000,
         errors,
-        sent_measured.saturating_sub(done_measured)
+        sent_measured.saturating_sub(done_measured),
+        done_measured,
+        cpu_us() - cpu_start,
+        all_bytes as f64 / all_sent.max(1) as f64
     );
     Ok(())
 }
