@@ -1106,6 +1106,77 @@ mod tests {
         thread.join().unwrap();
     }
 
+    /// CPU time (user + system, clock ticks) used so far by this process's
+    /// thread named `name`.
+    #[cfg(target_os = "linux")]
+    fn thread_ticks(name: &str) -> u64 {
+        for entry in std::fs::read_dir("/proc/self/task").expect("list threads") {
+            let dir = entry.expect("thread entry").path();
+            let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
+                continue; // the thread ended meanwhile
+            };
+            if comm.trim_end() != name {
+                continue;
+            }
+            let stat = std::fs::read_to_string(dir.join("stat")).expect("thread stat");
+            // Fields after the parenthesised name; utime and stime are the
+            // 14th and 15th of the line, so the 12th and 13th here.
+            let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+                .split_whitespace()
+                .collect();
+            return fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+        }
+        panic!("no thread named {name}");
+    }
+
+    /// The storage thread polls for work a little after it runs dry (and a
+    /// blocking client yields a while before parking): after a burst of
+    /// large batches and blocking calls it must still go to sleep. A
+    /// resource check, not a timing one: the bound is a tenth of a core
+    /// over the window, where a thread left polling would use all of it.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_storage_thread_sleeps_after_a_burst() {
+        const NAME: &str = "sc-idle-probe";
+        let config = StorageConfig {
+            name: NAME.into(),
+            ..StorageConfig::default()
+        };
+        let (handle, thread) = Segcache::builder().spawn_storage(config).unwrap();
+        let mut client = handle.client();
+        let mut batch = Batch::new();
+        for round in 0..200u32 {
+            batch.clear();
+            for i in 0..256u32 {
+                let key = format!("k{}", (round * 256 + i) % 5000);
+                if i % 10 == 0 {
+                    batch.set(&key, "value", 0, None);
+                } else {
+                    batch.get(&key);
+                }
+            }
+            client.run(&mut batch).unwrap();
+            handle.set("blocking", round.to_string(), 0, None).unwrap();
+        }
+        thread::sleep(Duration::from_millis(300));
+        // SAFETY: sysconf only reads a configuration value.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        assert!(hz > 0);
+        let window = Duration::from_secs(2);
+        let before = thread_ticks(NAME);
+        thread::sleep(window);
+        let used = thread_ticks(NAME) - before;
+        let bound = window.as_secs() * hz as u64 / 10;
+        assert!(
+            used <= bound,
+            "an idle storage thread used {used} ticks in {window:?}"
+        );
+        // Still serving after the quiet time.
+        assert_eq!(handle.get("blocking").unwrap().unwrap().value(), b"199");
+        drop((client, handle));
+        thread.join().unwrap();
+    }
+
     #[test]
     fn stopping_notifies_and_a_stopped_thread_refuses_batches() {
         let (handle, thread, mut client, woken) = notified(4);
