@@ -645,7 +645,7 @@ impl Segcache {
     /// assert_eq!((item.value(), item.flags(), item.ttl()), (&b"hello"[..], 42, Ttl::Never));
     /// assert!(cache.get("nobody").is_none());
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn get(&mut self, key: impl AsRef<[u8]>) -> Option<Item<'_>> {
         let key = key.as_ref();
         self.get_hashed(key, hash_key(key))
@@ -653,7 +653,7 @@ impl Segcache {
 
     /// [`get`](Self::get) with the key's hash already computed (by a
     /// sharded cache, which hashes once to pick the shard).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get_hashed(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
         if self.tags_say_miss(hash) {
             return None;
