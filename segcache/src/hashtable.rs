@@ -23,7 +23,11 @@
 //! elsewhere), then only the slots whose tag matches, then the item's key.
 //! A miss whose tags say no touches nothing but the dense control array.
 //! Counting an access writes the slot only when its value changes (the
-//! counter or the second it was last counted, `stamp`).
+//! counter or the second it was last counted, `stamp`). An insert whose
+//! window is full first makes room hopscotch-style: the nearest free slot
+//! up to [`HOP_SEARCH`] buckets further on is moved back, one item at a
+//! time (each staying inside its own window), until it lies in the window;
+//! only then does the window evict or the table grow.
 //!
 //! **Growth.** When an insert finds its window full and the caller says
 //! the heap has room for more items than the table holds, a larger table
