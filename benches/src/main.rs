@@ -96,6 +96,10 @@ enum Cmd {
         /// Rounds (every contender once per round); cells report medians.
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// Only the contenders whose name contains one of these (e.g.
+        /// `&mut,Batch`); default: all.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
     },
     /// segcache bytes per item at a full heap (32 B keys, 64 B values) for
     /// several heap sizes and hash powers.
@@ -241,9 +245,12 @@ fn main() {
             threads,
             batches,
             rounds,
+            only,
         } => {
             println!("```\ncargo run --release -p segcache-bench -- concurrent --keys {keys} --ops {ops} --rounds {rounds}\n```\n");
-            for line in segcache_bench::concurrent::run(keys, ops, &threads, &batches, rounds) {
+            for line in
+                segcache_bench::concurrent::run(keys, ops, &threads, &batches, rounds, &only)
+            {
                 println!("{line}");
             }
             Ok(())

@@ -15,7 +15,7 @@
 
 use crate::cache::OwnedItem;
 use crate::hashtable::hash_key;
-use crate::ops::{Request, Response, Store, Ttl};
+use crate::ops::{GetOpts, Request, Response, Store, Ttl};
 use crate::Segcache;
 
 /// A key or value: a range of the batch's byte arena.
@@ -26,7 +26,11 @@ pub(crate) struct Span {
 }
 
 /// How far ahead of the request being run the table is prefetched.
-const PREFETCH_AHEAD: usize = 4;
+const PREFETCH_AHEAD: usize = 8;
+
+/// How far ahead the item is prefetched (its location read from the table
+/// lines prefetched `PREFETCH_AHEAD - ITEM_AHEAD` requests earlier).
+const ITEM_AHEAD: usize = 4;
 
 /// Requests to run on the storage thread in one round trip, with their
 /// keys and values in one reusable arena; see
@@ -193,21 +197,29 @@ impl Batch {
             }
         }
         // The key hashes of the requests prefetched ahead, by `i % AHEAD`:
-        // each key is hashed once, for the prefetch and the run.
+        // each key is hashed once, for the prefetches and the run. Two
+        // stages: the table lines of request `i + PREFETCH_AHEAD`, and the
+        // item of request `i + ITEM_AHEAD`, whose table lines have arrived.
         let mut hashes = [0u64; PREFETCH_AHEAD];
         for (i, hash) in hashes.iter_mut().enumerate().take(n) {
             *hash = self.prefetch(cache, i);
         }
         for i in 0..n {
             let hash = hashes[i % PREFETCH_AHEAD];
+            if i + ITEM_AHEAD < n {
+                cache.prefetch_item(hashes[(i + ITEM_AHEAD) % PREFETCH_AHEAD]);
+            }
             if i + PREFETCH_AHEAD < n {
                 hashes[i % PREFETCH_AHEAD] = self.prefetch(cache, i + PREFETCH_AHEAD);
             }
             let bytes = &self.bytes;
             let view = |span: Span| &bytes[span.start as usize..][..span.len as usize];
             let response = match self.requests[i] {
+                // A hit is copied into a free buffer; a miss leaves them.
+                Request::Get { key, opts } if opts == GetOpts::default() => {
+                    Response::Get(Ok(cache.read_plain(view(key), hash, &mut self.free)))
+                }
                 Request::Get { key, opts } => {
-                    // A hit is copied into a free buffer; a miss leaves it.
                     let mut reuse = self.free.pop();
                     let found = cache.read_reusing(view(key), hash, &opts, &mut reuse);
                     self.free.extend(reuse);
@@ -401,6 +413,93 @@ mod tests {
             reused > 0,
             "read replies reuse the previous round's buffers"
         );
+    }
+
+    /// Plain reads take the short path (and the item prefetch runs ahead
+    /// of them): answers, marks and counters must match direct `execute`
+    /// through expiry, invalidation, a delayed flush and a growing table.
+    #[test]
+    fn plain_reads_in_a_batch_match_direct_execution() {
+        use crate::ManualClock;
+        use std::time::Duration;
+        let build = |clock: &ManualClock| {
+            Segcache::builder()
+                .heap_size(4 << 20)
+                .segment_size(64 << 10)
+                .hash_power(4)
+                .clock(clock.clone())
+                .build()
+                .unwrap()
+        };
+        let (direct_clock, batched_clock) = (ManualClock::new(), ManualClock::new());
+        let mut direct = build(&direct_clock);
+        let mut batched = build(&batched_clock);
+        let mut batch = Batch::new();
+        let key = |i: u32| format!("key-{i}").into_bytes();
+        let peek = GetOpts {
+            bump: false,
+            ..GetOpts::default()
+        };
+        let mg = GetOpts {
+            win_tokens: true,
+            ..GetOpts::default()
+        };
+        for round in 0..40u32 {
+            let mut requests: Vec<Request> = Vec::new();
+            for j in 0..60u32 {
+                let i = (round * 37 + j * 11) % 500;
+                let mut store = Store::new(
+                    StoreMode::Set,
+                    key(i),
+                    vec![b'a' + (i % 26) as u8; 1 + i as usize % 90],
+                );
+                store.ttl = if i % 3 == 0 {
+                    Ttl::After(Duration::from_secs(1 + u64::from(i % 4)))
+                } else {
+                    Ttl::Never
+                };
+                requests.push(Request::Store(store));
+                for k in [i, i / 2, i + 1, 999 + j] {
+                    requests.push(Request::Get {
+                        key: key(k),
+                        opts: GetOpts::default(),
+                    });
+                }
+                let opts = if j % 2 == 0 { peek } else { mg };
+                requests.push(Request::Get {
+                    key: key(i / 3),
+                    opts,
+                });
+                if j % 13 == 0 {
+                    requests.push(Request::Delete {
+                        key: key(i / 2),
+                        opts: DeleteOpts {
+                            invalidate: true,
+                            ..DeleteOpts::default()
+                        },
+                    });
+                }
+            }
+            if round % 17 == 16 {
+                requests.push(Request::Flush {
+                    delay: Duration::from_secs(1),
+                });
+            }
+            batch.clear();
+            for r in &requests {
+                batch.push(r);
+            }
+            batch.execute(&mut batched);
+            let want: Vec<Response> = requests.iter().map(|r| direct.execute(r)).collect();
+            assert_eq!(batch.responses(), &want[..], "round {round}");
+            assert_eq!(batched.stats(), direct.stats(), "round {round}");
+            for clock in [&direct_clock, &batched_clock] {
+                clock.advance(Duration::from_secs(1));
+            }
+        }
+        let stats = direct.stats();
+        assert!(stats.hits > 0 && stats.misses > 0 && stats.expirations > 0);
+        assert!(stats.hash_table_bytes > 16 * 8 * 8, "the table grew");
     }
 
     /// Value buffers of the read hits among `responses`.

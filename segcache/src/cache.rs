@@ -83,6 +83,19 @@ impl<'a> Item<'a> {
     }
 }
 
+/// Makes `buf` a copy of `bytes`, in place when the lengths agree (a
+/// reply buffer refilled with an item of the same size: no call to
+/// `memcpy` for short keys and values).
+#[inline(always)]
+fn refill_bytes(buf: &mut Vec<u8>, bytes: &[u8]) {
+    if buf.len() == bytes.len() {
+        item::copy_bytes(buf, bytes);
+    } else {
+        buf.clear();
+        buf.extend_from_slice(bytes);
+    }
+}
+
 /// An item copied out of the cache, for callers that cannot hold a borrow
 /// (the storage thread's replies, [`ShardedCache::get`](crate::ShardedCache::get)).
 /// Same accessors as [`Item`].
@@ -97,11 +110,10 @@ pub struct OwnedItem {
 
 impl OwnedItem {
     /// Becomes a copy of `item`, in the buffers it already has.
+    #[inline]
     fn refill(&mut self, item: Item<'_>) {
-        self.key.clear();
-        self.key.extend_from_slice(item.key());
-        self.value.clear();
-        self.value.extend_from_slice(item.value());
+        refill_bytes(&mut self.key, item.key());
+        refill_bytes(&mut self.value, item.value());
         (self.flags, self.cas, self.ttl) = (item.flags(), item.cas(), item.ttl());
     }
 
@@ -633,7 +645,7 @@ impl Segcache {
     /// assert_eq!((item.value(), item.flags(), item.ttl()), (&b"hello"[..], 42, Ttl::Never));
     /// assert!(cache.get("nobody").is_none());
     /// ```
-    #[inline]
+    #[inline(always)]
     pub fn get(&mut self, key: impl AsRef<[u8]>) -> Option<Item<'_>> {
         let key = key.as_ref();
         self.get_hashed(key, hash_key(key))
@@ -641,7 +653,7 @@ impl Segcache {
 
     /// [`get`](Self::get) with the key's hash already computed (by a
     /// sharded cache, which hashes once to pick the shard).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get_hashed(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
         if self.tags_say_miss(hash) {
             return None;
@@ -654,7 +666,7 @@ impl Segcache {
     #[inline(never)]
     fn get_found(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
         let (loc, now) = self.hit(key, hash)?;
-        let (raw, header) = self.segs.fetch(loc);
+        let (raw, header, _) = self.segs.fetch(loc);
         Some(Item {
             raw,
             header,
@@ -799,6 +811,17 @@ impl Segcache {
     #[inline]
     pub(crate) fn prefetch(&self, hash: u64) {
         self.table.prefetch(hash);
+    }
+
+    /// Starts loading the item a lookup of the key hashed to `hash` will
+    /// most likely compare, once the table lines [`prefetch`](Self::prefetch)
+    /// asked for have arrived (the storage thread runs this a couple of
+    /// requests ahead, after `prefetch` further ahead).
+    #[inline]
+    pub(crate) fn prefetch_item(&self, hash: u64) {
+        if let Some(info) = self.table.home_candidate(hash) {
+            self.segs.prefetch_item(hashtable::location(info));
+        }
     }
 
     /// Looks a key up without counting a hit, a miss or an access.
@@ -1298,6 +1321,45 @@ impl Segcache {
     pub fn read(&mut self, key: impl AsRef<[u8]>, opts: &GetOpts) -> Result<Option<Found>, Error> {
         let key = key.as_ref();
         self.read_reusing(key, hash_key(key), opts, &mut None)
+    }
+
+    /// [`read_reusing`](Self::read_reusing) with [`GetOpts::default`] (a
+    /// plain `get`), the way [`get`](Self::get) reads: the same effects on
+    /// the cache, through the short inline path. A hit is copied into a
+    /// buffer taken from `free` (a new one if it is empty).
+    #[inline(always)]
+    pub(crate) fn read_plain(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        free: &mut Vec<OwnedItem>,
+    ) -> Option<Found> {
+        if self.tags_say_miss(hash) {
+            return None;
+        }
+        let (loc, now) = self.hit(key, hash)?;
+        let (raw, header, marks) = self.segs.fetch(loc);
+        let view = Item {
+            raw,
+            header,
+            loc,
+            now,
+        };
+        let item = match free.pop() {
+            Some(mut old) => {
+                old.refill(view);
+                old
+            }
+            None => view.to_owned(),
+        };
+        Some(Found {
+            item,
+            win: false,
+            stale: marks & item::STALE != 0,
+            won_before: marks & item::WIN_SENT != 0,
+            hit_before: marks & item::FETCHED != 0,
+            vivified: false,
+        })
     }
 
     /// [`read`](Self::read) with the key's hash already computed, copying

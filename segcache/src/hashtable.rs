@@ -23,7 +23,11 @@
 //! elsewhere), then only the slots whose tag matches, then the item's key.
 //! A miss whose tags say no touches nothing but the dense control array.
 //! Counting an access writes the slot only when its value changes (the
-//! counter or the second it was last counted, `stamp`).
+//! counter or the second it was last counted, `stamp`). An insert whose
+//! window is full first makes room hopscotch-style: the nearest free slot
+//! up to [`HOP_SEARCH`] buckets further on is moved back, one item at a
+//! time (each staying inside its own window), until it lies in the window;
+//! only then does the window evict or the table grow.
 //!
 //! **Growth.** When an insert finds its window full and the caller says
 //! the heap has room for more items than the table holds, a larger table
@@ -83,6 +87,9 @@ const OLD: usize = 1 << 31;
 pub(crate) const GROW_STEP_WRITE: usize = 4;
 /// Homes drained per lookup while growing.
 pub(crate) const GROW_STEP_READ: usize = 1;
+/// Buckets past a full window searched for a free slot to move back
+/// into it.
+const HOP_SEARCH: usize = 32;
 /// Share of its slots a grown table is sized to fill with the items the
 /// heap is expected to hold.
 const TARGET_LOAD: f64 = 0.85;
@@ -212,7 +219,7 @@ fn match_byte_swar(word: u64, byte: u8) -> u32 {
 
 /// Hints the CPU to start loading the cache line at `ptr`.
 #[inline]
-fn prefetch<T>(ptr: *const T) {
+pub(crate) fn prefetch<T>(ptr: *const T) {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse"))]
     {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
@@ -412,33 +419,35 @@ impl Table {
         })
     }
 
-    /// Frees a slot in `home`'s full window by moving one of its items
-    /// whose own home lies later to a free slot past the window (one
-    /// hopscotch step); returns the freed (bucket, slot, displacement).
+    /// Frees a slot in `home`'s full window (hopscotch): finds the nearest
+    /// free slot within [`HOP_SEARCH`] buckets past the window and brings
+    /// it back, one move at a time, each moving item staying inside its
+    /// own window, until it lies in ours; returns the freed (bucket, slot,
+    /// displacement).
     fn make_room(&mut self, home: usize) -> Option<(usize, usize, usize)> {
-        for d in (1..=MAX_DISPLACEMENT).rev() {
-            let b = home + d;
-            for s in 0..SLOTS {
-                let info = self.slots[b * SLOTS + s];
-                let their_home = b - displacement(info);
-                if their_home <= home {
-                    continue;
-                }
-                // Their window reaches past ours: buckets home+8..=their_home+7.
-                let far = (home + MAX_DISPLACEMENT + 1..=their_home + MAX_DISPLACEMENT)
-                    .find(|&to| match_byte(self.ctrl[to], 0) != 0);
-                if let Some(to) = far {
-                    let to_slot = match_byte(self.ctrl[to], 0).trailing_zeros() as usize;
-                    let tag = (self.ctrl[b] >> (8 * s)) as u8;
-                    let moved = self.clear_slot(b, s);
-                    let disp = to - their_home;
-                    let moved = (moved & !(DISP_MASK << DISP_SHIFT)) | (disp as u64) << DISP_SHIFT;
-                    self.place(their_home, to, to_slot, tag, moved);
-                    return Some((b, s, d));
-                }
-            }
+        let window_end = home + MAX_DISPLACEMENT;
+        let last = (window_end + HOP_SEARCH).min(self.buckets() - 1);
+        let mut free = (window_end + 1..=last).find(|&b| match_byte(self.ctrl[b], 0) != 0)?;
+        while free > window_end {
+            let free_slot = match_byte(self.ctrl[free], 0).trailing_zeros() as usize;
+            // The earliest item that can move to `free`: its home is at
+            // most MAX_DISPLACEMENT before it (the earlier it sits, the
+            // further back the hole goes).
+            let (b, s, their_home) = (free - MAX_DISPLACEMENT..free)
+                .flat_map(|b| (0..SLOTS).map(move |s| (b, s)))
+                .filter(|&(b, s)| (self.ctrl[b] >> (8 * s)) & 0xff != 0)
+                .map(|(b, s)| (b, s, b - displacement(self.slots[b * SLOTS + s])))
+                .find(|&(_, _, h)| free - h <= MAX_DISPLACEMENT)?;
+            let tag = (self.ctrl[b] >> (8 * s)) as u8;
+            let moved = self.clear_slot(b, s);
+            let disp = free - their_home;
+            let moved = (moved & !(DISP_MASK << DISP_SHIFT)) | (disp as u64) << DISP_SHIFT;
+            self.place(their_home, free, free_slot, tag, moved);
+            free = b;
         }
-        None
+        let s = match_byte(self.ctrl[free], 0).trailing_zeros() as usize;
+        debug_assert!(free >= home && s < SLOTS);
+        Some((free, s, free - home))
     }
 
     /// The least-read slot of `home`'s (full) window.
@@ -587,6 +596,29 @@ impl HashTable {
         self.drain = None;
         self.dropped.clear();
         self.table.clear();
+    }
+
+    /// The item info of the first entry in `hash`'s home bucket whose tag
+    /// matches: where the key's item most likely is (a hint to prefetch
+    /// it, not an answer: the check bits and the key are not compared).
+    /// `None` when no tag matches or while the table grows.
+    #[inline]
+    pub(crate) fn home_candidate(&self, hash: u64) -> Option<u64> {
+        if self.drain.is_some() {
+            return None;
+        }
+        let t = &self.table;
+        let home = t.home(hash);
+        debug_assert!(home < t.homes);
+        // SAFETY: `home < homes <= buckets()` (`home` scales a 32-bit value
+        // by homes / 2^32).
+        let hits = match_byte(unsafe { t.ctrl_unchecked(home) }, tag_of(hash));
+        if hits == 0 {
+            return None;
+        }
+        // SAFETY: `home < buckets()` as above; `match_byte` only sets bits
+        // 0..SLOTS.
+        Some(unsafe { t.slot_unchecked(home, hits.trailing_zeros() as usize) })
     }
 
     /// Starts loading the lines a lookup of `hash` will read: its control
@@ -1185,6 +1217,59 @@ mod tests {
         table.relocate(bucket, slot, a);
         assert_eq!(location(table.clear_at(bucket, slot)), a);
         assert!(table.info_at(hash, a).is_none());
+    }
+
+    /// Multi-step hopscotch: a full window takes a free slot from well
+    /// past it, moved back one hop at a time, so the table fills densely
+    /// before any insert fails; every item stays findable and within its
+    /// home's reach throughout.
+    #[test]
+    fn full_windows_borrow_free_slots_from_far_away() {
+        let homes = 1024;
+        let slots = homes * SLOTS;
+        let mut table = HashTable::new(homes);
+        let mut keys: HashMap<Location, Vec<u8>> = HashMap::new();
+        let mut first_full = None;
+        for i in 0..slots as u32 {
+            let key = format!("dense-{i}").into_bytes();
+            let hash = hash_key(&key);
+            match table.insert(
+                hash,
+                loc(i),
+                false,
+                |at| keys.get(&at) == Some(&key),
+                NO_GROWTH,
+            ) {
+                Ok(ins) => {
+                    assert_eq!(ins, Inserted::default());
+                    keys.insert(loc(i), key);
+                }
+                Err(TableFull) => {
+                    first_full.get_or_insert(i as usize);
+                }
+            }
+            if i % 512 == 0 {
+                assert_eq!(table.count_items(), keys.len());
+            }
+        }
+        // One hop (the earlier rule) first failed at 78% of the slots and
+        // held 96.8% in the end; hops from up to HOP_SEARCH buckets away
+        // reach 88% and 97.9%.
+        let first_full = first_full.unwrap_or(slots);
+        assert!(
+            first_full * 100 > slots * 85,
+            "first full window at {first_full} of {slots} slots"
+        );
+        assert!(
+            keys.len() * 1000 > slots * 975,
+            "held {} of {slots}",
+            keys.len()
+        );
+        assert_eq!(table.count_items(), keys.len());
+        for (&at, key) in &keys {
+            let found = table.lookup(hash_key(key), |l| keys.get(&l) == Some(key));
+            assert_eq!(location(found.unwrap().2), at);
+        }
     }
 
     #[test]

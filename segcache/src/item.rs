@@ -98,7 +98,7 @@ pub(crate) fn write(dst: &mut [u8], key: &[u8], value_parts: [&[u8]; 2], meta: &
 /// word moves cost less than a call to `memcpy` for keys and small
 /// values); longer copies go to `memcpy`.
 #[inline(always)]
-fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+pub(crate) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     let n = src.len();
     let dst = &mut dst[..n];
     // Copies the `N` bytes at `at` (in bounds: every caller below keeps
@@ -137,14 +137,16 @@ fn copy_bytes(dst: &mut [u8], src: &[u8]) {
 
 /// Sets the meta-protocol marks `bits` on the item at the front of
 /// `bytes`, writing the byte only if one is missing (a read that finds
-/// them set leaves the line clean).
+/// them set leaves the line clean); returns the marks it had before.
 #[inline(always)]
-pub(crate) fn mark(bytes: &mut [u8], bits: u8) {
+pub(crate) fn mark(bytes: &mut [u8], bits: u8) -> u8 {
     debug_assert_eq!(bits & !MARKS, 0);
     let meta = &mut bytes[META_AT];
-    if *meta & bits != bits {
-        *meta |= bits;
+    let before = *meta;
+    if before & bits != bits {
+        *meta = before | bits;
     }
+    before & MARKS
 }
 
 /// A read-only view of an item in a segment.

@@ -239,6 +239,17 @@ impl Segments {
         (seg + loc.offset as usize, seg + self.segment_size)
     }
 
+    /// Starts loading the first two cache lines of the item at `loc`
+    /// (its header, key and the start of its value).
+    #[inline]
+    pub(crate) fn prefetch_item(&self, loc: Location) {
+        let (start, _) = self.item_span(loc);
+        debug_assert!(start < self.data.len());
+        let at = self.data.as_ptr().wrapping_add(start);
+        crate::hashtable::prefetch(at);
+        crate::hashtable::prefetch(at.wrapping_add(64));
+    }
+
     /// Sets meta-protocol marks on the item at `loc` (see [`item::mark`](crate::item::mark)).
     #[inline]
     pub(crate) fn mark(&mut self, loc: Location, bits: u8) {
@@ -247,14 +258,15 @@ impl Segments {
     }
 
     /// The item at `loc` as a plain read returns it, with its segment's
-    /// header: sets the item's `fetched` mark first if it is missing (the
-    /// byte is written only then, so later reads leave its line clean).
+    /// header and the marks it had before this read: sets the item's
+    /// `fetched` mark first if it is missing (the byte is written only
+    /// then, so later reads leave its line clean).
     #[inline]
-    pub(crate) fn fetch(&mut self, loc: Location) -> (RawItem<'_>, &SegmentHeader) {
+    pub(crate) fn fetch(&mut self, loc: Location) -> (RawItem<'_>, &SegmentHeader, u8) {
         let (start, end) = self.item_span(loc);
         let bytes = &mut self.data[start..end];
-        crate::item::mark(bytes, crate::item::FETCHED);
-        (RawItem::at(bytes), &self.headers[loc.seg as usize])
+        let before = crate::item::mark(bytes, crate::item::FETCHED);
+        (RawItem::at(bytes), &self.headers[loc.seg as usize], before)
     }
 
     /// Copies `len` bytes from one location to another (the ranges may
