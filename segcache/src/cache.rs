@@ -1773,27 +1773,27 @@ impl Segcache {
             let projected = projected.min(usize::MAX as u128) as usize;
             (segs.free_count() > 0 && projected > slots / 10 * 9).then_some(projected)
         };
-        let inserted =
-            self.table
-                .insert(hash, loc, may_evict, |at| segs.item(at).key_is(key), grow);
+        // Merge eviction: a rewritten key starts with at least
+        // REWRITE_FREQ accesses (its count carries over from the old
+        // version), so its evaluation promotes it, as an updated entry of
+        // quick_cache or S3-FIFO keeps its place (see
+        // `eviction::REWRITE_FREQ`).
+        let rewrite_floor = match self.eviction {
+            Eviction::Merge => crate::eviction::REWRITE_FREQ,
+            _ => 0,
+        };
+        let inserted = self.table.insert(
+            hash,
+            loc,
+            may_evict,
+            rewrite_floor,
+            |at| segs.item(at).key_is(key),
+            grow,
+        );
         let result = match inserted {
             Ok(Inserted { replaced, evicted }) => {
                 if let Some(old) = replaced {
-                    let was = hashtable::location(old);
-                    // Merge eviction: a rewritten key starts with at
-                    // least REWRITE_FREQ accesses (the count carries over
-                    // from the old version), so its evaluation promotes
-                    // it, as an updated entry of quick_cache or S3-FIFO
-                    // keeps its place (see `eviction::REWRITE_FREQ`).
-                    if self.eviction == Eviction::Merge
-                        && hashtable::frequency(old) < crate::eviction::REWRITE_FREQ
-                    {
-                        if let Some((bucket, slot, _)) = self.table.locate(hash, loc) {
-                            self.table
-                                .set_frequency(bucket, slot, crate::eviction::REWRITE_FREQ);
-                        }
-                    }
-                    self.account_unlinked(was);
+                    self.account_unlinked(hashtable::location(old));
                 } else if self.eviction == Eviction::Merge && self.admission.readmit(hash, size) {
                     // Back from a ghost (evicted from either pool and
                     // written again): one access, so the next evaluation

@@ -731,8 +731,10 @@ impl HashTable {
         self.locate(hash, loc).map(|(.., info)| info)
     }
 
-    /// Points the key at `loc`. A present key keeps its access counter.
-    /// When the key's window is full: if `grow` names how many items the
+    /// Points the key at `loc`. A present key keeps its access counter,
+    /// raised to at least `rewrite_floor` (merge eviction counts a rewrite
+    /// as accesses; 0 leaves it as it was), in the same store that moves
+    /// it. When the key's window is full: if `grow` names how many items the
     /// heap could hold (more than the table holds well), a larger table is
     /// started and drained by later [`grow_step`](Self::grow_step)s; else
     /// the least-read item of the window is evicted to make room if
@@ -742,13 +744,17 @@ impl HashTable {
         hash: u64,
         loc: Location,
         may_evict: bool,
+        rewrite_floor: u8,
         mut matches: impl FnMut(Location) -> bool,
         grow: impl FnOnce() -> Option<usize>,
     ) -> Result<Inserted, TableFull> {
         if let Some((bucket, s, _)) = self.find(hash, |info| matches(location(info))) {
             let (t, b) = self.resolve_mut(bucket);
             let old = t.slots[b * SLOTS + s];
-            t.slots[b * SLOTS + s] = (old & !(SEG_MASK << SEG_SHIFT | OFFSET_MASK))
+            let freq = ((old >> FREQ_SHIFT) & FREQ_MAX).max(rewrite_floor as u64 & FREQ_MAX);
+            t.slots[b * SLOTS + s] = (old
+                & !(SEG_MASK << SEG_SHIFT | OFFSET_MASK | FREQ_MAX << FREQ_SHIFT))
+                | freq << FREQ_SHIFT
                 | ((loc.seg as u64) << SEG_SHIFT)
                 | loc.offset as u64;
             return Ok(Inserted {
@@ -1123,6 +1129,7 @@ mod tests {
                 hash,
                 loc(i),
                 false,
+                0,
                 |at| keys.get(&at) == Some(&key),
                 NO_GROWTH,
             ) {
@@ -1153,7 +1160,9 @@ mod tests {
             seg: 999_999,
             offset: 5,
         };
-        let ins = table.insert(hash, at, true, |_| false, NO_GROWTH).unwrap();
+        let ins = table
+            .insert(hash, at, true, 0, |_| false, NO_GROWTH)
+            .unwrap();
         if let Some(victim) = ins.evicted {
             assert!(keys.remove(&location(victim)).is_some());
         }
@@ -1169,13 +1178,45 @@ mod tests {
     }
 
     #[test]
+    fn a_rewrite_raises_the_count_to_the_floor_and_never_lowers_it() {
+        let mut table = HashTable::new(8);
+        let hash = hash_key(b"k");
+        let locs = [1u32, 2, 3, 4].map(|seg| Location { seg, offset: 8 });
+        table
+            .insert(hash, locs[0], false, 0, |_| false, NO_GROWTH)
+            .unwrap();
+        assert_eq!(frequency(table.info_at(hash, locs[0]).unwrap()), 0);
+        let ins = table.insert(hash, locs[1], false, 3, |l| l == locs[0], NO_GROWTH);
+        assert_eq!(location(ins.unwrap().replaced.unwrap()), locs[0]);
+        assert_eq!(
+            frequency(table.info_at(hash, locs[1]).unwrap()),
+            3,
+            "raised"
+        );
+        table
+            .insert(hash, locs[2], false, 1, |l| l == locs[1], NO_GROWTH)
+            .unwrap();
+        assert_eq!(frequency(table.info_at(hash, locs[2]).unwrap()), 3, "kept");
+        table
+            .insert(hash, locs[3], false, 255, |l| l == locs[2], NO_GROWTH)
+            .unwrap();
+        let info = table.info_at(hash, locs[3]).unwrap();
+        assert_eq!(frequency(info) as u64, FREQ_MAX, "capped");
+        assert_eq!(
+            location(info),
+            locs[3],
+            "the count does not spill into the location"
+        );
+    }
+
+    #[test]
     fn insert_replaces_and_keeps_frequency() {
         let mut table = HashTable::new(8);
         let hash = hash_key(b"k");
         let a = Location { seg: 1, offset: 8 };
         let b = Location { seg: 2, offset: 17 };
         assert_eq!(
-            table.insert(hash, a, false, |_| true, NO_GROWTH),
+            table.insert(hash, a, false, 0, |_| true, NO_GROWTH),
             Ok(Inserted::default())
         );
         let (bucket, slot, _) = table.lookup(hash, |l| l == a).unwrap();
@@ -1187,7 +1228,9 @@ mod tests {
         assert_eq!(table.table.slots.to_vec(), after_first);
         table.record_access(bucket, slot, 2);
         assert_eq!(frequency(table.info_at(hash, a).unwrap()), 2);
-        let ins = table.insert(hash, b, false, |l| l == a, NO_GROWTH).unwrap();
+        let ins = table
+            .insert(hash, b, false, 0, |l| l == a, NO_GROWTH)
+            .unwrap();
         assert_eq!(location(ins.replaced.unwrap()), a);
         assert_eq!(frequency(table.info_at(hash, b).unwrap()), 2);
         assert!(table.info_at(hash, a).is_none());
@@ -1237,6 +1280,7 @@ mod tests {
                 hash,
                 loc(i),
                 false,
+                0,
                 |at| keys.get(&at) == Some(&key),
                 NO_GROWTH,
             ) {
@@ -1280,7 +1324,7 @@ mod tests {
         for i in 0..56u32 {
             let hash = hash_key(&i.to_le_bytes());
             table
-                .insert(hash, loc(i), false, |_| false, NO_GROWTH)
+                .insert(hash, loc(i), false, 0, |_| false, NO_GROWTH)
                 .unwrap();
             placed.push((hash, loc(i)));
         }
@@ -1295,11 +1339,11 @@ mod tests {
         }
         let hash = hash_key(b"one more");
         assert_eq!(
-            table.insert(hash, loc(99), false, |_| false, NO_GROWTH),
+            table.insert(hash, loc(99), false, 0, |_| false, NO_GROWTH),
             Err(TableFull)
         );
         let ins = table
-            .insert(hash, loc(99), true, |_| false, NO_GROWTH)
+            .insert(hash, loc(99), true, 0, |_| false, NO_GROWTH)
             .unwrap();
         assert_eq!(location(ins.evicted.unwrap()), loc(13));
         assert_eq!(table.count_items(), 56);
@@ -1310,7 +1354,9 @@ mod tests {
         let mut table = HashTable::new(8);
         let hash = hash_key(b"hot");
         let l = Location { seg: 0, offset: 0 };
-        table.insert(hash, l, false, |_| false, NO_GROWTH).unwrap();
+        table
+            .insert(hash, l, false, 0, |_| false, NO_GROWTH)
+            .unwrap();
         for now in 0..100_000u32 {
             let (b, s, _) = table.lookup(hash, |x| x == l).unwrap();
             table.record_access(b, s, now);
@@ -1330,7 +1376,7 @@ mod tests {
         for i in 0..n {
             let was = table.homes();
             let ins = table
-                .insert(hash_of(i), loc(i), false, |_| false, || Some(n as usize))
+                .insert(hash_of(i), loc(i), false, 0, |_| false, || Some(n as usize))
                 .expect("growth makes room");
             assert_eq!(ins, Inserted::default());
             heap.insert(loc(i), i);
@@ -1364,6 +1410,7 @@ mod tests {
                     hash_key(&i.to_le_bytes()),
                     loc(i),
                     false,
+                    0,
                     |_| false,
                     NO_GROWTH,
                 )
@@ -1437,6 +1484,7 @@ mod tests {
                             hash_of(k),
                             at,
                             true,
+                            0,
                             |l| heap_ref.get(&l) == Some(&k),
                             || grow.then_some(700),
                         );
