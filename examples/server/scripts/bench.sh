@@ -23,17 +23,9 @@ LOADGEN="$CARGO_TARGET_DIR/release/loadgen"
 need_pkg memcached memcached
 build_server
 
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do stop_pid "$p"; done
-}
-trap cleanup EXIT
+track_processes
 
 say() { echo "$*"; }
-
-# field NAME LINE
-field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
 start_target() { # NAME -> sets T_PORT, T_PID
     case "$1" in

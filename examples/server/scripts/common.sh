@@ -150,3 +150,20 @@ EOT
     printf -v "${prefix}_PORT" '%s' "$port"
     wait_port "$port"
 }
+
+# Stops every process whose PID the script appends to PIDS, and removes
+# its scratch directory WORK, when the script exits.
+track_processes() {
+    PIDS=()
+    WORK="$(mktemp -d)"
+    trap cleanup EXIT
+}
+cleanup() {
+    local p
+    for p in "${PIDS[@]}"; do stop_pid "$p"; done
+    rm -rf "$WORK"
+}
+
+# field NAME LINE: the value of NAME in a line of NAME=VALUE words
+# (loadgen's report).
+field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }

@@ -37,12 +37,7 @@ TICKS="$(getconf CLK_TCK)"
 need_pkg memcached memcached
 build_server
 
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do stop_pid "$p"; done
-}
-trap cleanup EXIT
+track_processes
 
 cpu_ticks() { # PID -> utime+stime of the whole process
     awk '{print $14 + $15}' "/proc/$1/stat"
@@ -51,9 +46,6 @@ cpu_ticks() { # PID -> utime+stime of the whole process
 ctx_switches() { # PID -> voluntary + involuntary context switches of its threads
     cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {n += $2} END {print n + 0}'
 }
-
-# field NAME LINE
-field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
 start_target() { # NAME -> T_PORT, T_PID
     local cores=""

@@ -42,17 +42,7 @@ command -v ss >/dev/null || { echo "ss not found" >&2; exit 1; }
 build_server
 SERVER_BIN="${SEGCACHE_BIN:-$SERVER_BIN}"
 
-PIDS=()
-WORK="$(mktemp -d)"
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do stop_pid "$p"; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-# field NAME LINE
-field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+track_processes
 
 start_target() { # NAME -> T_PORT, T_PID
     case "$1" in

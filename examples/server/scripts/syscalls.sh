@@ -32,12 +32,7 @@ command -v perf >/dev/null || { echo "perf not found" >&2; exit 1; }
 build_server
 SERVER_BIN="${SEGCACHE_BIN:-$SERVER_BIN}"
 
-PIDS=()
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do stop_pid "$p"; done
-}
-trap cleanup EXIT
+track_processes
 
 # Receive, send and wait calls under every name the three servers use;
 # `write` apart: none of the three sends replies with it, all three use it
@@ -49,9 +44,6 @@ for s in read recvfrom recvmsg readv write sendto sendmsg writev \
     epoll_wait epoll_pwait epoll_ctl futex; do
     EVENTS="$EVENTS,syscalls:sys_enter_$s"
 done
-
-# field NAME LINE
-field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
 start_target() { # NAME -> T_PORT, T_PID
     case "$1" in

@@ -33,17 +33,7 @@ command -v perf >/dev/null || { echo "perf not found" >&2; exit 1; }
 build_server
 BINS="${SEGCACHE_BINS:-$SERVER_BIN}"
 
-PIDS=()
-WORK="$(mktemp -d)"
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do stop_pid "$p"; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-# field NAME LINE
-field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+track_processes
 
 EVENTS="raw_syscalls:sys_enter,context-switches,sched:sched_wakeup"
 for s in futex epoll_wait write recvfrom sendto; do

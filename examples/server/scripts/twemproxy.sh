@@ -13,14 +13,7 @@ need_pkg nutcracker nutcracker
 NUTCRACKER="$(command -v nutcracker || echo /usr/sbin/nutcracker)"
 build_server
 
-PIDS=()
-WORK="$(mktemp -d)"
-cleanup() {
-    local p
-    for p in "${PIDS[@]}"; do stop_pid "$p"; done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+track_processes
 
 PORTS=()
 for i in 1 2 3; do
