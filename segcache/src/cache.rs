@@ -626,6 +626,15 @@ impl Segcache {
         self.segs.mark(loc, bits);
     }
 
+    /// Unlinks the live item at `loc` whose entry a lookup just found at
+    /// (`bucket`, `slot`), with the table unchanged since: the entry is
+    /// cleared where it is, without searching for it again.
+    fn unlink_found(&mut self, bucket: usize, slot: usize, loc: Location) {
+        let info = self.table.clear_at(bucket, slot);
+        debug_assert_eq!(hashtable::location(info), loc, "the entry moved");
+        self.account_unlinked(loc);
+    }
+
     /// Unlinks the live item at `loc` (the current item of the key whose
     /// hash is `hash`).
     fn unlink_item(&mut self, hash: u64, loc: Location) {
@@ -1488,19 +1497,19 @@ impl Segcache {
     ) -> Result<(), Error> {
         let new_ttl = opts.ttl.map(live_secs).transpose()?;
         let now = self.now();
-        let (.., loc) = self.lookup_live(key, hash, now).ok_or(Error::NotFound)?;
+        let (bucket, slot, loc) = self.lookup_live(key, hash, now).ok_or(Error::NotFound)?;
         if opts.cas.is_some_and(|token| token != self.cas_at(loc)) {
             return Err(Error::Exists);
         }
         if !opts.invalidate {
-            self.unlink_item(hash, loc);
+            self.unlink_found(bucket, slot, loc);
             return Ok(());
         }
         let ttl = match new_ttl {
             None => self.remaining_ttl(loc, now),
             Some(Some(ttl)) => ttl,
             Some(None) => {
-                self.unlink_item(hash, loc);
+                self.unlink_found(bucket, slot, loc);
                 return Ok(());
             }
         };
