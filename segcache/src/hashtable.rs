@@ -1116,14 +1116,20 @@ mod tests {
         }
     }
 
-    #[test]
-    fn fills_most_slots_then_reports_full_or_evicts() {
-        // 64 homes x 7 slots = 448 slots (plus 7 spare buckets).
-        let mut table = HashTable::new(64);
+    /// Inserts keys `{prefix}-0` .. `{prefix}-{n - 1}` at `loc(i)`, with
+    /// neither eviction nor growth, checking the item count every `check`
+    /// inserts. Returns the keys held, by location, and the first index
+    /// refused (its window full).
+    fn fill_without_eviction(
+        table: &mut HashTable,
+        prefix: &str,
+        n: u32,
+        check: u32,
+    ) -> (HashMap<Location, Vec<u8>>, Option<u32>) {
         let mut keys: HashMap<Location, Vec<u8>> = HashMap::new();
         let mut first_full = None;
-        for i in 0..448u32 {
-            let key = format!("key-{i}").into_bytes();
+        for i in 0..n {
+            let key = format!("{prefix}-{i}").into_bytes();
             let hash = hash_key(&key);
             match table.insert(
                 hash,
@@ -1141,18 +1147,34 @@ mod tests {
                     first_full.get_or_insert(i);
                 }
             }
+            if i % check == 0 {
+                assert_eq!(table.count_items(), keys.len());
+            }
         }
+        (keys, first_full)
+    }
+
+    /// The table holds exactly `keys`, each found at its location.
+    fn assert_every_key_found(table: &mut HashTable, keys: &HashMap<Location, Vec<u8>>) {
+        assert_eq!(table.count_items(), keys.len());
+        for (&at, key) in keys {
+            let found = table.lookup(hash_key(key), |l| keys.get(&l) == Some(key));
+            assert_eq!(location(found.unwrap().2), at);
+        }
+    }
+
+    #[test]
+    fn fills_most_slots_then_reports_full_or_evicts() {
+        // 64 homes x 7 slots = 448 slots (plus 7 spare buckets).
+        let mut table = HashTable::new(64);
+        let (mut keys, first_full) = fill_without_eviction(&mut table, "key", 448, 448);
         let fill = keys.len() as f64 / 448.0;
         assert!(fill > 0.9, "neighbourhood probing fills {fill:.2} of slots");
         assert!(
             first_full.unwrap_or(448) > 300,
             "first full window at {first_full:?}"
         );
-        assert_eq!(table.count_items(), keys.len());
-        for (&at, key) in &keys {
-            let found = table.lookup(hash_key(key), |l| keys.get(&l) == Some(key));
-            assert_eq!(location(found.unwrap().2), at);
-        }
+        assert_every_key_found(&mut table, &keys);
         // With eviction allowed, a full window gives up its least-read item.
         let key = b"newcomer".to_vec();
         let hash = hash_key(&key);
@@ -1271,35 +1293,11 @@ mod tests {
         let homes = 1024;
         let slots = homes * SLOTS;
         let mut table = HashTable::new(homes);
-        let mut keys: HashMap<Location, Vec<u8>> = HashMap::new();
-        let mut first_full = None;
-        for i in 0..slots as u32 {
-            let key = format!("dense-{i}").into_bytes();
-            let hash = hash_key(&key);
-            match table.insert(
-                hash,
-                loc(i),
-                false,
-                0,
-                |at| keys.get(&at) == Some(&key),
-                NO_GROWTH,
-            ) {
-                Ok(ins) => {
-                    assert_eq!(ins, Inserted::default());
-                    keys.insert(loc(i), key);
-                }
-                Err(TableFull) => {
-                    first_full.get_or_insert(i as usize);
-                }
-            }
-            if i % 512 == 0 {
-                assert_eq!(table.count_items(), keys.len());
-            }
-        }
+        let (keys, first_full) = fill_without_eviction(&mut table, "dense", slots as u32, 512);
         // One hop (the earlier rule) first failed at 78% of the slots and
         // held 96.8% in the end; hops from up to HOP_SEARCH buckets away
         // reach 88% and 97.9%.
-        let first_full = first_full.unwrap_or(slots);
+        let first_full = first_full.map_or(slots, |i| i as usize);
         assert!(
             first_full * 100 > slots * 85,
             "first full window at {first_full} of {slots} slots"
@@ -1309,11 +1307,7 @@ mod tests {
             "held {} of {slots}",
             keys.len()
         );
-        assert_eq!(table.count_items(), keys.len());
-        for (&at, key) in &keys {
-            let found = table.lookup(hash_key(key), |l| keys.get(&l) == Some(key));
-            assert_eq!(location(found.unwrap().2), at);
-        }
+        assert_every_key_found(&mut table, &keys);
     }
 
     #[test]
