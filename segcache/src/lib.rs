@@ -154,5 +154,5 @@ pub use error::Error;
 pub use item::MAX_KEY_LEN;
 pub use ops::{Request, Response, Store, StoreMode, Ttl};
 pub use sharded::ShardedCache;
-pub use storage::{StorageConfig, StorageHandle};
+pub use storage::{StorageConfig, StorageCounters, StorageHandle};
 pub use ttl::MAX_TTL;

@@ -247,6 +247,9 @@ impl Server {
             config.heap_size,
             max_value,
         ));
+        if let Some(handle) = &handle {
+            let _ = metrics.storage.set(handle.clone());
+        }
         let limits = crate::budget::Limits {
             worker_buffered: config.max_buffered / config.workers,
             max_value,
