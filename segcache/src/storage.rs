@@ -351,9 +351,12 @@ impl Drop for Turn<'_> {
     fn drop(&mut self) {
         if thread::panicking() && !self.unwinding_before {
             // The cache may be half-way through a request: nobody runs on
-            // it again. Every waiting client fails with `Closed`.
+            // it again. The storage thread, woken, finds the token retired,
+            // stops and wakes every waiting client (they fail with
+            // `Closed`); no client callback runs here, mid-unwind.
             self.shared.token.store(GONE, SeqCst);
-            self.shared.stop();
+            self.shared.shutdown.store(true, SeqCst);
+            self.shared.stopped.store(true, SeqCst);
             self.shared.unpark_storage();
             return;
         }
@@ -395,13 +398,14 @@ impl Shared {
         self.unpark_storage();
     }
 
-    /// Marks the service stopped and wakes every waiting client.
+    /// Marks the service stopped and wakes every waiting client (a notify
+    /// callback that panics does not keep the others from being woken).
     fn stop(&self) {
         self.shutdown.store(true, SeqCst);
         self.stopped.store(true, SeqCst);
         for channel in self.channels.lock().iter() {
             channel.waiting.store(true, SeqCst);
-            channel.wake();
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| channel.wake()));
         }
     }
 
@@ -1518,6 +1522,109 @@ mod tests {
         assert_eq!(handle.get("blocking").unwrap().unwrap().value(), b"199");
         drop((client, handle));
         thread.join().unwrap();
+    }
+
+    /// Takes the token from the test thread, waiting (bounded) until the
+    /// storage thread has released it.
+    fn hold_token(handle: &StorageHandle) -> Turn<'_> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(turn) = Turn::try_take(&handle.shared, CLIENT) {
+                return turn;
+            }
+            assert!(Instant::now() < deadline, "the token was never free");
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A request pushed while someone else holds the token is left to the
+    /// holder: it is not run by its client, and the holder's release finds
+    /// it pending; the next turn (here the client's own next push) runs it
+    /// before the later one, in order.
+    #[test]
+    fn a_request_pushed_while_the_token_is_held_waits_for_the_holder() {
+        let (handle, thread) = Segcache::builder()
+            .spawn_storage(StorageConfig::default())
+            .unwrap();
+        let mut client = handle.client();
+        let turn = hold_token(&handle);
+        let before = handle.counters();
+        client
+            .try_submit(Request::Store(Store::new(
+                StoreMode::Set,
+                b"k".to_vec(),
+                b"1".to_vec(),
+            )))
+            .unwrap();
+        assert!(client.channel.replies.is_empty(), "ran without the token");
+        assert!(handle.shared.pending.load(SeqCst));
+        assert_eq!(handle.counters(), before);
+        drop(turn);
+        // The next push takes the free token and runs both, in order.
+        client
+            .try_submit(Request::Get {
+                key: b"k".to_vec(),
+                opts: GetOpts::default(),
+            })
+            .unwrap();
+        assert!(matches!(client.recv(), Ok(Some(Response::Stored(Ok(_))))));
+        assert!(matches!(
+            client.recv(),
+            Ok(Some(Response::Get(Ok(Some(f))))) if f.item.value() == b"1"
+        ));
+        drop((client, handle));
+        thread.join().unwrap();
+    }
+
+    /// The storage thread waits for a client's turn to end before it
+    /// touches the cache (here: to stop and hand the cache back).
+    #[test]
+    fn the_storage_thread_waits_for_a_clients_turn_to_end() {
+        let (handle, thread) = Segcache::builder()
+            .spawn_storage(StorageConfig::default())
+            .unwrap();
+        handle.set("k", "v", 0, None).unwrap();
+        let turn = hold_token(&handle);
+        handle.shutdown();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !handle.shared.storage_waits.load(SeqCst) {
+            assert!(Instant::now() < deadline, "the storage thread never asked");
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!handle.is_stopped(), "stopped while a client held the cache");
+        drop(turn);
+        assert_eq!(thread.join().unwrap().items, 1);
+        assert!(handle.is_stopped());
+    }
+
+    /// A panic while a client holds the token (here a notify callback,
+    /// called for another client's answered batch) retires the token:
+    /// nobody runs on the cache again, waiting clients fail with `Closed`,
+    /// and `join` reports it.
+    #[test]
+    fn a_panic_while_a_client_holds_the_cache_stops_the_service() {
+        let (handle, thread) = Segcache::builder()
+            .spawn_storage(StorageConfig::default())
+            .unwrap();
+        let mut doomed = handle.client_with_notify(|| panic!("notify fails"));
+        let turn = hold_token(&handle);
+        let mut batch = Batch::new();
+        batch.set("k", "v", 0, None);
+        assert_eq!(doomed.submit_batch(&mut batch), Ok(true));
+        // The holder runs the queued batch and calls its notify, which
+        // panics on the holder's thread.
+        let shared = Arc::clone(&handle.shared);
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let mut turn = turn;
+            turn.drain(None);
+        }));
+        assert!(ran.is_err());
+        assert_eq!(shared.token.load(SeqCst), GONE);
+        assert!(handle.is_stopped());
+        assert_eq!(handle.set("k2", "v", 0, None), Err(Error::Closed));
+        let err = thread.join().unwrap_err();
+        assert!(err.contains("panicked while it held the cache"), "{err}");
+        drop((doomed, handle));
     }
 
     #[test]
