@@ -166,10 +166,10 @@ struct Channel {
     requests: ArrayQueue<Job>,
     replies: ArrayQueue<Done>,
     /// The client waits for a reply (parked, or in its own event loop);
-    /// the storage thread clears it when it wakes the client.
+    /// the token's holder clears it when it wakes the client.
     waiting: AtomicBool,
     waiter: Mutex<Option<Thread>>,
-    /// Called (on the storage thread) to wake a client with an event loop.
+    /// Called (by the token's holder) to wake a client with an event loop.
     notify: Option<Notify>,
     /// The client is gone; the channel can be dropped once drained.
     closed: AtomicBool,
@@ -476,7 +476,7 @@ impl Shared {
 
     /// Waits for the next reply on a channel with a request in flight:
     /// spins, then yields the core for up to [`CLIENT_SPIN`], then parks
-    /// until the storage thread unparks it.
+    /// until the request's executor unparks it.
     fn wait_reply(&self, channel: &Channel) -> Result<Done, Error> {
         let mut spins = 0u32;
         let mut yielding_since: Option<Instant> = None;
@@ -895,7 +895,9 @@ impl Client {
     }
 
     /// Sends every request of `batch` to the storage thread as one message
-    /// (after the requests submitted before it) without waiting: `batch`
+    /// (after the requests submitted before it) without waiting for another
+    /// thread (if the storage thread sleeps, the batch runs right here,
+    /// holding the cache's token, before this returns): `batch`
     /// is left empty (with spare buffers) until
     /// [`try_complete`](Self::try_complete) hands it back answered.
     /// Keys and values travel in the batch's arena and read replies reuse
@@ -912,8 +914,8 @@ impl Client {
         }
         let mut boxed = self.spare.take().unwrap_or_default();
         std::mem::swap(&mut *boxed, batch);
-        // Armed before the push: the storage thread wakes us once it is
-        // answered, however soon that is.
+        // Armed before the push: whoever runs it wakes us once it is
+        // answered, however soon that is (not if that is this thread).
         self.channel.waiting.store(true, SeqCst);
         if let Err(job) = self.shared.push(&self.channel, Job::Batch(boxed)) {
             if let Job::Batch(mut boxed) = job {
@@ -1084,11 +1086,14 @@ impl StorageHandle {
         self.new_client(None)
     }
 
-    /// A new client for an event loop: `notify` is called on the storage
-    /// thread when replies arrive while the client waits for them (a batch
-    /// from [`Client::submit_batch`] not yet taken back by
-    /// [`Client::try_complete`]), and when the thread stops. It should
-    /// only wake the loop (e.g. `mio::Waker::wake`), never block.
+    /// A new client for an event loop: `notify` is called by whichever
+    /// thread ran its requests (the storage thread, or another client
+    /// combining; not this client's own thread) when replies arrive while
+    /// the client waits for them (a batch from [`Client::submit_batch`]
+    /// not yet taken back by [`Client::try_complete`]), and when the
+    /// thread stops. It runs while that thread holds the cache, so it
+    /// should only wake the loop (e.g. `mio::Waker::wake`): never block,
+    /// never call into this client or handle.
     ///
     /// ```
     /// use segcache::{Batch, Segcache, StorageConfig};
