@@ -424,7 +424,7 @@ fn every_reply_matches_each_clients_own_model_whoever_runs_it() {
             .map(|t| {
                 let handle = handle.clone();
                 std::thread::spawn(move || {
-                    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (u64::from(t) + 1) * 7919);
+                    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((u64::from(t) + 1) * 7919));
                     let mut model = std::collections::HashMap::new();
                     let mut client = handle.client();
                     let mut batch = segcache::Batch::new();
