@@ -1596,7 +1596,10 @@ mod tests {
             assert!(Instant::now() < deadline, "the storage thread never asked");
             thread::sleep(Duration::from_millis(1));
         }
-        assert!(!handle.is_stopped(), "stopped while a client held the cache");
+        assert!(
+            !handle.is_stopped(),
+            "stopped while a client held the cache"
+        );
         drop(turn);
         assert_eq!(thread.join().unwrap().items, 1);
         assert!(handle.is_stopped());
