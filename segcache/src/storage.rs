@@ -35,7 +35,10 @@
 //! * A client's turn is bounded (`COMBINE_PASSES` passes that found
 //!   work); if requests keep coming after that, it wakes the storage thread
 //!   and leaves the rest to it, so a worker is never kept from its own
-//!   event loop for long, and a busy storage thread takes over.
+//!   event loop for long, and a busy storage thread takes over. While
+//!   the storage thread waits for the token, clients leave their requests
+//!   to it (it is next, and drains every queue first), so they never
+//!   starve it of its duties.
 //!
 //! Why no request is stranded (every step is `SeqCst`; the loom-style
 //! argument for each interleaving): a pusher does *push; swap `pending` to
@@ -438,8 +441,11 @@ impl Shared {
         fence(SeqCst);
         let mut passes = 0;
         loop {
-            if self.token.load(SeqCst) != FREE {
-                // The holder sees `pending` when it gives the token up.
+            if self.token.load(SeqCst) != FREE || self.storage_waits.load(SeqCst) {
+                // The holder sees `pending` when it gives the token up; a
+                // storage thread waiting for the token (woken by the last
+                // release, or within a millisecond) takes it next and
+                // drains every queue first: clients do not starve it.
                 return;
             }
             let Some(mut turn) = Turn::try_take(self, CLIENT) else {
