@@ -997,7 +997,8 @@ impl Client {
         true
     }
 
-    /// Runs `batch` on the storage thread and waits for it (blocking: see
+    /// Runs `batch` on the storage thread (or right here, if it sleeps)
+    /// and waits for it (blocking: see
     /// [`submit_batch`](Self::submit_batch) and
     /// [`try_complete`](Self::try_complete) for an event loop): its
     /// responses are then in [`Batch::responses`]. When the queue is full
