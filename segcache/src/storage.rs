@@ -39,6 +39,9 @@
 //!   the storage thread waits for the token, clients leave their requests
 //!   to it (it is next, and drains every queue first), so they never
 //!   starve it of its duties.
+//! * [`StorageConfig::combining`] set to false turns combining off: every
+//!   request is handed to the storage thread (woken if it parked), and
+//!   client threads never touch the cache.
 //!
 //! Why no request is stranded (every step is `SeqCst`; the loom-style
 //! argument for each interleaving): a pusher does *push; swap `pending` to
@@ -120,6 +123,12 @@ pub struct StorageConfig {
     pub pin_core: Option<usize>,
     /// Thread name (default "segcache-storage").
     pub name: String,
+    /// Whether a client that finds the storage thread parked runs the
+    /// requests itself instead of waking it (default true; see the module
+    /// doc). False hands every request to the storage thread: the client
+    /// threads never touch the cache, at the price of a wake-up whenever
+    /// the storage thread had parked.
+    pub combining: bool,
 }
 
 impl Default for StorageConfig {
@@ -129,6 +138,7 @@ impl Default for StorageConfig {
             expire_interval: Duration::from_secs(1),
             pin_core: None,
             name: "segcache-storage".into(),
+            combining: true,
         }
     }
 }
@@ -273,6 +283,8 @@ struct Shared {
     /// Idle channels for the blocking calls of `StorageHandle`.
     pool: Mutex<Vec<Arc<Channel>>>,
     capacity: usize,
+    /// [`StorageConfig::combining`].
+    combining: bool,
     storage: Mutex<Option<Thread>>,
     /// What the cache's build found in its datapool.
     restore_outcome: RestoreOutcome,
@@ -424,8 +436,15 @@ impl Shared {
         self.submitting.fetch_sub(1, SeqCst);
         debug_assert!(pushed.is_ok(), "in-flight bound guarantees room");
         pushed?;
-        self.pending.swap(true, SeqCst);
-        self.combine(channel);
+        if self.combining {
+            self.pending.swap(true, SeqCst);
+            self.combine(channel);
+        } else if !self.pending.swap(true, SeqCst) {
+            // The storage thread clears `pending` before each pass and
+            // checks it after giving the token up, before it parks: only a
+            // push that finds it clear may have to wake it.
+            self.unpark_storage();
+        }
         Ok(())
     }
 
@@ -613,6 +632,7 @@ impl Builder {
             users: AtomicUsize::new(1),
             pool: Mutex::new(Vec::new()),
             capacity: config.queue_capacity,
+            combining: config.combining,
             storage: Mutex::new(None),
             restore_outcome,
         });

@@ -410,13 +410,25 @@ fn check(expect: &Expect, got: &Response, context: &str) {
 /// exactly once, by one side or the other.
 #[test]
 fn every_reply_matches_each_clients_own_model_whoever_runs_it() {
-    within(120, || {
+    model_check(true);
+}
+
+/// With combining off, the same traffic is run by the storage thread
+/// alone: no client ever takes the cache.
+#[test]
+fn with_combining_off_only_the_storage_thread_runs_requests() {
+    model_check(false);
+}
+
+fn model_check(combining: bool) {
+    within(120, move || {
         // The storage thread wakes every millisecond (for expiry) and
         // serves while it is awake, so both sides take turns.
         let (handle, thread) = Segcache::builder()
             .heap_size(8 << 20)
             .spawn_storage(StorageConfig {
                 expire_interval: Duration::from_millis(1),
+                combining,
                 ..config(16)
             })
             .unwrap();
@@ -433,7 +445,8 @@ fn every_reply_matches_each_clients_own_model_whoever_runs_it() {
                     // requests (bounded).
                     for round in 0..200_000u32 {
                         let c = handle.counters();
-                        if round >= 1500 && c.storage_jobs > 0 && c.client_jobs > 0 {
+                        if round >= 1500 && c.storage_jobs > 0 && (c.client_jobs > 0 || !combining)
+                        {
                             break;
                         }
                         let n = 1 + rng.below(8) as usize;
@@ -491,7 +504,13 @@ fn every_reply_matches_each_clients_own_model_whoever_runs_it() {
             .collect();
         let jobs: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
         let counters = handle.counters();
-        assert!(counters.storage_jobs > 0 && counters.client_jobs > 0);
+        assert!(counters.storage_jobs > 0);
+        if combining {
+            assert!(counters.client_jobs > 0, "{counters:?}");
+        } else {
+            assert_eq!(counters.client_jobs, 0, "{counters:?}");
+            assert_eq!(counters.client_turns, 0, "{counters:?}");
+        }
         assert_eq!(
             counters.storage_jobs + counters.client_jobs,
             jobs,

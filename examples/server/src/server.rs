@@ -202,6 +202,7 @@ impl Server {
                     expire_interval: Duration::from_secs(1),
                     pin_core: core_for(config.workers),
                     name: "segcache-storage".into(),
+                    ..StorageConfig::default()
                 })
                 .map_err(storage_err)?;
             (None, Some(handle), Some(storage))
