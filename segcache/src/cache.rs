@@ -1535,9 +1535,10 @@ impl Segcache {
 
     /// [`delete`](Self::delete) with the key's hash already computed: one
     /// probe, the entry cleared where it was found, the item's size taken
-    /// from the header the key compare read. A growing table or a pending
+    /// from the header the key compare read, and the clock read only if
+    /// the item's segment has a deadline. A growing table or a pending
     /// delayed flush takes the general [`delete_hashed`](Self::delete_hashed).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn remove_hashed(&mut self, key: &[u8], hash: u64) -> bool {
         if self.table.is_growing() || self.flush_at.is_some() {
             return self.delete_hashed(key, hash, &DeleteOpts::default()).is_ok();
@@ -1547,7 +1548,7 @@ impl Segcache {
         }
         let segs = &self.segs;
         let mut size = 0;
-        let found = self.table.lookup_settled(hash, |at| {
+        let removed = self.table.remove(hash, |at| {
             let item = segs.item(at);
             let found = item.key_is(key);
             if found {
@@ -1555,33 +1556,23 @@ impl Segcache {
             }
             found
         });
-        let Some((bucket, slot, info)) = found else {
+        let Some(info) = removed else {
             return false;
         };
         let loc = hashtable::location(info);
-        let now = self.clock.now();
-        if self.segs.headers[loc.seg as usize].is_expired(now) {
-            // Expired: unlinked as a read would, and not there to delete.
-            self.expired_on_delete(bucket, slot, loc);
-            return false;
-        }
-        self.table.clear_at(bucket, slot);
         debug_assert_eq!(size, self.segs.item(loc).size());
         let header = &mut self.segs.headers[loc.seg as usize];
         header.live_bytes -= size as u32;
         header.live_items -= 1;
+        let expire_at = header.expire_at;
         self.counters.items -= 1;
         self.counters.live_bytes -= size as u64;
+        if expire_at != 0 && expire_at <= self.clock.now() {
+            // Expired: unlinked as a read would, and not there to delete.
+            self.counters.expirations += 1;
+            return false;
+        }
         true
-    }
-
-    /// Unlinks an expired item a delete found at (`bucket`, `slot`),
-    /// counting an expiration.
-    #[cold]
-    #[inline(never)]
-    fn expired_on_delete(&mut self, bucket: usize, slot: usize, loc: Location) {
-        self.unlink_found(bucket, slot, loc);
-        self.counters.expirations += 1;
     }
 
     /// Removes a key with memcache's delete options (`md` with `C`, `I`,

@@ -503,13 +503,27 @@ impl Table {
 
     /// Empties a slot and, if it held its home's farthest item, shrinks the
     /// home's reach to the farthest one left.
+    #[inline(always)]
     fn clear_slot(&mut self, b: usize, s: usize) -> u64 {
-        let old = std::mem::replace(&mut self.slots[b * SLOTS + s], 0);
+        assert!(b < self.buckets() && s < SLOTS);
         debug_assert_ne!(self.ctrl[b] >> (8 * s) & 0xff, 0, "clearing an empty slot");
-        self.ctrl[b] &= !(0xff << (8 * s));
-        let disp = displacement(old);
+        // SAFETY: both indices were checked just above.
+        let old = unsafe { std::mem::replace(self.slots.get_unchecked_mut(b * SLOTS + s), 0) };
+        // SAFETY: as above.
+        unsafe { *self.ctrl.get_unchecked_mut(b) &= !(0xff << (8 * s)) };
+        if displacement(old) > 0 {
+            self.shrink_reach(b, displacement(old));
+        }
+        old
+    }
+
+    /// After clearing a slot of bucket `b` that held an item `disp`
+    /// buckets from its home: if that was the home's farthest item,
+    /// shrinks the home's reach to the farthest one left.
+    #[inline(never)]
+    fn shrink_reach(&mut self, b: usize, disp: usize) {
         let home = b - disp;
-        if disp > 0 && disp == self.reach(home) {
+        if disp == self.reach(home) {
             // Another item of the same home may sit at `disp` too.
             let farthest = (0..=disp)
                 .rev()
@@ -517,7 +531,6 @@ impl Table {
                 .unwrap_or(0);
             self.ctrl[home] = (self.ctrl[home] & !REACH_MASK) | (farthest as u64) << REACH_SHIFT;
         }
-        old
     }
 
     fn clear(&mut self) {
@@ -922,6 +935,31 @@ impl HashTable {
     /// names one item). Returns its item info if the table pointed there.
     pub(crate) fn remove_at(&mut self, hash: u64, loc: Location) -> Option<u64> {
         let (bucket, s, _) = self.find(hash, |info| same_location(info, loc))?;
+        Some(self.clear_at(bucket, s))
+    }
+
+    /// Removes the entry of the key `matches` accepts (it compares the key
+    /// stored at a location with the wanted one) where one probe finds
+    /// it; returns its item info.
+    #[inline(always)]
+    pub(crate) fn remove(
+        &mut self,
+        hash: u64,
+        mut matches: impl FnMut(Location) -> bool,
+    ) -> Option<u64> {
+        if self.drain.is_some() {
+            return self.remove_growing(hash, matches);
+        }
+        let t = &mut self.table;
+        let (b, s, _) = t.find(hash, &mut |info| matches(location(info)))?;
+        Some(t.clear_slot(b, s))
+    }
+
+    /// [`remove`](Self::remove) while a table drains (the key may be in
+    /// either).
+    #[inline(never)]
+    fn remove_growing(&mut self, hash: u64, mut matches: impl FnMut(Location) -> bool) -> Option<u64> {
+        let (bucket, s, _) = self.find(hash, |info| matches(location(info)))?;
         Some(self.clear_at(bucket, s))
     }
 
