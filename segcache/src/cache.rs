@@ -1541,7 +1541,9 @@ impl Segcache {
     #[inline(always)]
     pub(crate) fn remove_hashed(&mut self, key: &[u8], hash: u64) -> bool {
         if self.table.is_growing() || self.flush_at.is_some() {
-            return self.delete_hashed(key, hash, &DeleteOpts::default()).is_ok();
+            return self
+                .delete_hashed(key, hash, &DeleteOpts::default())
+                .is_ok();
         }
         if key.is_empty() || key.len() > MAX_KEY_LEN {
             return false;
@@ -2017,7 +2019,10 @@ impl Segcache {
         if tail != NONE {
             let segment_size = self.segs.segment_size();
             let header = &mut self.segs.headers[tail as usize];
-            debug_assert!(ttl != 0 || header.expire_at == 0, "a deadline in the never bucket");
+            debug_assert!(
+                ttl != 0 || header.expire_at == 0,
+                "a deadline in the never bucket"
+            );
             if Self::takes(header, bucket, segment_size, size, ttl, now) {
                 let offset = header.write_offset;
                 header.write_offset += size as u32;
