@@ -1541,7 +1541,9 @@ impl Segcache {
     #[inline(always)]
     pub(crate) fn remove_hashed(&mut self, key: &[u8], hash: u64) -> bool {
         if self.table.is_growing() || self.flush_at.is_some() {
-            return self.delete_hashed(key, hash, &DeleteOpts::default()).is_ok();
+            return self
+                .delete_hashed(key, hash, &DeleteOpts::default())
+                .is_ok();
         }
         if key.is_empty() || key.len() > MAX_KEY_LEN {
             return false;
@@ -2017,7 +2019,10 @@ impl Segcache {
         if tail != NONE {
             let segment_size = self.segs.segment_size();
             let header = &mut self.segs.headers[tail as usize];
-            debug_assert!(ttl != 0 || header.expire_at == 0, "a deadline in the never bucket");
+            debug_assert!(
+                ttl != 0 || header.expire_at == 0,
+                "a deadline in the never bucket"
+            );
             if Self::takes(header, bucket, segment_size, size, ttl, now) {
                 let offset = header.write_offset;
                 header.write_offset += size as u32;
@@ -2245,6 +2250,69 @@ mod tests {
         assert_eq!(c.get(b"b").unwrap().value(), b"2");
         let s = c.stats();
         assert_eq!((s.items, s.hits, s.misses), (1, 2, 1));
+        c.check_invariants();
+    }
+
+    /// The edges of `set`'s inline path and `delete`'s one-probe path:
+    /// sub-second TTLs round up as `Ttl::to_secs` does, an out-of-range
+    /// TTL or key is refused with the old item kept, an overwrite of
+    /// another size (with flags, then without) leaves the byte count of
+    /// the new item only, and a delete that finds an expired item reports
+    /// it absent, unlinks it and counts an expiration.
+    #[test]
+    fn inline_set_and_delete_edges() {
+        let (mut c, clock) = small(Eviction::Merge);
+        let item_bytes = |key: usize, value: usize, flags: bool| {
+            (item::HEADER_LEN + key + value + if flags { 4 } else { 0 }) as u64
+        };
+        c.set(b"k", [7u8; 40], 9, Duration::from_millis(1500))
+            .unwrap();
+        assert_eq!(c.stats().live_bytes, item_bytes(1, 40, true));
+        assert_eq!(c.ttl(b"k"), Some(Ttl::After(Duration::from_secs(2))));
+        c.set(b"k", [8u8; 3], 0, Duration::from_millis(1500))
+            .unwrap();
+        assert_eq!(
+            (c.stats().items, c.stats().live_bytes),
+            (1, item_bytes(1, 3, false))
+        );
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(c.get(b"k").unwrap().value(), [8u8; 3]);
+        clock.advance(Duration::from_secs(1));
+        assert!(c.get(b"k").is_none(), "1.5 s rounds up to 2 s, not more");
+        c.check_invariants();
+
+        c.set(b"k", b"v", 0, None).unwrap();
+        let too_long = Duration::from_secs(crate::MAX_TTL as u64 + 1);
+        assert!(matches!(
+            c.set(b"k", b"w", 0, too_long),
+            Err(Error::TtlOutOfRange { .. })
+        ));
+        assert!(matches!(c.set(b"", b"w", 0, None), Err(Error::EmptyKey)));
+        assert!(matches!(
+            c.set([b'x'; MAX_KEY_LEN + 1], b"w", 0, None),
+            Err(Error::KeyTooLong { .. })
+        ));
+        let huge = vec![0u8; c.max_value_len(1) + 1];
+        assert!(matches!(
+            c.set(b"k", &huge, 0, None),
+            Err(Error::ValueTooLarge { .. })
+        ));
+        assert_eq!(
+            c.get(b"k").unwrap().value(),
+            b"v",
+            "a refused set keeps the old item"
+        );
+        c.check_invariants();
+
+        c.set(b"gone", b"soon", 0, Duration::from_secs(5)).unwrap();
+        let before = c.stats();
+        clock.advance(Duration::from_secs(5));
+        assert!(!c.delete(b"gone"), "an expired item is not there to delete");
+        let after = c.stats();
+        assert_eq!(after.items, before.items - 1, "but it is unlinked");
+        assert_eq!(after.expirations, before.expirations + 1);
+        assert!(c.delete(b"k"));
+        assert_eq!((c.stats().items, c.stats().live_bytes), (0, 0));
         c.check_invariants();
     }
 

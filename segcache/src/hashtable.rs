@@ -958,7 +958,11 @@ impl HashTable {
     /// [`remove`](Self::remove) while a table drains (the key may be in
     /// either).
     #[inline(never)]
-    fn remove_growing(&mut self, hash: u64, mut matches: impl FnMut(Location) -> bool) -> Option<u64> {
+    fn remove_growing(
+        &mut self,
+        hash: u64,
+        mut matches: impl FnMut(Location) -> bool,
+    ) -> Option<u64> {
         let (bucket, s, _) = self.find(hash, |info| matches(location(info)))?;
         Some(self.clear_at(bucket, s))
     }
