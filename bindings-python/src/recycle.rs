@@ -45,7 +45,10 @@
 //! per cache (64 KiB at most); a value a reader keeps carries the extra
 //! room of the object it was refilled into (at most 1/8 of its length).
 //! Observable difference: `sys.getrefcount` of a result is one higher
-//! while the recycler keeps it.
+//! while the recycler keeps it. Readers that keep every value leave
+//! nothing to refill: after [`MISSES_TO_PAUSE`] such reads in a row the
+//! recycler steps aside for [`PAUSE`] reads, so that they pay almost
+//! nothing for it.
 //!
 //! Must never: refill an object whose count is not exactly 1, refill
 //! without the GIL, keep anything but the `bytes` it made itself, or run
