@@ -235,3 +235,23 @@ def test_recycling_resumes_after_readers_kept_their_values(cache):
     # Only the rest of a pause (at most 64 reads) goes without.
     assert 300 - 64 <= refilled < 300
     assert all(kept[i] == value(i, 80) for i in range(300))
+
+
+@pytest.mark.skipif(not ON, reason="recycling is off here")
+@pytest.mark.parametrize("read", ["int key", "get with default", "non-ASCII key"])
+def test_the_general_read_path_recycles_too(cache, read):
+    """Reads that do not take the hot path (other key types, a default
+    argument, a non-ASCII str key) refill objects the same way, and a held
+    result stays intact."""
+    keys = {"int key": (1, 2), "get with default": ("a", "b"), "non-ASCII key": ("é1", "é2")}[read]
+    get = (lambda k: cache.get(k, None)) if read == "get with default" else cache.__getitem__
+    cache[keys[0]] = value(1, 200)
+    cache[keys[1]] = value(2, 200)
+    first = get(keys[0])
+    first_id = id(first)
+    held = get(keys[1])
+    assert held == value(2, 200)
+    del first
+    again = get(keys[0])
+    assert id(again) == first_id and again == value(1, 200)
+    assert held == value(2, 200)
