@@ -12,7 +12,7 @@
 use crate::admission::Admission;
 use crate::builder::Eviction;
 use crate::clock::Clock;
-use crate::hashtable::{self, hash_key, HashTable, Location, TableFull};
+use crate::hashtable::{self, hash_key, HashTable, HomeProbe, Location, TableFull};
 use crate::item::{self, Meta, RawItem, MAX_KEY_LEN, MAX_VALUE_FIELD};
 use crate::ops::{ArithOpts, DeleteOpts, Found, GetOpts, Request, Response, Store, StoreMode, Ttl};
 use crate::persist;
@@ -664,17 +664,41 @@ impl Segcache {
     /// sharded cache, which hashes once to pick the shard).
     #[inline(always)]
     pub(crate) fn get_hashed(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
-        if self.tags_say_miss(hash) {
+        if self.read_is_unsettled() {
+            return self.get_unsettled(key, hash);
+        }
+        let probe = self.table.probe_home(hash);
+        if probe.proves_absent() {
+            self.counters.misses += 1;
             return None;
         }
-        self.get_found(key, hash)
+        self.get_found(key, hash, probe)
     }
 
     /// The rest of [`get_hashed`](Self::get_hashed), once the tags did not
-    /// rule the key out (out of line, so a miss stays short).
+    /// rule the key out (out of line, so a miss stays short); the home's
+    /// control word is not read again.
     #[inline(never)]
-    fn get_found(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
-        let (loc, now) = self.hit(key, hash)?;
+    fn get_found(&mut self, key: &[u8], hash: u64, probe: HomeProbe) -> Option<Item<'_>> {
+        let (loc, now) = self.hit_probed(key, hash, probe)?;
+        // SAFETY: `hit_probed` found the key by comparing it with
+        // `self.segs.item(loc)` and changed no segment since (a hit only
+        // bumps the table's counter; an expired item returned `None`).
+        let (raw, header) = unsafe { self.segs.fetch_compared(loc) };
+        Some(Item {
+            raw,
+            header,
+            loc,
+            now,
+        })
+    }
+
+    /// [`get_hashed`](Self::get_hashed) while a delayed flush is pending or
+    /// the table grows.
+    #[cold]
+    #[inline(never)]
+    fn get_unsettled(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
+        let (loc, now) = self.hit_slow(key, hash)?;
         let (raw, header, _) = self.segs.fetch(loc);
         Some(Item {
             raw,
@@ -682,6 +706,14 @@ impl Segcache {
             loc,
             now,
         })
+    }
+
+    /// True while a read must take the general path: a delayed flush is
+    /// pending (it runs first) or the table grows (a drain step is taken,
+    /// and the key may be in either table).
+    #[inline(always)]
+    fn read_is_unsettled(&self) -> bool {
+        self.flush_at.is_some() || self.table.is_growing()
     }
 
     /// Reads a key's value and client flags the cheapest way: lends them
@@ -720,10 +752,16 @@ impl Segcache {
         hash: u64,
         f: impl FnOnce(&[u8], u32) -> R,
     ) -> Option<R> {
-        if self.tags_say_miss(hash) {
-            return None;
-        }
-        let (loc, _) = self.hit(key, hash)?;
+        let loc = if self.read_is_unsettled() {
+            self.hit_slow(key, hash)?.0
+        } else {
+            let probe = self.table.probe_home(hash);
+            if probe.proves_absent() {
+                self.counters.misses += 1;
+                return None;
+            }
+            self.hit_probed(key, hash, probe)?.0
+        };
         let raw = self.segs.item(loc);
         Some(f(raw.value(), raw.client_flags()))
     }
@@ -747,15 +785,24 @@ impl Segcache {
     /// and no clock; the clock is read once an entry is found.
     #[inline(always)]
     fn hit(&mut self, key: &[u8], hash: u64) -> Option<(Location, u32)> {
-        if self.flush_at.is_some() || self.table.is_growing() {
+        if self.read_is_unsettled() {
             return self.hit_slow(key, hash);
         }
+        let probe = self.table.probe_home(hash);
+        self.hit_probed(key, hash, probe)
+    }
+
+    /// [`hit`](Self::hit) in a settled table (no flush pending, no growth)
+    /// from a [`HashTable::probe_home`] of `hash`.
+    #[inline(always)]
+    fn hit_probed(&mut self, key: &[u8], hash: u64, probe: HomeProbe) -> Option<(Location, u32)> {
+        debug_assert!(!self.read_is_unsettled());
         // An empty or over-long key matches no item (lengths are compared
         // first), so it needs no check of its own here.
         let segs = &self.segs;
         let Some((bucket, slot, info)) = self
             .table
-            .lookup_settled(hash, |at| segs.item(at).key_is(key))
+            .lookup_probed(hash, probe, |at| segs.item(at).key_is(key))
         else {
             self.counters.misses += 1;
             return None;

@@ -137,6 +137,34 @@ pub(crate) struct Inserted {
     pub evicted: Option<u64>,
 }
 
+/// One read of a key's home control word: the home, and in one word the
+/// slots whose tag matches the key's (bits 0..SLOTS) and the home's reach
+/// (the control word's reach bits), so that "no tag and no reach" is a
+/// single test against zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HomeProbe {
+    home: usize,
+    seen: u64,
+}
+
+impl HomeProbe {
+    #[inline(always)]
+    fn read(home: usize, head: u64, hash: u64) -> HomeProbe {
+        const _: () = assert!(TAG_BITS as u64 & REACH_MASK == 0);
+        HomeProbe {
+            home,
+            seen: match_byte(head, tag_of(hash)) as u64 | head & REACH_MASK,
+        }
+    }
+
+    /// True when the tags alone prove the key absent: no slot of the home
+    /// carries its tag and no entry of the home lives in a later bucket.
+    #[inline(always)]
+    pub(crate) fn proves_absent(&self) -> bool {
+        self.seen == 0
+    }
+}
+
 #[inline]
 fn tag_of(hash: u64) -> u8 {
     let tag = (hash >> 56) as u8;
@@ -355,13 +383,40 @@ impl Table {
         // SAFETY: `home < homes` (`home` scales a 32-bit value by homes /
         // 2^32), within `ctrl_unchecked`'s bound.
         let head = unsafe { self.ctrl_unchecked(home) };
-        if let Some(found) = self.find_in(home, 0, head, hash, pred) {
+        self.find_probed(hash, HomeProbe::read(home, head, hash), pred)
+    }
+
+    /// What one read of `hash`'s home control word says (the first half
+    /// of [`find`](Self::find), for a read that rules keys out by tags).
+    #[inline(always)]
+    fn probe_home(&self, hash: u64) -> HomeProbe {
+        let home = self.home(hash);
+        debug_assert!(home < self.homes);
+        // SAFETY: `home < homes` (`home` scales a 32-bit value by homes /
+        // 2^32), within `ctrl_unchecked`'s bound.
+        let head = unsafe { self.ctrl_unchecked(home) };
+        HomeProbe::read(home, head, hash)
+    }
+
+    /// The second half of [`find`](Self::find): the home's matching slots
+    /// as `probe` found them, then (out of line) the displaced buckets if
+    /// the home has a reach.
+    #[inline(always)]
+    fn find_probed(
+        &self,
+        hash: u64,
+        probe: HomeProbe,
+        pred: &mut impl FnMut(u64) -> bool,
+    ) -> Option<(usize, usize, u64)> {
+        debug_assert!(probe.home < self.homes);
+        let hits = (probe.seen & TAG_BITS as u64) as u32;
+        if let Some(found) = self.find_tagged(probe.home, 0, hits, hash, pred) {
             return Some(found);
         }
-        if head & REACH_MASK == 0 {
+        if probe.seen & REACH_MASK == 0 {
             return None;
         }
-        self.find_displaced(home, head, hash, pred)
+        self.find_displaced(probe.home, probe.seen, hash, pred)
     }
 
     /// [`find`](Self::find) in the buckets past the home, up to its reach.
@@ -392,12 +447,26 @@ impl Table {
         hash: u64,
         pred: &mut impl FnMut(u64) -> bool,
     ) -> Option<(usize, usize, u64)> {
+        self.find_tagged(home, d, match_byte(word, tag_of(hash)), hash, pred)
+    }
+
+    /// [`find_in`](Self::find_in) with the bucket's matching tags already
+    /// picked out (`hits`, one bit per slot).
+    #[inline(always)]
+    fn find_tagged(
+        &self,
+        home: usize,
+        d: usize,
+        mut hits: u32,
+        hash: u64,
+        pred: &mut impl FnMut(u64) -> bool,
+    ) -> Option<(usize, usize, u64)> {
         // The check bits and the displacement an entry of this key has in
         // this bucket, compared in one masked test.
         const ID_MASK: u64 = (0x1f << CHECK_SHIFT) | (DISP_MASK << DISP_SHIFT);
         let want = check_of(hash) << CHECK_SHIFT | (d as u64) << DISP_SHIFT;
         let b = home + d;
-        let mut hits = match_byte(word, tag_of(hash));
+        debug_assert_eq!(hits & !TAG_BITS, 0);
         while hits != 0 {
             let s = hits.trailing_zeros() as usize;
             hits &= hits - 1;
@@ -650,15 +719,7 @@ impl HashTable {
     /// reach (one load, no slot read). False means "look properly".
     #[inline(always)]
     pub(crate) fn absent_by_tags(&self, hash: u64) -> bool {
-        if self.drain.is_some() {
-            return false;
-        }
-        let home = self.table.home(hash);
-        debug_assert!(home < self.table.homes);
-        // SAFETY: `home < homes` (`home` scales a 32-bit value by
-        // homes / 2^32), within `ctrl_unchecked`'s bound.
-        let word = unsafe { self.table.ctrl_unchecked(home) };
-        word & REACH_MASK == 0 && match_byte(word, tag_of(hash)) == 0
+        self.drain.is_none() && self.table.probe_home(hash).proves_absent()
     }
 
     /// The table and bucket a position names.
@@ -727,17 +788,35 @@ impl HashTable {
         self.find(hash, |info| matches(location(info)))
     }
 
-    /// [`lookup`](Self::lookup) when no table is draining (the caller
-    /// checked [`is_growing`](Self::is_growing)): the read path's lookup,
-    /// with no branch for the old table.
+    /// Reads `hash`'s home control word once, for a read that first asks
+    /// the tags ([`HomeProbe::proves_absent`]) and then, if they do not
+    /// rule the key out, searches with [`lookup_probed`](Self::lookup_probed).
+    /// Only when no table is draining (the caller checked
+    /// [`is_growing`](Self::is_growing)).
     #[inline(always)]
-    pub(crate) fn lookup_settled(
+    pub(crate) fn probe_home(&self, hash: u64) -> HomeProbe {
+        debug_assert!(self.drain.is_none());
+        self.table.probe_home(hash)
+    }
+
+    /// [`lookup`](Self::lookup) when no table is draining, from a
+    /// [`probe_home`](Self::probe_home) of the same `hash` and an unchanged
+    /// table: the read path's lookup, with no branch for the old table and
+    /// no second read of the control word.
+    #[inline(always)]
+    pub(crate) fn lookup_probed(
         &self,
         hash: u64,
+        probe: HomeProbe,
         mut matches: impl FnMut(Location) -> bool,
     ) -> Option<(usize, usize, u64)> {
         debug_assert!(self.drain.is_none());
-        self.table.find(hash, &mut |info| matches(location(info)))
+        debug_assert_eq!(probe, self.table.probe_home(hash));
+        // Start the slot lines' load: on a hit the matching slot is most
+        // likely in the home bucket.
+        self.table.prefetch(probe.home);
+        self.table
+            .find_probed(hash, probe, &mut |info| matches(location(info)))
     }
 
     /// The item info at a known location, if the table points there.
