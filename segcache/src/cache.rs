@@ -802,7 +802,7 @@ impl Segcache {
         let segs = &self.segs;
         let Some((bucket, slot, info)) = self
             .table
-            .lookup_probed(hash, probe, |at| segs.item(at).key_is(key))
+            .lookup_probed(hash, probe, move |at| segs.item(at).key_is(key))
         else {
             self.counters.misses += 1;
             return None;
@@ -2584,6 +2584,77 @@ mod tests {
         c.set(b"m", vec![1u8; max], 0, None).unwrap();
         let err = c.set(b"m", vec![1u8; max + 1], 0, None).unwrap_err();
         assert_eq!(err, Error::ValueTooLarge { len: max + 1, max });
+        c.check_invariants();
+    }
+
+    /// `get` and the lean read on each of their paths: a settled table
+    /// (the home probe, then the search from it), an expired item found
+    /// there, a growing table and a pending delayed flush (the general
+    /// path): the same answers, hits and misses counted once each.
+    #[test]
+    fn reads_answer_alike_settled_growing_and_with_a_flush_pending() {
+        let clock = ManualClock::new();
+        let mut c = Segcache::builder()
+            .heap_size(64 << 10)
+            .segment_size(4 << 10)
+            .hash_power(3)
+            .eviction(Eviction::None)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        // Reads every key present and a few absent ones both ways; checks
+        // the answers and that each read counted exactly one hit or miss.
+        fn read_all(c: &mut Segcache, n: u32) {
+            for i in 0..n + 20 {
+                let key = format!("key{i}");
+                let want = (i < n).then(|| format!("v{i}").into_bytes());
+                let before = c.stats();
+                let got = c.get(&key).map(|item| item.value().to_vec());
+                assert_eq!(got, want, "{key}");
+                let lean = c.get_value_with(&key, |v, _| v.to_vec());
+                assert_eq!(lean, want, "{key}");
+                let after = c.stats();
+                let hits = 2 * (i < n) as u64;
+                assert_eq!(
+                    (after.hits - before.hits, after.misses - before.misses),
+                    (hits, 2 - hits)
+                );
+            }
+        }
+        let mut n = 0;
+        let mut grew_mid_read = false;
+        while n < 1500 {
+            c.set(format!("key{n}"), format!("v{n}"), 0, None).unwrap();
+            n += 1;
+            if c.table.is_growing() && !grew_mid_read {
+                grew_mid_read = true;
+                read_all(&mut c, n);
+            }
+        }
+        assert!(grew_mid_read, "the table never grew");
+        while c.table.is_growing() {
+            c.get(b"key0").unwrap();
+        }
+        read_all(&mut c, n);
+        // An item with a TTL, read after it expired: a miss and an
+        // expiration, and it is gone.
+        c.set(b"short", b"v", 0, secs(2)).unwrap();
+        assert!(c.get(b"short").is_some());
+        clock.advance(Duration::from_secs(3));
+        let before = c.stats();
+        assert!(c.get(b"short").is_none());
+        assert!(c.get_value_with(b"short", |v, _| v.len()).is_none());
+        let after = c.stats();
+        assert_eq!(after.misses - before.misses, 2);
+        assert_eq!(after.expirations - before.expirations, 1);
+        assert_eq!(c.len(), n as usize);
+        // A delayed flush pending: reads take the general path and still
+        // find everything until it falls due, then nothing.
+        c.flush_after(Duration::from_secs(10));
+        read_all(&mut c, n);
+        clock.advance(Duration::from_secs(10));
+        assert!(c.get(b"key0").is_none());
+        assert!(c.is_empty());
         c.check_invariants();
     }
 

@@ -383,7 +383,13 @@ impl Table {
         // SAFETY: `home < homes` (`home` scales a 32-bit value by homes /
         // 2^32), within `ctrl_unchecked`'s bound.
         let head = unsafe { self.ctrl_unchecked(home) };
-        self.find_probed(hash, HomeProbe::read(home, head, hash), pred)
+        if let Some(found) = self.find_in(home, 0, head, hash, pred) {
+            return Some(found);
+        }
+        if head & REACH_MASK == 0 {
+            return None;
+        }
+        self.find_displaced(home, head, hash, pred)
     }
 
     /// What one read of `hash`'s home control word says (the first half
@@ -406,16 +412,18 @@ impl Table {
         &self,
         hash: u64,
         probe: HomeProbe,
-        pred: &mut impl FnMut(u64) -> bool,
+        mut pred: impl FnMut(u64) -> bool,
     ) -> Option<(usize, usize, u64)> {
         debug_assert!(probe.home < self.homes);
         let hits = (probe.seen & TAG_BITS as u64) as u32;
-        if let Some(found) = self.find_tagged(probe.home, 0, hits, hash, pred) {
+        if let Some(found) = self.find_tagged(probe.home, 0, hits, hash, &mut pred) {
             return Some(found);
         }
         if probe.seen & REACH_MASK == 0 {
             return None;
         }
+        // `pred` moves into the out-of-line search, so its captures are
+        // laid out in memory only on this path, not on every probe.
         self.find_displaced(probe.home, probe.seen, hash, pred)
     }
 
@@ -426,13 +434,13 @@ impl Table {
         home: usize,
         head: u64,
         hash: u64,
-        pred: &mut impl FnMut(u64) -> bool,
+        mut pred: impl FnMut(u64) -> bool,
     ) -> Option<(usize, usize, u64)> {
         let reach = ((head & REACH_MASK) >> REACH_SHIFT) as usize;
         (1..=reach).find_map(|d| {
             // SAFETY: `d <= reach <= MAX_DISPLACEMENT`, so `home + d < buckets()`.
             let word = unsafe { self.ctrl_unchecked(home + d) };
-            self.find_in(home, d, word, hash, pred)
+            self.find_in(home, d, word, hash, &mut pred)
         })
     }
 
@@ -816,7 +824,7 @@ impl HashTable {
         // likely in the home bucket.
         self.table.prefetch(probe.home);
         self.table
-            .find_probed(hash, probe, &mut |info| matches(location(info)))
+            .find_probed(hash, probe, move |info| matches(location(info)))
     }
 
     /// The item info at a known location, if the table points there.
@@ -1495,6 +1503,52 @@ mod tests {
         assert_every_key_found(&mut table, &keys);
     }
 
+    /// The read path's two steps (`probe_home`, then `lookup_probed` unless
+    /// the probe proves the key absent) answer as `lookup` does, in a table
+    /// dense enough that many keys live in displaced buckets; the probe's
+    /// "absent" is never wrong and rules out most absent keys without a
+    /// slot read.
+    #[test]
+    fn a_home_probe_then_lookup_answers_as_lookup_does() {
+        let homes = 256;
+        let mut table = HashTable::new(homes);
+        let (keys, _) = fill_without_eviction(&mut table, "probe", (homes * SLOTS) as u32, 512);
+        let displaced = keys
+            .iter()
+            .filter(|(_, key)| {
+                let found = table.lookup(hash_key(key), |l| keys.get(&l) == Some(*key));
+                (found.unwrap().2 >> DISP_SHIFT) & DISP_MASK != 0
+            })
+            .count();
+        assert!(
+            displaced > keys.len() / 20,
+            "only {displaced} displaced keys"
+        );
+        let probed = |key: &[u8]| {
+            let hash = hash_key(key);
+            let probe = table.probe_home(hash);
+            assert_eq!(probe.proves_absent(), table.absent_by_tags(hash));
+            if probe.proves_absent() {
+                return None;
+            }
+            table
+                .lookup_probed(hash, probe, |l| keys.get(&l).map(|k| &k[..]) == Some(key))
+                .map(|(b, s, info)| (b, s, location(info)))
+        };
+        for (&at, key) in &keys {
+            let want = table.lookup(hash_key(key), |l| keys.get(&l) == Some(key));
+            assert_eq!(probed(key), want.map(|(b, s, info)| (b, s, location(info))));
+            assert_eq!(probed(key).unwrap().2, at);
+        }
+        let mut ruled_out = 0;
+        for i in 0..2000 {
+            let key = format!("absent-{i}").into_bytes();
+            assert_eq!(probed(&key), None);
+            ruled_out += table.probe_home(hash_key(&key)).proves_absent() as usize;
+        }
+        assert!(ruled_out > 200, "tags ruled out only {ruled_out} of 2000");
+    }
+
     #[test]
     fn eviction_from_a_full_window_takes_the_least_read() {
         // One home: every key lands in bucket 0, the window is buckets 0..8.
@@ -1694,6 +1748,16 @@ mod tests {
                         let heap_ref = &heap;
                         let found = table.lookup(hash_of(k), |l| heap_ref.get(&l) == Some(&k));
                         prop_assert_eq!(found.map(|f| location(f.2)), model.get(&k).copied());
+                        if !table.is_growing() {
+                            // The read path's probe, then lookup from it.
+                            let probe = table.probe_home(hash_of(k));
+                            let probed = if probe.proves_absent() {
+                                None
+                            } else {
+                                table.lookup_probed(hash_of(k), probe, |l| heap_ref.get(&l) == Some(&k))
+                            };
+                            prop_assert_eq!(probed, found);
+                        }
                         if let Some((b, s, _)) = found {
                             table.record_access(b, s, t);
                         }
