@@ -12,7 +12,7 @@
 use crate::admission::Admission;
 use crate::builder::Eviction;
 use crate::clock::Clock;
-use crate::hashtable::{self, hash_key, HashTable, Location, TableFull};
+use crate::hashtable::{self, hash_key, HashTable, HomeProbe, Location, TableFull};
 use crate::item::{self, Meta, RawItem, MAX_KEY_LEN, MAX_VALUE_FIELD};
 use crate::ops::{ArithOpts, DeleteOpts, Found, GetOpts, Request, Response, Store, StoreMode, Ttl};
 use crate::persist;
@@ -664,17 +664,41 @@ impl Segcache {
     /// sharded cache, which hashes once to pick the shard).
     #[inline(always)]
     pub(crate) fn get_hashed(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
-        if self.tags_say_miss(hash) {
+        if self.read_is_unsettled() {
+            return self.get_unsettled(key, hash);
+        }
+        let probe = self.table.probe_home(hash);
+        if probe.proves_absent() {
+            self.counters.misses += 1;
             return None;
         }
-        self.get_found(key, hash)
+        self.get_found(key, hash, probe)
     }
 
     /// The rest of [`get_hashed`](Self::get_hashed), once the tags did not
-    /// rule the key out (out of line, so a miss stays short).
+    /// rule the key out (out of line, so a miss stays short); the home's
+    /// control word is not read again.
     #[inline(never)]
-    fn get_found(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
-        let (loc, now) = self.hit(key, hash)?;
+    fn get_found(&mut self, key: &[u8], hash: u64, probe: HomeProbe) -> Option<Item<'_>> {
+        let (loc, now) = self.hit_probed(key, hash, probe)?;
+        // SAFETY: `hit_probed` found the key by comparing it with
+        // `self.segs.item(loc)` and changed no segment since (a hit only
+        // bumps the table's counter; an expired item returned `None`).
+        let (raw, header) = unsafe { self.segs.fetch_compared(loc) };
+        Some(Item {
+            raw,
+            header,
+            loc,
+            now,
+        })
+    }
+
+    /// [`get_hashed`](Self::get_hashed) while a delayed flush is pending or
+    /// the table grows.
+    #[cold]
+    #[inline(never)]
+    fn get_unsettled(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
+        let (loc, now) = self.hit_slow(key, hash)?;
         let (raw, header, _) = self.segs.fetch(loc);
         Some(Item {
             raw,
@@ -682,6 +706,14 @@ impl Segcache {
             loc,
             now,
         })
+    }
+
+    /// True while a read must take the general path: a delayed flush is
+    /// pending (it runs first) or the table grows (a drain step is taken,
+    /// and the key may be in either table).
+    #[inline(always)]
+    fn read_is_unsettled(&self) -> bool {
+        self.flush_at.is_some() || self.table.is_growing()
     }
 
     /// Reads a key's value and client flags the cheapest way: lends them
@@ -720,10 +752,16 @@ impl Segcache {
         hash: u64,
         f: impl FnOnce(&[u8], u32) -> R,
     ) -> Option<R> {
-        if self.tags_say_miss(hash) {
-            return None;
-        }
-        let (loc, _) = self.hit(key, hash)?;
+        let loc = if self.read_is_unsettled() {
+            self.hit_slow(key, hash)?.0
+        } else {
+            let probe = self.table.probe_home(hash);
+            if probe.proves_absent() {
+                self.counters.misses += 1;
+                return None;
+            }
+            self.hit_probed(key, hash, probe)?.0
+        };
         let raw = self.segs.item(loc);
         Some(f(raw.value(), raw.client_flags()))
     }
@@ -747,15 +785,24 @@ impl Segcache {
     /// and no clock; the clock is read once an entry is found.
     #[inline(always)]
     fn hit(&mut self, key: &[u8], hash: u64) -> Option<(Location, u32)> {
-        if self.flush_at.is_some() || self.table.is_growing() {
+        if self.read_is_unsettled() {
             return self.hit_slow(key, hash);
         }
+        let probe = self.table.probe_home(hash);
+        self.hit_probed(key, hash, probe)
+    }
+
+    /// [`hit`](Self::hit) in a settled table (no flush pending, no growth)
+    /// from a [`HashTable::probe_home`] of `hash`.
+    #[inline(always)]
+    fn hit_probed(&mut self, key: &[u8], hash: u64, probe: HomeProbe) -> Option<(Location, u32)> {
+        debug_assert!(!self.read_is_unsettled());
         // An empty or over-long key matches no item (lengths are compared
         // first), so it needs no check of its own here.
         let segs = &self.segs;
         let Some((bucket, slot, info)) = self
             .table
-            .lookup_settled(hash, |at| segs.item(at).key_is(key))
+            .lookup_probed(hash, probe, move |at| segs.item(at).key_is(key))
         else {
             self.counters.misses += 1;
             return None;
@@ -2537,6 +2584,77 @@ mod tests {
         c.set(b"m", vec![1u8; max], 0, None).unwrap();
         let err = c.set(b"m", vec![1u8; max + 1], 0, None).unwrap_err();
         assert_eq!(err, Error::ValueTooLarge { len: max + 1, max });
+        c.check_invariants();
+    }
+
+    /// `get` and the lean read on each of their paths: a settled table
+    /// (the home probe, then the search from it), an expired item found
+    /// there, a growing table and a pending delayed flush (the general
+    /// path): the same answers, hits and misses counted once each.
+    #[test]
+    fn reads_answer_alike_settled_growing_and_with_a_flush_pending() {
+        let clock = ManualClock::new();
+        let mut c = Segcache::builder()
+            .heap_size(64 << 10)
+            .segment_size(4 << 10)
+            .hash_power(3)
+            .eviction(Eviction::None)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        // Reads every key present and a few absent ones both ways; checks
+        // the answers and that each read counted exactly one hit or miss.
+        fn read_all(c: &mut Segcache, n: u32) {
+            for i in 0..n + 20 {
+                let key = format!("key{i}");
+                let want = (i < n).then(|| format!("v{i}").into_bytes());
+                let before = c.stats();
+                let got = c.get(&key).map(|item| item.value().to_vec());
+                assert_eq!(got, want, "{key}");
+                let lean = c.get_value_with(&key, |v, _| v.to_vec());
+                assert_eq!(lean, want, "{key}");
+                let after = c.stats();
+                let hits = 2 * (i < n) as u64;
+                assert_eq!(
+                    (after.hits - before.hits, after.misses - before.misses),
+                    (hits, 2 - hits)
+                );
+            }
+        }
+        let mut n = 0;
+        let mut grew_mid_read = false;
+        while n < 1500 {
+            c.set(format!("key{n}"), format!("v{n}"), 0, None).unwrap();
+            n += 1;
+            if c.table.is_growing() && !grew_mid_read {
+                grew_mid_read = true;
+                read_all(&mut c, n);
+            }
+        }
+        assert!(grew_mid_read, "the table never grew");
+        while c.table.is_growing() {
+            c.get(b"key0").unwrap();
+        }
+        read_all(&mut c, n);
+        // An item with a TTL, read after it expired: a miss and an
+        // expiration, and it is gone.
+        c.set(b"short", b"v", 0, secs(2)).unwrap();
+        assert!(c.get(b"short").is_some());
+        clock.advance(Duration::from_secs(3));
+        let before = c.stats();
+        assert!(c.get(b"short").is_none());
+        assert!(c.get_value_with(b"short", |v, _| v.len()).is_none());
+        let after = c.stats();
+        assert_eq!(after.misses - before.misses, 2);
+        assert_eq!(after.expirations - before.expirations, 1);
+        assert_eq!(c.len(), n as usize);
+        // A delayed flush pending: reads take the general path and still
+        // find everything until it falls due, then nothing.
+        c.flush_after(Duration::from_secs(10));
+        read_all(&mut c, n);
+        clock.advance(Duration::from_secs(10));
+        assert!(c.get(b"key0").is_none());
+        assert!(c.is_empty());
         c.check_invariants();
     }
 

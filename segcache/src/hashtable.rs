@@ -137,6 +137,34 @@ pub(crate) struct Inserted {
     pub evicted: Option<u64>,
 }
 
+/// One read of a key's home control word: the home, and in one word the
+/// slots whose tag matches the key's (bits 0..SLOTS) and the home's reach
+/// (the control word's reach bits), so that "no tag and no reach" is a
+/// single test against zero.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HomeProbe {
+    home: usize,
+    seen: u64,
+}
+
+impl HomeProbe {
+    #[inline(always)]
+    fn read(home: usize, head: u64, hash: u64) -> HomeProbe {
+        const _: () = assert!(TAG_BITS as u64 & REACH_MASK == 0);
+        HomeProbe {
+            home,
+            seen: match_byte(head, tag_of(hash)) as u64 | head & REACH_MASK,
+        }
+    }
+
+    /// True when the tags alone prove the key absent: no slot of the home
+    /// carries its tag and no entry of the home lives in a later bucket.
+    #[inline(always)]
+    pub(crate) fn proves_absent(&self) -> bool {
+        self.seen == 0
+    }
+}
+
 #[inline]
 fn tag_of(hash: u64) -> u8 {
     let tag = (hash >> 56) as u8;
@@ -364,6 +392,41 @@ impl Table {
         self.find_displaced(home, head, hash, pred)
     }
 
+    /// What one read of `hash`'s home control word says (the first half
+    /// of [`find`](Self::find), for a read that rules keys out by tags).
+    #[inline(always)]
+    fn probe_home(&self, hash: u64) -> HomeProbe {
+        let home = self.home(hash);
+        debug_assert!(home < self.homes);
+        // SAFETY: `home < homes` (`home` scales a 32-bit value by homes /
+        // 2^32), within `ctrl_unchecked`'s bound.
+        let head = unsafe { self.ctrl_unchecked(home) };
+        HomeProbe::read(home, head, hash)
+    }
+
+    /// The second half of [`find`](Self::find): the home's matching slots
+    /// as `probe` found them, then (out of line) the displaced buckets if
+    /// the home has a reach.
+    #[inline(always)]
+    fn find_probed(
+        &self,
+        hash: u64,
+        probe: HomeProbe,
+        mut pred: impl FnMut(u64) -> bool,
+    ) -> Option<(usize, usize, u64)> {
+        debug_assert!(probe.home < self.homes);
+        let hits = (probe.seen & TAG_BITS as u64) as u32;
+        if let Some(found) = self.find_tagged(probe.home, 0, hits, hash, &mut pred) {
+            return Some(found);
+        }
+        if probe.seen & REACH_MASK == 0 {
+            return None;
+        }
+        // `pred` moves into the out-of-line search, so its captures are
+        // laid out in memory only on this path, not on every probe.
+        self.find_displaced(probe.home, probe.seen, hash, pred)
+    }
+
     /// [`find`](Self::find) in the buckets past the home, up to its reach.
     #[inline(never)]
     fn find_displaced(
@@ -371,13 +434,13 @@ impl Table {
         home: usize,
         head: u64,
         hash: u64,
-        pred: &mut impl FnMut(u64) -> bool,
+        mut pred: impl FnMut(u64) -> bool,
     ) -> Option<(usize, usize, u64)> {
         let reach = ((head & REACH_MASK) >> REACH_SHIFT) as usize;
         (1..=reach).find_map(|d| {
             // SAFETY: `d <= reach <= MAX_DISPLACEMENT`, so `home + d < buckets()`.
             let word = unsafe { self.ctrl_unchecked(home + d) };
-            self.find_in(home, d, word, hash, pred)
+            self.find_in(home, d, word, hash, &mut pred)
         })
     }
 
@@ -392,12 +455,26 @@ impl Table {
         hash: u64,
         pred: &mut impl FnMut(u64) -> bool,
     ) -> Option<(usize, usize, u64)> {
+        self.find_tagged(home, d, match_byte(word, tag_of(hash)), hash, pred)
+    }
+
+    /// [`find_in`](Self::find_in) with the bucket's matching tags already
+    /// picked out (`hits`, one bit per slot).
+    #[inline(always)]
+    fn find_tagged(
+        &self,
+        home: usize,
+        d: usize,
+        mut hits: u32,
+        hash: u64,
+        pred: &mut impl FnMut(u64) -> bool,
+    ) -> Option<(usize, usize, u64)> {
         // The check bits and the displacement an entry of this key has in
         // this bucket, compared in one masked test.
         const ID_MASK: u64 = (0x1f << CHECK_SHIFT) | (DISP_MASK << DISP_SHIFT);
         let want = check_of(hash) << CHECK_SHIFT | (d as u64) << DISP_SHIFT;
         let b = home + d;
-        let mut hits = match_byte(word, tag_of(hash));
+        debug_assert_eq!(hits & !TAG_BITS, 0);
         while hits != 0 {
             let s = hits.trailing_zeros() as usize;
             hits &= hits - 1;
@@ -650,15 +727,7 @@ impl HashTable {
     /// reach (one load, no slot read). False means "look properly".
     #[inline(always)]
     pub(crate) fn absent_by_tags(&self, hash: u64) -> bool {
-        if self.drain.is_some() {
-            return false;
-        }
-        let home = self.table.home(hash);
-        debug_assert!(home < self.table.homes);
-        // SAFETY: `home < homes` (`home` scales a 32-bit value by
-        // homes / 2^32), within `ctrl_unchecked`'s bound.
-        let word = unsafe { self.table.ctrl_unchecked(home) };
-        word & REACH_MASK == 0 && match_byte(word, tag_of(hash)) == 0
+        self.drain.is_none() && self.table.probe_home(hash).proves_absent()
     }
 
     /// The table and bucket a position names.
@@ -727,17 +796,35 @@ impl HashTable {
         self.find(hash, |info| matches(location(info)))
     }
 
-    /// [`lookup`](Self::lookup) when no table is draining (the caller
-    /// checked [`is_growing`](Self::is_growing)): the read path's lookup,
-    /// with no branch for the old table.
+    /// Reads `hash`'s home control word once, for a read that first asks
+    /// the tags ([`HomeProbe::proves_absent`]) and then, if they do not
+    /// rule the key out, searches with [`lookup_probed`](Self::lookup_probed).
+    /// Only when no table is draining (the caller checked
+    /// [`is_growing`](Self::is_growing)).
     #[inline(always)]
-    pub(crate) fn lookup_settled(
+    pub(crate) fn probe_home(&self, hash: u64) -> HomeProbe {
+        debug_assert!(self.drain.is_none());
+        self.table.probe_home(hash)
+    }
+
+    /// [`lookup`](Self::lookup) when no table is draining, from a
+    /// [`probe_home`](Self::probe_home) of the same `hash` and an unchanged
+    /// table: the read path's lookup, with no branch for the old table and
+    /// no second read of the control word.
+    #[inline(always)]
+    pub(crate) fn lookup_probed(
         &self,
         hash: u64,
+        probe: HomeProbe,
         mut matches: impl FnMut(Location) -> bool,
     ) -> Option<(usize, usize, u64)> {
         debug_assert!(self.drain.is_none());
-        self.table.find(hash, &mut |info| matches(location(info)))
+        debug_assert_eq!(probe, self.table.probe_home(hash));
+        // Start the slot lines' load: on a hit the matching slot is most
+        // likely in the home bucket.
+        self.table.prefetch(probe.home);
+        self.table
+            .find_probed(hash, probe, move |info| matches(location(info)))
     }
 
     /// The item info at a known location, if the table points there.
@@ -1416,6 +1503,52 @@ mod tests {
         assert_every_key_found(&mut table, &keys);
     }
 
+    /// The read path's two steps (`probe_home`, then `lookup_probed` unless
+    /// the probe proves the key absent) answer as `lookup` does, in a table
+    /// dense enough that many keys live in displaced buckets; the probe's
+    /// "absent" is never wrong and rules out most absent keys without a
+    /// slot read.
+    #[test]
+    fn a_home_probe_then_lookup_answers_as_lookup_does() {
+        let homes = 256;
+        let mut table = HashTable::new(homes);
+        let (keys, _) = fill_without_eviction(&mut table, "probe", (homes * SLOTS) as u32, 512);
+        let displaced = keys
+            .iter()
+            .filter(|(_, key)| {
+                let found = table.lookup(hash_key(key), |l| keys.get(&l) == Some(*key));
+                (found.unwrap().2 >> DISP_SHIFT) & DISP_MASK != 0
+            })
+            .count();
+        assert!(
+            displaced > keys.len() / 20,
+            "only {displaced} displaced keys"
+        );
+        let probed = |key: &[u8]| {
+            let hash = hash_key(key);
+            let probe = table.probe_home(hash);
+            assert_eq!(probe.proves_absent(), table.absent_by_tags(hash));
+            if probe.proves_absent() {
+                return None;
+            }
+            table
+                .lookup_probed(hash, probe, |l| keys.get(&l).map(|k| &k[..]) == Some(key))
+                .map(|(b, s, info)| (b, s, location(info)))
+        };
+        for (&at, key) in &keys {
+            let want = table.lookup(hash_key(key), |l| keys.get(&l) == Some(key));
+            assert_eq!(probed(key), want.map(|(b, s, info)| (b, s, location(info))));
+            assert_eq!(probed(key).unwrap().2, at);
+        }
+        let mut ruled_out = 0;
+        for i in 0..2000 {
+            let key = format!("absent-{i}").into_bytes();
+            assert_eq!(probed(&key), None);
+            ruled_out += table.probe_home(hash_key(&key)).proves_absent() as usize;
+        }
+        assert!(ruled_out > 200, "tags ruled out only {ruled_out} of 2000");
+    }
+
     #[test]
     fn eviction_from_a_full_window_takes_the_least_read() {
         // One home: every key lands in bucket 0, the window is buckets 0..8.
@@ -1615,6 +1748,16 @@ mod tests {
                         let heap_ref = &heap;
                         let found = table.lookup(hash_of(k), |l| heap_ref.get(&l) == Some(&k));
                         prop_assert_eq!(found.map(|f| location(f.2)), model.get(&k).copied());
+                        if !table.is_growing() {
+                            // The read path's probe, then lookup from it.
+                            let probe = table.probe_home(hash_of(k));
+                            let probed = if probe.proves_absent() {
+                                None
+                            } else {
+                                table.lookup_probed(hash_of(k), probe, |l| heap_ref.get(&l) == Some(&k))
+                            };
+                            prop_assert_eq!(probed, found);
+                        }
                         if let Some((b, s, _)) = found {
                             table.record_access(b, s, t);
                         }

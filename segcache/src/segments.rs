@@ -269,6 +269,36 @@ impl Segments {
         (RawItem::at(bytes), &self.headers[loc.seg as usize], before)
     }
 
+    /// [`fetch`](Self::fetch) of an item whose key a lookup has just
+    /// compared (through [`item`](Self::item) at the same `loc`, with no
+    /// change to the segments since): that compare already checked the
+    /// bounds, so none is checked again, and the marks are not returned.
+    ///
+    /// # Safety
+    /// `self.item(loc)` returned since the last change to the segments and
+    /// the item there is whole (its header at least lies inside it).
+    #[inline(always)]
+    pub(crate) unsafe fn fetch_compared(&mut self, loc: Location) -> (RawItem<'_>, &SegmentHeader) {
+        let (start, end) = self.item_span(loc);
+        let seg = loc.seg as usize;
+        debug_assert!(start + crate::item::HEADER_LEN <= end && end <= self.data.len());
+        debug_assert!(seg < self.headers.len());
+        // SAFETY: the caller's `item(loc)` sliced `start..end` with bounds
+        // checks and read the item's header there; nothing moved since.
+        // The heap holds `headers.len()` segments back to back, so a
+        // segment whose end is in bounds has a header.
+        let (bytes, header) = unsafe {
+            (
+                self.data.get_unchecked_mut(start..end),
+                self.headers.get_unchecked(seg),
+            )
+        };
+        // SAFETY: a whole item is at least its header long.
+        unsafe { std::hint::assert_unchecked(bytes.len() > crate::item::META_AT) };
+        crate::item::mark(bytes, crate::item::FETCHED);
+        (RawItem::at(bytes), header)
+    }
+
     /// Copies `len` bytes from one location to another (the ranges may
     /// overlap when both are in one segment).
     pub(crate) fn copy(&mut self, from: Location, to: Location, len: usize) {
