@@ -33,9 +33,11 @@ const ADAPT_STEP: u64 = 1;
 /// segment on a single ghost hit or it never moves the pool (a step of
 /// 1/16 there missed 0.0066 more); in a heap of hundreds, a whole item's
 /// size per hit swung the target faster than the pool turns over. A
-/// sixteenth from 256 segments on missed less on 5 of the 19 rows of
-/// BENCHMARKS §1 (clusters 22 and 19 at real rate by 0.0011 / 0.0021) and
-/// more on 2 (by at most 0.0004, cluster 7 at 2 TTL spans).
+/// sixteenth from 256 segments on missed less on 6 of the 19 rows of
+/// BENCHMARKS §1 (clusters 22 and 19 at real rate by 0.0016 / 0.0022,
+/// the block trace at 512 MiB by 0.0030) and more on 2 (cluster 7 at real
+/// rate by 0.0020, a row that moves by ±0.004 with any eviction
+/// parameter; 22 at 2 TTL spans by 0.0001).
 const SLOW_STEP_SEGMENTS: u64 = 16;
 const MAX_STEP_DIVISOR: u64 = 16;
 
