@@ -56,17 +56,60 @@ const _: () = assert!(COMPACT_MAX_MAIN >= MERGE_MAX, "a merge's outputs fit");
 /// A main-pool merge reads about this many segments' worth of live bytes.
 pub(crate) const MERGE_RATIO: usize = 4;
 /// A live item of a merge chain, found in pass 1: where it is in the chain
-/// and in the table, so pass 2 needs no second lookup.
+/// and in the table, so pass 2 needs no second lookup. 20 bytes: a run of
+/// [`COMPACT_MAX_MAIN`] segments keeps the scratch list within what runs
+/// of [`MERGE_MAX`] took at 24 bytes per item.
 #[derive(Clone, Copy)]
 pub(crate) struct LiveItem {
-    hash: u64,
+    /// Bits 32..64 of the key's hash.
+    hash_high: u32,
+    /// Bits 16..32 of the hash (the ghosts use bits 16..64), then the
+    /// access count (7 bits), the table slot (3) and the segment's position
+    /// in the chain (5).
+    packed: u32,
     offset: u32,
     size: u32,
     bucket: u32,
+}
+const _: () = assert!(std::mem::size_of::<LiveItem>() == 20);
+const _: () = assert!(COMPACT_MAX_MAIN <= 32, "the chain position has 5 bits");
+
+impl LiveItem {
+    fn new(hash: u64, offset: u32, size: u32, bucket: u32, index: u8, slot: u8, freq: u8) -> Self {
+        debug_assert!(slot < 8 && (index as usize) < COMPACT_MAX_MAIN && freq < 128);
+        LiveItem {
+            hash_high: (hash >> 32) as u32,
+            packed: (hash >> 16) as u32 & 0xffff
+                | (freq as u32 & 0x7f) << 16
+                | (slot as u32 & 0x7) << 23
+                | (index as u32 & 0x1f) << 26,
+            offset,
+            size,
+            bucket,
+        }
+    }
+
+    /// The hash with its low 16 bits cleared (all the ghosts look at).
+    #[inline]
+    fn hash(&self) -> u64 {
+        (self.hash_high as u64) << 32 | ((self.packed & 0xffff) as u64) << 16
+    }
+
+    #[inline]
+    fn freq(&self) -> u8 {
+        (self.packed >> 16) as u8 & 0x7f
+    }
+
+    #[inline]
+    fn slot(&self) -> u8 {
+        (self.packed >> 23) as u8 & 0x7
+    }
+
     /// Position of its segment in the chain.
-    index: u8,
-    slot: u8,
-    freq: u8,
+    #[inline]
+    fn index(&self) -> u8 {
+        (self.packed >> 26) as u8 & 0x1f
+    }
 }
 
 /// Segments in one evaluation of the small pool: the oldest small one and
@@ -520,6 +563,13 @@ impl Segcache {
         // the bytes at each count.
         let mut live = std::mem::take(&mut self.merge_scratch);
         live.clear();
+        // Exactly what the longest run needs, not the next power of two.
+        live.reserve_exact(
+            chain
+                .iter()
+                .map(|&id| self.segs.headers[id as usize].live_items as usize)
+                .sum(),
+        );
         let mut histogram = [0usize; 128];
         let mut forced_bytes = 0usize;
         let (mut expire_at, mut expire_last) = (0u32, 0u32);
@@ -534,15 +584,15 @@ impl Segcache {
                     } else {
                         histogram[freq as usize] += item.size();
                     }
-                    live.push(LiveItem {
+                    live.push(LiveItem::new(
                         hash,
                         offset,
-                        size: item.size() as u32,
-                        bucket: bucket as u32,
-                        index: index as u8,
-                        slot: slot as u8,
+                        item.size() as u32,
+                        bucket as u32,
+                        index as u8,
+                        slot as u8,
                         freq,
-                    });
+                    ));
                 }
             }
             let header = &self.segs.headers[src as usize];
@@ -633,15 +683,15 @@ impl Segcache {
             outputs,
             seg_size,
             |item, to| {
-                let (bucket, slot) = (item.bucket as usize, item.slot as usize);
+                let (bucket, slot) = (item.bucket as usize, item.slot() as usize);
                 let from = Location {
-                    seg: chain[item.index as usize],
+                    seg: chain[item.index() as usize],
                     offset: item.offset,
                 };
                 match to {
                     Some((out, write)) => {
                         debug_assert!(
-                            out <= item.index as usize,
+                            out <= item.index() as usize,
                             "packing never runs ahead of reading"
                         );
                         let to = Location {
@@ -657,7 +707,7 @@ impl Segcache {
                         // were not judged and keep theirs: halving them on
                         // every compaction turned warm probation items cold
                         // before their evaluation.
-                        let forced = (item.index as usize) < plan.forced;
+                        let forced = (item.index() as usize) < plan.forced;
                         if forced {
                             if from != to {
                                 self.table.relocate(bucket, slot, to);
@@ -671,7 +721,7 @@ impl Segcache {
                     None => {
                         self.table.clear_at(bucket, slot);
                         if let Some(from_main) = plan.ghosts {
-                            self.admission.remember(item.hash, from_main);
+                            self.admission.remember(item.hash(), from_main);
                         }
                         evicted += 1;
                     }
@@ -784,8 +834,8 @@ fn pack(
     let mut all_kept = true;
     for item in live {
         let size = item.size as usize;
-        let must = (item.index as usize) < forced || item.freq as usize >= cutoff;
-        let borderline = !must && item.freq as usize + 1 == cutoff && size <= borderline_room;
+        let must = (item.index() as usize) < forced || item.freq() as usize >= cutoff;
+        let borderline = !must && item.freq() as usize + 1 == cutoff && size <= borderline_room;
         if !(must || borderline) {
             place(item, None);
             continue;
@@ -1364,20 +1414,14 @@ mod tests {
     fn packing_keeps_every_item_it_must_even_when_sizes_do_not_split() {
         // Three items of 0.6 segment each do not pack into two segments,
         // although their bytes would: the plan must see that and keep all.
-        let item = |index: u8, size: u32, freq: u8| LiveItem {
-            hash: index as u64,
-            offset: 0,
-            size,
-            bucket: 0,
-            index,
-            slot: 1,
-            freq,
+        let item = |index: u8, size: u32, freq: u8| {
+            LiveItem::new(index as u64, 0, size, 0, index, 1, freq)
         };
         let live = [item(0, 600, 0), item(1, 600, 0), item(2, 600, 0)];
         assert!(!pack(&live, 3, 0, 0, 2, 1000, |_, _| {}));
         let mut placed = vec![];
         assert!(pack(&live, 3, 0, 0, 3, 1000, |it, to| placed
-            .push((it.index, to))));
+            .push((it.index(), to))));
         assert_eq!(
             placed,
             [(0, Some((0, 0))), (1, Some((1, 0))), (2, Some((2, 0)))]
@@ -1392,7 +1436,7 @@ mod tests {
         let mut kept = vec![];
         assert!(pack(&live, 0, 4, 300, 1, 1000, |it, to| {
             if to.is_some() {
-                kept.push(it.freq)
+                kept.push(it.freq())
             }
         }));
         assert_eq!(kept, [5, 4, 3], "count-0 item goes, count-3 fills the room");
