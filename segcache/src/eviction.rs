@@ -46,9 +46,9 @@ pub(crate) const MERGE_MAX: usize = 8;
 /// Most main segments one compaction reads. Dead versions of overwritten
 /// items spread thinly over main (a rewrite goes to probation, its old
 /// copy stays where it was): 8 segments at 87% live cannot pack into 7,
-/// 12 can pack into 11. Runs of 12 missed less on 16 of the 19 rows of
-/// BENCHMARKS §1 and more on two by 0.0001 (16: cluster 7 +0.0007; 32:
-/// +0.008); the 7/8 live bound still caps the copying at seven bytes
+/// 12 can pack into 11. Runs of 12 missed less on 11 of the 19 rows of
+/// BENCHMARKS §1, as much on 6 and more on two by 0.0001 (16: cluster 7
+/// +0.0007; 32: +0.008); the 7/8 live bound still caps the copying at seven bytes
 /// moved per byte freed. Small segments stay at [`MERGE_MAX`]: packing
 /// younger probation items into older segments shortens their probation.
 pub(crate) const COMPACT_MAX_MAIN: usize = 12;
