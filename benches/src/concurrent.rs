@@ -219,51 +219,62 @@ fn round(keys: u64, ops: usize, threads: &[usize], batches: &[usize], only: &[St
         );
     }
 
-    for &size in batches {
-        row(&format!("storage thread, `Batch` of {size}"), &mut |n| {
-            let (handle, thread) = builder(keys)
-                .spawn_storage(StorageConfig::default())
-                .unwrap();
-            {
-                let mut client = handle.client();
-                let mut batch = Batch::new();
-                for chunk in (0..keys).collect::<Vec<_>>().chunks(1024) {
-                    batch.clear();
-                    for &i in chunk {
-                        batch.set(key(i), VALUE, 0, None);
-                    }
-                    client.run(&mut batch).unwrap();
-                }
-            }
-            let mops = timed(&handle, &seqs_for(n), |h, seq| {
-                let mut client = h.client();
-                let mut batch = Batch::new();
-                for chunk in seq.chunks(size) {
-                    batch.clear();
-                    for &(k, is_set) in chunk {
-                        if is_set {
-                            batch.set(key(k), VALUE, 0, None);
-                        } else {
-                            batch.get(key(k));
+    // With combining (the default) a client that finds the storage thread
+    // parked runs its batch itself; "hand-off only" makes the storage
+    // thread run every request.
+    for (combining, label) in [(true, ""), (false, ", hand-off only")] {
+        for &size in batches {
+            row(
+                &format!("storage thread, `Batch` of {size}{label}"),
+                &mut |n| {
+                    let (handle, thread) = builder(keys)
+                        .spawn_storage(StorageConfig {
+                            combining,
+                            ..StorageConfig::default()
+                        })
+                        .unwrap();
+                    {
+                        let mut client = handle.client();
+                        let mut batch = Batch::new();
+                        for chunk in (0..keys).collect::<Vec<_>>().chunks(1024) {
+                            batch.clear();
+                            for &i in chunk {
+                                batch.set(key(i), VALUE, 0, None);
+                            }
+                            client.run(&mut batch).unwrap();
                         }
                     }
-                    client.run(&mut batch).unwrap();
-                    // Read every hit's value, as the other contenders do.
-                    let found: usize = batch
-                        .responses()
-                        .iter()
-                        .map(|r| match r {
-                            segcache::Response::Get(Ok(Some(f))) => f.item.value().len(),
-                            _ => 0,
-                        })
-                        .sum();
-                    assert!(found > 0 || chunk.iter().all(|&(_, is_set)| is_set));
-                }
-            });
-            drop(handle);
-            thread.join().unwrap();
-            Some(mops)
-        });
+                    let mops = timed(&handle, &seqs_for(n), |h, seq| {
+                        let mut client = h.client();
+                        let mut batch = Batch::new();
+                        for chunk in seq.chunks(size) {
+                            batch.clear();
+                            for &(k, is_set) in chunk {
+                                if is_set {
+                                    batch.set(key(k), VALUE, 0, None);
+                                } else {
+                                    batch.get(key(k));
+                                }
+                            }
+                            client.run(&mut batch).unwrap();
+                            // Read every hit's value, as the other contenders do.
+                            let found: usize = batch
+                                .responses()
+                                .iter()
+                                .map(|r| match r {
+                                    segcache::Response::Get(Ok(Some(f))) => f.item.value().len(),
+                                    _ => 0,
+                                })
+                                .sum();
+                            assert!(found > 0 || chunk.iter().all(|&(_, is_set)| is_set));
+                        }
+                    });
+                    drop(handle);
+                    thread.join().unwrap();
+                    Some(mops)
+                },
+            );
+        }
     }
 
     row("moka `sync::Cache`", &mut |n| {
@@ -400,8 +411,8 @@ mod tests {
         let table = run(2_000, 20_000, &[1, 2], &[8], 2, &[]);
         assert_eq!(
             table.len(),
-            2 + 7 + 2,
-            "header, rule, 7 contenders and 1 batch size (pipelined, Batch)"
+            2 + 7 + 3,
+            "header, rule, 7 contenders and 1 batch size (pipelined, Batch, Batch hand-off only)"
         );
         for line in &table[2..] {
             let cells: Vec<&str> = line

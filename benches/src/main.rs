@@ -169,7 +169,8 @@ enum Cmd {
         /// A `throughput --caches` name.
         #[arg(long)]
         cache: String,
-        /// A `throughput --only` case.
+        /// A `throughput --only` case, or `delete` (resident keys in
+        /// order: every delete hits while `--ops` <= `--keys`).
         #[arg(long)]
         op: String,
         #[arg(long, default_value_t = 1_000_000)]
@@ -428,6 +429,7 @@ fn run_opcount(
     let contender = Contender::parse(cache).ok_or(format!("unknown cache {cache:?}"))?;
     let op = Op::ALL
         .into_iter()
+        .chain([Op::Delete])
         .find(|o| o.label() == op)
         .ok_or(format!("unknown op {op:?}"))?;
     let keys = Keys::new(n);

@@ -586,6 +586,10 @@ pub enum Op {
     Mixed {
         gets: u32,
     },
+    /// Deletes resident keys in index order (the `n`-th operation deletes
+    /// key `n % resident`), so every delete of a run no longer than the
+    /// resident count finds its key. Not a peers-table case: `opcount` only.
+    Delete,
 }
 
 impl Op {
@@ -605,12 +609,14 @@ impl Op {
             Op::GetMiss => "get-miss".into(),
             Op::Set => "set".into(),
             Op::Mixed { gets } => format!("mixed-{}:{}", gets * 10, 100 - gets * 10),
+            Op::Delete => "delete".into(),
         }
     }
 }
 
 /// Runs one operation of `op` with the next key of `seq`; returns whether
-/// it was a get that hit (for sanity checks).
+/// it was a get that hit or a delete that found its key (for sanity
+/// checks).
 #[inline]
 pub fn step(
     cache: &mut dyn OpCache,
@@ -636,6 +642,7 @@ pub fn step(
                 false
             }
         }
+        Op::Delete => cache.delete(keys.key(n as usize % keys.resident())),
     }
 }
 
@@ -708,6 +715,12 @@ mod tests {
             assert!(cache.delete(keys.key(0)), "{}", c.label());
             assert!(!cache.get(keys.key(0)), "{}", c.label());
             assert!(!cache.delete(keys.key(0)), "{}", c.label());
+            // The delete case: key 0 is gone already, the other 4,999 hit.
+            let r = run_case(cache.as_mut(), &keys, &value, &mut seq, Op::Delete, 5_000);
+            assert_eq!(r.hits, 4_999, "{} delete", c.label());
+            if let Some(n) = cache.held() {
+                assert_eq!(n, 0, "{} after deleting every key", c.label());
+            }
         }
     }
 

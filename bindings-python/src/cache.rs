@@ -32,6 +32,7 @@ use crate::convert::{
 };
 use crate::flight::{Flights, Role};
 use crate::key::{self, KeyBuf, KeyError};
+use crate::recycle::Recycler;
 use crate::value::{self, Serializer, FLAG_BYTES, FLAG_STR};
 use crate::DETACH_AT;
 
@@ -76,6 +77,8 @@ pub struct PyCache {
     flights: Flights,
     /// `popitem`'s keys still to try, and the next one's index.
     popitem_queue: parking_lot::Mutex<(KeySnapshot, usize)>,
+    /// The `bytes` objects reads hand out, refilled once let go of.
+    pub recycler: Recycler,
 }
 
 /// Keys copied out of one shard, packed in one buffer.
@@ -185,7 +188,8 @@ impl PyCache {
     /// "Throughout": between this check and the last use, the caller must
     /// not detach, call Python code, allocate a GC-tracked object or drop
     /// a reference (each may run Python code, which may switch threads).
-    /// Building `bytes`, `str` and `int` objects is fine. Calls that cannot
+    /// Building `bytes`, `str` and `int` objects is fine, and so is dropping
+    /// a `bytes` (`crate::recycle` does: it only frees memory). Calls that cannot
     /// promise this take [`cache`](Self::cache)'s read lock. On free-threaded
     /// CPython this is that read lock.
     #[inline(always)]
@@ -230,9 +234,9 @@ impl PyCache {
         key: &[u8],
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         // Under the reference, `fetch` only builds bytes, str or int.
-        let fetched = self
-            .cache_attached(py)?
-            .get_value_with(key, |v, flags| value::fetch(py, v, flags));
+        let fetched = self.cache_attached(py)?.get_value_with(key, |v, flags| {
+            value::fetch_recycled(py, &self.recycler, v, flags)
+        });
         fetched.map(|f| f.finish(&self.serializer)).transpose()
     }
 
@@ -554,6 +558,7 @@ impl PyCache {
             serializer,
             flights: Flights::default(),
             popitem_queue: parking_lot::Mutex::new((KeySnapshot::default(), 0)),
+            recycler: Recycler::new(),
         })
     }
 

@@ -202,44 +202,8 @@ unsafe fn call(
                 return r;
             }
         }
-        let mut bound = [std::ptr::null_mut(); MAX_PARAMS];
-        let (args, n) = match usize::try_from(nargs) {
-            // The common call: positional arguments only, as many as the
-            // method takes.
-            Ok(n) if kwnames.is_null() && (method.required..=method.params.len()).contains(&n) => {
-                (args, n)
-            }
-            // SAFETY: forwarded from our caller.
-            _ => match unsafe { bind(slow, args, nargs, kwnames, &mut bound) } {
-                Some(n) => (bound.as_ptr(), n),
-                // SAFETY: forwarded from our caller.
-                None => {
-                    return ret(py, unsafe {
-                        call_slow(py, slow, slf, args, nargs, kwnames)
-                    })
-                }
-            },
-        };
-        // SAFETY: the descriptor checked `slf`'s type; `args` holds `n`
-        // (at most MAX_PARAMS) live objects that the caller keeps alive
-        // for this call.
-        let (cache, args) = unsafe {
-            debug_assert!(!slf.is_null() && n <= MAX_PARAMS);
-            let slf = Borrowed::from_ptr(py, slf);
-            let arg = |i: usize| {
-                if i < n {
-                    Borrowed::from_ptr(py, *args.add(i))
-                } else {
-                    slf
-                }
-            };
-            (
-                slf.cast_unchecked::<PyCache>().get() as *const PyCache,
-                [arg(0), arg(1), arg(2)],
-            )
-        };
-        // SAFETY: `slf` is borrowed for the call, so the cache outlives it.
-        body(unsafe { &*cache }, py, &args[..n])
+        // SAFETY: forwarded from our caller.
+        unsafe { general(py, slow, slf, args, nargs, kwnames, body) }
     }));
     match out {
         Ok(v) => v,
@@ -248,6 +212,63 @@ unsafe fn call(
             PyRuntimeError::new_err("segcache: internal error (a Rust panic) in a Cache method"),
         ),
     }
+}
+
+/// [`call`]'s general path (out of line, so that the hot path's frame is
+/// small): binds the arguments and runs `body`, or hands the call to
+/// pyo3's method.
+///
+/// # Safety
+/// As [`call`].
+#[inline(never)]
+unsafe fn general<'py>(
+    py: Python<'py>,
+    slow: usize,
+    slf: *mut ffi::PyObject,
+    args: *const *mut ffi::PyObject,
+    nargs: ffi::Py_ssize_t,
+    kwnames: *mut ffi::PyObject,
+    body: impl FnOnce(&PyCache, Python<'py>, &[Borrowed<'_, 'py, PyAny>]) -> *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    let method = &METHODS[slow];
+    let mut bound = [std::ptr::null_mut(); MAX_PARAMS];
+    let (args, n) = match usize::try_from(nargs) {
+        // The common call: positional arguments only, as many as the
+        // method takes.
+        Ok(n) if kwnames.is_null() && (method.required..=method.params.len()).contains(&n) => {
+            (args, n)
+        }
+        // SAFETY: forwarded from our caller.
+        _ => match unsafe { bind(slow, args, nargs, kwnames, &mut bound) } {
+            Some(n) => (bound.as_ptr(), n),
+            // SAFETY: forwarded from our caller.
+            None => {
+                return ret(py, unsafe {
+                    call_slow(py, slow, slf, args, nargs, kwnames)
+                })
+            }
+        },
+    };
+    // SAFETY: the descriptor checked `slf`'s type; `args` holds `n`
+    // (at most MAX_PARAMS) live objects that the caller keeps alive
+    // for this call.
+    let (cache, args) = unsafe {
+        debug_assert!(!slf.is_null() && n <= MAX_PARAMS);
+        let slf = Borrowed::from_ptr(py, slf);
+        let arg = |i: usize| {
+            if i < n {
+                Borrowed::from_ptr(py, *args.add(i))
+            } else {
+                slf
+            }
+        };
+        (
+            slf.cast_unchecked::<PyCache>().get() as *const PyCache,
+            [arg(0), arg(1), arg(2)],
+        )
+    };
+    // SAFETY: `slf` is borrowed for the call, so the cache outlives it.
+    body(unsafe { &*cache }, py, &args[..n])
 }
 
 /// Puts the arguments of a call with keywords to `METHODS[slow]` into

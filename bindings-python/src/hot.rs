@@ -91,7 +91,9 @@ pub unsafe fn get(
     let fetched = {
         let cache = c.open_attached(py)?;
         // Under the reference, `fetch` only builds bytes, str or int.
-        cache.get_value_with(k, |v, flags| value::fetch(py, v, flags))
+        cache.get_value_with(k, |v, flags| {
+            value::fetch_recycled(py, &c.recycler, v, flags)
+        })
     };
     match fetched {
         None => Some(miss()),

@@ -11,12 +11,15 @@
 //!   word at byte 32 whose bit 5 is `compact` and bit 6 `ascii`, the
 //!   characters (which are their UTF-8) right after the header, which is
 //!   48 bytes on 3.10-3.11 and 40 from 3.12;
-//! - a `bytes` (`PyBytesObject`): size at byte 16, contents at byte 32.
+//! - a `bytes` (`PyBytesObject`): size at byte 16, its cached hash (-1
+//!   until computed) at byte 24, contents at byte 32, a NUL after them.
 //!
 //! [`probe`] runs at import: it asks the C API for the contents of a set
 //! of objects and keeps a direct reader only if every answer matches what
 //! the reader would compute (and, for `str`, the `ascii` bit is clear on
-//! non-ASCII strings). A layout it does not recognise (a future CPython,
+//! non-ASCII strings). [`refill_bytes`], the writer `crate::recycle` uses,
+//! is allowed only if the `bytes` layout holds and the cached hash is
+//! found where it writes it ([`bytes_writable`]). A layout it does not recognise (a future CPython,
 //! a free-threaded build, whose object header is larger) leaves the C
 //! calls in place. Free-threaded builds never try (`Py_GIL_DISABLED`).
 //!
@@ -27,12 +30,15 @@
 
 use pyo3::ffi;
 use pyo3::prelude::*;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Where a compact ASCII `str`'s characters start, or 0: use the C API.
 static ASCII_DATA: AtomicUsize = AtomicUsize::new(0);
 /// Where a `bytes`' contents start, or 0: use the C API.
 static BYTES_DATA: AtomicUsize = AtomicUsize::new(0);
+/// Whether a `bytes`' cached hash was found at [`BYTES_HASH_AT`] (and the
+/// contents at [`BYTES_HEADER`]): [`refill_bytes`] may be used.
+static BYTES_WRITABLE: AtomicBool = AtomicBool::new(false);
 
 /// Byte offset of `ob_size` / `PyASCIIObject.length` (after the refcount
 /// and the type pointer).
@@ -45,6 +51,8 @@ const COMPACT_ASCII: u32 = (1 << 5) | (1 << 6);
 const ASCII_HEADERS: [usize; 2] = [48, 40];
 /// `offsetof(PyBytesObject, ob_sval)`.
 const BYTES_HEADER: usize = 32;
+/// `offsetof(PyBytesObject, ob_shash)`.
+const BYTES_HASH_AT: usize = 24;
 
 /// Which direct readers are in use: (`str`, `bytes`), for tests.
 pub fn active() -> (bool, bool) {
@@ -103,6 +111,42 @@ pub unsafe fn bytes<'a>(obj: *mut ffi::PyObject) -> Option<&'a [u8]> {
     }
 }
 
+/// Whether [`refill_bytes`] may be used (the `bytes` layout, its cached
+/// hash included, was verified at import).
+#[cfg(not(Py_GIL_DISABLED))]
+#[inline(always)]
+pub fn bytes_writable() -> bool {
+    BYTES_WRITABLE.load(Ordering::Relaxed)
+}
+
+/// Makes `obj`, a `bytes` of at least `data.len()` bytes of contents when
+/// it was made, hold `data`: its size, contents, the NUL after them, and
+/// its cached hash reset to "not computed".
+///
+/// # Safety
+/// [`bytes_writable`]; `obj` is an exact `bytes` made with room for at
+/// least `data.len()` bytes of contents (and the NUL after them), not
+/// one of CPython's shared singletons, and nothing else can see it while
+/// it changes (see `crate::recycle`); attached.
+#[cfg(not(Py_GIL_DISABLED))]
+#[inline(always)]
+pub unsafe fn refill_bytes(obj: *mut ffi::PyObject, data: &[u8]) {
+    debug_assert!(bytes_writable());
+    // SAFETY: the layout was verified (`bytes_writable`), the object has
+    // room for `data` and the NUL (the caller's contract), and `data`
+    // (the cache's memory) cannot overlap a Python object.
+    unsafe {
+        let base = obj.cast::<u8>();
+        base.add(LENGTH_AT)
+            .cast::<isize>()
+            .write(data.len() as isize);
+        base.add(BYTES_HASH_AT).cast::<isize>().write(-1);
+        let sval = base.add(BYTES_HEADER);
+        std::ptr::copy_nonoverlapping(data.as_ptr(), sval, data.len());
+        sval.add(data.len()).write(0);
+    }
+}
+
 /// Verifies the layouts above against the C API on sample objects and
 /// turns on the readers that match. Call once at import, attached.
 pub fn probe(py: Python<'_>) -> PyResult<()> {
@@ -138,8 +182,37 @@ pub fn probe(py: Python<'_>) -> PyResult<()> {
     ];
     if samples.iter().all(bytes_layout_holds) {
         BYTES_DATA.store(BYTES_HEADER, Ordering::Relaxed);
+        // Fresh objects (not the shared empty or one-byte ones, nor
+        // constants, which the compiler hashes), hashed only here.
+        let fresh: Vec<Bound<'_, PyAny>> = vec![
+            py.eval(c"bytes(bytearray(b'segcache:probe'))", None, None)?,
+            py.eval(c"bytes(bytearray(700)) + bytes(range(256))", None, None)?,
+        ];
+        if fresh.iter().all(bytes_hash_holds) {
+            BYTES_WRITABLE.store(true, Ordering::Relaxed);
+        }
     }
     Ok(())
+}
+
+/// Whether a fresh `bytes` holds "not computed" (-1) at [`BYTES_HASH_AT`]
+/// and, once hashed, its hash, and a NUL after its contents.
+fn bytes_hash_holds(b: &Bound<'_, PyAny>) -> bool {
+    let base = b.as_ptr().cast::<u8>();
+    // SAFETY: `b` is a `bytes` whose layout `bytes_layout_holds` checked:
+    // its header is 32 bytes, its contents and a NUL follow.
+    let read_hash = || unsafe { base.add(BYTES_HASH_AT).cast::<isize>().read() };
+    // SAFETY: as above.
+    let nul = unsafe {
+        let len = base.add(LENGTH_AT).cast::<isize>().read() as usize;
+        base.add(BYTES_HEADER + len).read()
+    };
+    let before = read_hash();
+    let Ok(hash) = b.hash() else {
+        return false;
+    };
+    let after = read_hash();
+    nul == 0 && before == -1 && after == hash && hash != -1
 }
 
 /// Whether every `ascii` string is compact ASCII with its characters at

@@ -11,6 +11,8 @@
 //! - `layout`: direct reads of `str` and `bytes` contents where the
 //!   running CPython's layout is verified at import;
 //! - `key`: keys (str, bytes, int, float, bool, None, tuples) to bytes;
+//! - `recycle`: refilling the `bytes` a read returned once its reader
+//!   has let go of it, instead of allocating another;
 //! - `value`: values to bytes and flags (bytes, str, int as themselves,
 //!   the rest through a serializer, pickle by default), and back;
 //! - `cache`: the `Cache` class;
@@ -44,6 +46,7 @@ mod hot;
 mod iter;
 mod key;
 mod layout;
+mod recycle;
 mod slots;
 mod value;
 
@@ -65,6 +68,13 @@ fn direct_reads() -> (bool, bool) {
     layout::active()
 }
 
+/// Whether `cache` refills the `bytes` its reads returned once they are
+/// let go of (see the `recycle` module); for tests.
+#[pyfunction(name = "_recycling")]
+fn recycling(cache: &Bound<'_, cache::PyCache>) -> bool {
+    cache.get().recycler.on(cache.py())
+}
+
 /// Defines `get`, `set` and `delete` on `cls` (a subclass of `Cache`) as
 /// its own fast-call methods, so that CPython specialises calls of them
 /// on its instances (see `fast::install_on_subclass`).
@@ -81,6 +91,7 @@ fn _segcache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     layout::probe(m.py())?;
     m.add_function(wrap_pyfunction!(direct_reads, m)?)?;
     m.add_function(wrap_pyfunction!(install_fast_methods, m)?)?;
+    m.add_function(wrap_pyfunction!(recycling, m)?)?;
     m.add_class::<cache::PyCache>()?;
     let cache_type = m.py().get_type::<cache::PyCache>();
     fast::install(&cache_type)?;

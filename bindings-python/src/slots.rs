@@ -138,15 +138,32 @@ unsafe extern "C" fn subscript(
     // SAFETY: CPython's slot contract (see `call`); `key` is borrowed.
     unsafe {
         call(slf, std::ptr::null_mut(), |c, py| {
-            if let Some(r) = hot::get(c, py, key, || key_error(key, std::ptr::null_mut())) {
-                return r;
-            }
-            match c.get_item(py, &Borrowed::from_ptr(py, key)) {
-                Ok(Some(v)) => v.into_ptr(),
-                Ok(None) => key_error(key, std::ptr::null_mut()),
-                Err(e) => raise(py, e, std::ptr::null_mut()),
+            match hot::get(c, py, key, || key_error(key, std::ptr::null_mut())) {
+                Some(r) => r,
+                None => subscript_general(c, py, key),
             }
         })
+    }
+}
+
+/// `c[key]` for what `hot::get` does not take (out of line: the hot
+/// path's frame stays small).
+///
+/// # Safety
+/// Attached; `key` a live object borrowed for the call.
+#[inline(never)]
+unsafe fn subscript_general(
+    c: &PyCache,
+    py: Python<'_>,
+    key: *mut ffi::PyObject,
+) -> *mut ffi::PyObject {
+    // SAFETY: forwarded.
+    unsafe {
+        match c.get_item(py, &Borrowed::from_ptr(py, key)) {
+            Ok(Some(v)) => v.into_ptr(),
+            Ok(None) => key_error(key, std::ptr::null_mut()),
+            Err(e) => raise(py, e, std::ptr::null_mut()),
+        }
     }
 }
 
@@ -162,32 +179,50 @@ unsafe extern "C" fn ass_subscript(
         call(slf, -1, |c, py| {
             if value.is_null() {
                 match hot::delete(c, py, key) {
-                    Some(true) => return 0,
-                    Some(false) => return key_error(key, -1),
-                    None => {}
+                    Some(true) => 0,
+                    Some(false) => key_error(key, -1),
+                    None => ass_subscript_general(c, py, key, value),
                 }
             } else {
                 match hot::set(c, py, key, value, segcache::Ttl::Never) {
-                    Some(Ok(())) => return 0,
-                    Some(Err(e)) => return hot::raise_write(py, key, e, -1),
-                    None => {}
+                    Some(Ok(())) => 0,
+                    Some(Err(e)) => hot::raise_write(py, key, e, -1),
+                    None => ass_subscript_general(c, py, key, value),
                 }
-            }
-            let k = Borrowed::from_ptr(py, key);
-            let done = if value.is_null() {
-                match c.delete(py, &k) {
-                    Ok(true) => Ok(()),
-                    Ok(false) => return key_error(key, -1),
-                    Err(e) => Err(e),
-                }
-            } else {
-                c.__setitem__(py, &k, &Borrowed::from_ptr(py, value))
-            };
-            match done {
-                Ok(()) => 0,
-                Err(e) => raise(py, e, -1),
             }
         })
+    }
+}
+
+/// `c[key] = value` / `del c[key]` for what `hot` does not take (out of
+/// line: the hot path's frame stays small).
+///
+/// # Safety
+/// Attached; `key` and `value` (when not NULL) live objects borrowed for
+/// the call.
+#[inline(never)]
+unsafe fn ass_subscript_general(
+    c: &PyCache,
+    py: Python<'_>,
+    key: *mut ffi::PyObject,
+    value: *mut ffi::PyObject,
+) -> c_int {
+    // SAFETY: forwarded.
+    unsafe {
+        let k = Borrowed::from_ptr(py, key);
+        let done = if value.is_null() {
+            match c.delete(py, &k) {
+                Ok(true) => Ok(()),
+                Ok(false) => return key_error(key, -1),
+                Err(e) => Err(e),
+            }
+        } else {
+            c.__setitem__(py, &k, &Borrowed::from_ptr(py, value))
+        };
+        match done {
+            Ok(()) => 0,
+            Err(e) => raise(py, e, -1),
+        }
     }
 }
 

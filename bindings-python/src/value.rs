@@ -21,6 +21,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PyString};
 
 use crate::convert::{bytes_of, discard, small_int, str_bytes, type_name, Buf};
+use crate::recycle::Recycler;
 
 /// The stored bytes are the value.
 pub const FLAG_BYTES: u32 = 0;
@@ -240,6 +241,27 @@ fn new_bytes(data: &[u8]) -> *mut ffi::PyObject {
     unsafe { ffi::PyBytes_FromStringAndSize(data.as_ptr().cast(), data.len() as ffi::Py_ssize_t) }
 }
 
+/// [`fetch`], with a `bytes` value made by `recycler` (refilling an
+/// object a reader has let go of, see `crate::recycle`): call it under
+/// the shard lock, with the GIL held throughout (no detach) on a GIL
+/// build.
+#[inline(always)]
+pub fn fetch_recycled<'py>(
+    py: Python<'py>,
+    recycler: &Recycler,
+    data: &[u8],
+    flags: u32,
+) -> Fetched<'py> {
+    if flags == FLAG_BYTES {
+        return Fetched {
+            obj: recycler.bytes(py, data),
+            kind: Kind::Ready,
+            py,
+        };
+    }
+    fetch(py, data, flags)
+}
+
 /// Builds the Python value from the cache's bytes, straight from the
 /// segment: call it under the shard lock. Runs no Python code and builds
 /// only `bytes`, `str` and `int` objects (none tracked by the garbage
@@ -298,7 +320,7 @@ const PREFETCH_AT: usize = 256;
 
 /// Starts loading `data`'s cache lines (x86-64; elsewhere a no-op).
 #[inline(always)]
-fn prefetch(data: &[u8]) {
+pub(crate) fn prefetch(data: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     if data.len() >= PREFETCH_AT {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};

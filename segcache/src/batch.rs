@@ -7,7 +7,9 @@
 //! are copied into (whatever their position). A client that fills, runs
 //! and clears the same `Batch` over and over allocates nothing once the
 //! buffers have grown to its working size, and the whole batch crosses to
-//! the storage thread and back as one queue message. On the storage side
+//! the storage thread and back as one queue message (or, when the storage
+//! thread sleeps, is run by the submitting thread itself, holding the
+//! cache's token). On the executing side
 //! [`Batch::execute`] runs the requests in order, prefetching the table
 //! for the keys a few requests ahead. This module never decides what a
 //! request does: every request runs through [`Segcache::execute`] (reads
@@ -187,7 +189,7 @@ impl Batch {
                 .sum::<usize>()
     }
 
-    /// Runs every request on `cache` in order (storage side).
+    /// Runs every request on `cache` in order (by the token's holder).
     pub(crate) fn execute(&mut self, cache: &mut Segcache) {
         let n = self.requests.len();
         // The last run's read replies become free buffers for this run's.

@@ -12,7 +12,7 @@
 use crate::admission::Admission;
 use crate::builder::Eviction;
 use crate::clock::Clock;
-use crate::hashtable::{self, hash_key, HashTable, Inserted, Location, TableFull};
+use crate::hashtable::{self, hash_key, HashTable, Location, TableFull};
 use crate::item::{self, Meta, RawItem, MAX_KEY_LEN, MAX_VALUE_FIELD};
 use crate::ops::{ArithOpts, DeleteOpts, Found, GetOpts, Request, Response, Store, StoreMode, Ttl};
 use crate::persist;
@@ -935,8 +935,62 @@ impl Segcache {
 
     /// [`set`](Self::set) with the key's hash already computed: the
     /// shortest write path (no condition to check, no CAS token to make).
-    #[inline]
+    ///
+    /// The common set runs inline: a key of 1 to [`MAX_KEY_LEN`] bytes, a
+    /// TTL of never or a live number of seconds, an item that fits a
+    /// segment, no delayed flush pending. Its checks are a few compares on
+    /// lengths already in registers; anything else (an error to report, an
+    /// expired TTL, a flush to carry out) takes
+    /// [`set_general`](Self::set_general), which checks and reports as
+    /// every store does. Always inline: `set` is this plus the hash.
+    #[inline(always)]
     pub(crate) fn set_hashed(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        value: &[u8],
+        flags: u32,
+        ttl: Ttl,
+    ) -> Result<(), Error> {
+        let secs = match ttl {
+            Ttl::Never => 0,
+            // Rounded up to a whole second, as `Ttl::to_secs` does (a zero
+            // duration means never: 0 here too).
+            Ttl::After(d) => d.as_secs().saturating_add((d.subsec_nanos() > 0) as u64),
+            Ttl::Expired => u64::MAX,
+        };
+        let meta = Meta {
+            flags,
+            ..Meta::default()
+        };
+        // The segment size is at most MAX_SEGMENT_SIZE, far below the
+        // value field's limit: an item that fits a segment has a value
+        // the header can describe.
+        const _: () = assert!(hashtable::MAX_SEGMENT_SIZE <= MAX_VALUE_FIELD);
+        let size = item::item_size(key.len(), value.len(), &meta);
+        if secs > crate::MAX_TTL as u64
+            || key.is_empty()
+            || key.len() > MAX_KEY_LEN
+            || size > self.segs.segment_size()
+            || self.flush_at.is_some()
+        {
+            return self.set_general(key, hash, value, flags, ttl);
+        }
+        // Only a TTL needs the time: an item without one goes to the
+        // never-expiring bucket, whose segments have no deadline to check
+        // (`reserve` asserts it), and a new segment reads the clock itself.
+        let now = if secs == 0 { 0 } else { self.clock.now() };
+        self.write_sized(key, hash, [value, &[]], &meta, size, secs as u32, now)
+            .map(drop)
+    }
+
+    /// [`set_hashed`](Self::set_hashed) off its inline path: checks the
+    /// key, the TTL and the size (a clear error, nothing changed), carries
+    /// out a due delayed flush, and stores with an already expired TTL by
+    /// removing the old item.
+    #[cold]
+    #[inline(never)]
+    fn set_general(
         &mut self,
         key: &[u8],
         hash: u64,
@@ -959,7 +1013,7 @@ impl Segcache {
             ..Meta::default()
         };
         let now = self.now();
-        self.write_inline(key, hash, [value, &[]], &meta, secs, now)
+        self.write(key, hash, [value, &[]], &meta, secs, now)
             .map(drop)
     }
 
@@ -1475,7 +1529,52 @@ impl Segcache {
 
     /// Removes a key; true if it was present (and not expired).
     pub fn delete(&mut self, key: impl AsRef<[u8]>) -> bool {
-        self.delete_with(key, &DeleteOpts::default()).is_ok()
+        let key = key.as_ref();
+        self.remove_hashed(key, hash_key(key))
+    }
+
+    /// [`delete`](Self::delete) with the key's hash already computed: one
+    /// probe, the entry cleared where it was found, the item's size taken
+    /// from the header the key compare read, and the clock read only if
+    /// the item's segment has a deadline. A growing table or a pending
+    /// delayed flush takes the general [`delete_hashed`](Self::delete_hashed).
+    #[inline(always)]
+    pub(crate) fn remove_hashed(&mut self, key: &[u8], hash: u64) -> bool {
+        if self.table.is_growing() || self.flush_at.is_some() {
+            return self
+                .delete_hashed(key, hash, &DeleteOpts::default())
+                .is_ok();
+        }
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            return false;
+        }
+        let segs = &self.segs;
+        let mut size = 0;
+        let removed = self.table.remove(hash, |at| {
+            let item = segs.item(at);
+            let found = item.key_is(key);
+            if found {
+                size = item.size();
+            }
+            found
+        });
+        let Some(info) = removed else {
+            return false;
+        };
+        let loc = hashtable::location(info);
+        debug_assert_eq!(size, self.segs.item(loc).size());
+        let header = &mut self.segs.headers[loc.seg as usize];
+        header.live_bytes -= size as u32;
+        header.live_items -= 1;
+        let expire_at = header.expire_at;
+        self.counters.items -= 1;
+        self.counters.live_bytes -= size as u64;
+        if expire_at != 0 && expire_at <= self.clock.now() {
+            // Expired: unlinked as a read would, and not there to delete.
+            self.counters.expirations += 1;
+            return false;
+        }
+        true
     }
 
     /// Removes a key with memcache's delete options (`md` with `C`, `I`,
@@ -1744,23 +1843,30 @@ impl Segcache {
         ttl: u32,
         now: u32,
     ) -> Result<Location, Error> {
-        self.write_inline(key, hash, value, meta, ttl, now)
+        let size = self.check_size(key.len(), value[0].len() + value[1].len(), meta)?;
+        self.write_sized(key, hash, value, meta, size, ttl, now)
     }
 
-    /// [`write`](Self::write), inline: `set`, the hottest write, takes
-    /// this one and saves a call frame.
+    /// [`write`](Self::write) of an item whose `size` is checked: reserve,
+    /// copy in, link. Inline: `set`, the hottest write, takes this one
+    /// directly.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
-    fn write_inline(
+    fn write_sized(
         &mut self,
         key: &[u8],
         hash: u64,
         value: [&[u8]; 2],
         meta: &Meta,
+        size: usize,
         ttl: u32,
         now: u32,
     ) -> Result<Location, Error> {
         debug_assert_eq!(hash, hash_key(key));
-        let size = self.check_size(key.len(), value[0].len() + value[1].len(), meta)?;
+        debug_assert_eq!(
+            Ok(size),
+            self.check_size(key.len(), value[0].len() + value[1].len(), meta)
+        );
         let loc = self.reserve(size, ttl, now)?;
         let start = loc.offset as usize;
         item::write(
@@ -1769,6 +1875,72 @@ impl Segcache {
             value,
             meta,
         );
+        self.link(key, hash, loc, size, ttl, now)
+    }
+
+    /// Points the table at the item of `size` bytes just written at `loc`
+    /// and counts it. An overwrite (the common write) is one probe that
+    /// finds the old entry, rewrites it in place and takes the old item's
+    /// size from the header the key compare read; a new key goes out of
+    /// line ([`link_new`](Self::link_new)).
+    #[inline(always)]
+    fn link(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        loc: Location,
+        size: usize,
+        ttl: u32,
+        now: u32,
+    ) -> Result<Location, Error> {
+        // Merge eviction: a rewritten key starts with at least
+        // REWRITE_FREQ accesses (its count carries over from the old
+        // version), so its evaluation promotes it, as an updated entry of
+        // quick_cache or S3-FIFO keeps its place (see
+        // `eviction::REWRITE_FREQ`).
+        let rewrite_floor = match self.eviction {
+            Eviction::Merge => crate::eviction::REWRITE_FREQ,
+            _ => 0,
+        };
+        let segs = &self.segs;
+        let mut old_size = 0;
+        let replaced = self.table.replace(hash, loc, rewrite_floor, |at| {
+            let item = segs.item(at);
+            let found = item.key_is(key);
+            if found {
+                old_size = item.size();
+            }
+            found
+        });
+        let Some(old) = replaced else {
+            return self.link_new(hash, loc, size, ttl, now);
+        };
+        let old = hashtable::location(old);
+        debug_assert_eq!(old_size, self.segs.item(old).size());
+        let old_header = &mut self.segs.headers[old.seg as usize];
+        old_header.live_bytes -= old_size as u32;
+        old_header.live_items -= 1;
+        self.count_written(loc, size, ttl, now);
+        // One item out, one in: the item count stays.
+        self.counters.live_bytes = self.counters.live_bytes + size as u64 - old_size as u64;
+        if self.table.is_growing() {
+            self.grow_step(hashtable::GROW_STEP_WRITE);
+        }
+        Ok(loc)
+    }
+
+    /// [`link`](Self::link) for a key the table does not hold: a new entry
+    /// (which may evict another from a full window, start the table's
+    /// growth, or fail with the space given back).
+    #[inline(never)]
+    fn link_new(
+        &mut self,
+        hash: u64,
+        loc: Location,
+        size: usize,
+        ttl: u32,
+        now: u32,
+    ) -> Result<Location, Error> {
         let segs = &self.segs;
         let may_evict = self.eviction != Eviction::None;
         let (items, live) = (self.counters.items, self.counters.live_bytes);
@@ -1782,28 +1954,9 @@ impl Segcache {
             let projected = projected.min(usize::MAX as u128) as usize;
             (segs.free_count() > 0 && projected > slots / 10 * 9).then_some(projected)
         };
-        // Merge eviction: a rewritten key starts with at least
-        // REWRITE_FREQ accesses (its count carries over from the old
-        // version), so its evaluation promotes it, as an updated entry of
-        // quick_cache or S3-FIFO keeps its place (see
-        // `eviction::REWRITE_FREQ`).
-        let rewrite_floor = match self.eviction {
-            Eviction::Merge => crate::eviction::REWRITE_FREQ,
-            _ => 0,
-        };
-        let inserted = self.table.insert(
-            hash,
-            loc,
-            may_evict,
-            rewrite_floor,
-            |at| segs.item(at).key_is(key),
-            grow,
-        );
-        let result = match inserted {
-            Ok(Inserted { replaced, evicted }) => {
-                if let Some(old) = replaced {
-                    self.account_unlinked(hashtable::location(old));
-                } else if self.eviction == Eviction::Merge && self.admission.readmit(hash, size) {
+        let result = match self.table.insert_absent(hash, loc, may_evict, grow) {
+            Ok(evicted) => {
+                if self.eviction == Eviction::Merge && self.admission.readmit(hash, size) {
                     // Back from a ghost (evicted from either pool and
                     // written again): one access, so the next evaluation
                     // promotes it.
@@ -1816,16 +1969,7 @@ impl Segcache {
                     self.account_unlinked(hashtable::location(victim));
                     self.counters.evictions += 1;
                 }
-                let header = &mut self.segs.headers[loc.seg as usize];
-                header.live_bytes += size as u32;
-                header.live_items += 1;
-                if ttl != 0 {
-                    let deadline = now.saturating_add(ttl);
-                    if header.expire_at == 0 || deadline < header.expire_at {
-                        header.expire_at = deadline;
-                    }
-                    header.expire_last = header.expire_last.max(deadline);
-                }
+                self.count_written(loc, size, ttl, now);
                 self.counters.items += 1;
                 self.counters.live_bytes += size as u64;
                 Ok(loc)
@@ -1833,8 +1977,8 @@ impl Segcache {
             Err(TableFull) => {
                 // Give the reserved space back: it was the segment's last write.
                 let header = &mut self.segs.headers[loc.seg as usize];
-                debug_assert_eq!(header.write_offset as usize, start + size);
-                header.write_offset = start as u32;
+                debug_assert_eq!(header.write_offset, loc.offset + size as u32);
+                header.write_offset = loc.offset;
                 Err(Error::HashTableFull)
             }
         };
@@ -1846,25 +1990,83 @@ impl Segcache {
         result
     }
 
-    /// Reserves `size` bytes at the tail of the TTL bucket for `ttl`,
-    /// starting a new segment (and evicting, if need be) when the tail is
-    /// full or its items' deadlines would spread too far
-    /// ([`ttl::fits_spread`]).
+    /// Counts a linked item of `size` bytes and TTL `ttl` (seconds, 0:
+    /// never) in its segment's header (the cache-wide counters are the
+    /// caller's).
+    #[inline(always)]
+    fn count_written(&mut self, loc: Location, size: usize, ttl: u32, now: u32) {
+        let header = &mut self.segs.headers[loc.seg as usize];
+        header.live_bytes += size as u32;
+        header.live_items += 1;
+        if ttl != 0 {
+            let deadline = now.saturating_add(ttl);
+            if header.expire_at == 0 || deadline < header.expire_at {
+                header.expire_at = deadline;
+            }
+            header.expire_last = header.expire_last.max(deadline);
+        }
+    }
+
+    /// Reserves `size` bytes at the tail of the TTL bucket for `ttl`. The
+    /// common case, room in the bucket's open segment, is inline; starting
+    /// a new segment goes out of line ([`reserve_slow`](Self::reserve_slow)).
+    /// `now` is the time of the write; for `ttl` 0 it is not read (0 will
+    /// do: never-expiring segments have no deadline).
+    #[inline(always)]
     fn reserve(&mut self, size: usize, ttl: u32, now: u32) -> Result<Location, Error> {
         let bucket = ttl::bucket_for(ttl);
         let tail = self.ttl.buckets[bucket].tail;
         if tail != NONE {
             let segment_size = self.segs.segment_size();
             let header = &mut self.segs.headers[tail as usize];
-            let fits = header.write_offset as usize + size <= segment_size;
-            let deadline = if ttl == 0 { 0 } else { now.saturating_add(ttl) };
-            let close = ttl == 0
-                || ttl::fits_spread(bucket, header.expire_at, header.expire_last, deadline);
-            if header.state == SegState::Active && fits && close && !header.is_expired(now) {
+            debug_assert!(
+                ttl != 0 || header.expire_at == 0,
+                "a deadline in the never bucket"
+            );
+            if Self::takes(header, bucket, segment_size, size, ttl, now) {
                 let offset = header.write_offset;
                 header.write_offset += size as u32;
                 return Ok(Location { seg: tail, offset });
             }
+        }
+        self.reserve_slow(bucket, size)
+    }
+
+    /// True if the open segment `header` of TTL bucket `bucket` takes an
+    /// item of `size` bytes and TTL `ttl` at `now`: still open, room left,
+    /// not expired, and its items' deadlines stay close
+    /// ([`ttl::fits_spread`]).
+    #[inline(always)]
+    fn takes(
+        header: &SegmentHeader,
+        bucket: usize,
+        segment_size: usize,
+        size: usize,
+        ttl: u32,
+        now: u32,
+    ) -> bool {
+        let fits = header.write_offset as usize + size <= segment_size;
+        let close = ttl == 0
+            || ttl::fits_spread(
+                bucket,
+                header.expire_at,
+                header.expire_last,
+                now.saturating_add(ttl),
+            );
+        header.state == SegState::Active && fits && close && !header.is_expired(now)
+    }
+
+    /// [`reserve`](Self::reserve) when the bucket's tail cannot take the
+    /// item: seals the tail and starts a new segment (evicting, if need
+    /// be), at the clock's time (the caller's `now` may be 0 for a write
+    /// without a TTL).
+    #[cold]
+    #[inline(never)]
+    fn reserve_slow(&mut self, bucket: usize, size: usize) -> Result<Location, Error> {
+        let now = self.clock.now();
+        let tail = self.ttl.buckets[bucket].tail;
+        if tail != NONE {
+            let header = &mut self.segs.headers[tail as usize];
             if header.state == SegState::Active {
                 header.state = SegState::Sealed;
             }
@@ -2048,6 +2250,69 @@ mod tests {
         assert_eq!(c.get(b"b").unwrap().value(), b"2");
         let s = c.stats();
         assert_eq!((s.items, s.hits, s.misses), (1, 2, 1));
+        c.check_invariants();
+    }
+
+    /// The edges of `set`'s inline path and `delete`'s one-probe path:
+    /// sub-second TTLs round up as `Ttl::to_secs` does, an out-of-range
+    /// TTL or key is refused with the old item kept, an overwrite of
+    /// another size (with flags, then without) leaves the byte count of
+    /// the new item only, and a delete that finds an expired item reports
+    /// it absent, unlinks it and counts an expiration.
+    #[test]
+    fn inline_set_and_delete_edges() {
+        let (mut c, clock) = small(Eviction::Merge);
+        let item_bytes = |key: usize, value: usize, flags: bool| {
+            (item::HEADER_LEN + key + value + if flags { 4 } else { 0 }) as u64
+        };
+        c.set(b"k", [7u8; 40], 9, Duration::from_millis(1500))
+            .unwrap();
+        assert_eq!(c.stats().live_bytes, item_bytes(1, 40, true));
+        assert_eq!(c.ttl(b"k"), Some(Ttl::After(Duration::from_secs(2))));
+        c.set(b"k", [8u8; 3], 0, Duration::from_millis(1500))
+            .unwrap();
+        assert_eq!(
+            (c.stats().items, c.stats().live_bytes),
+            (1, item_bytes(1, 3, false))
+        );
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(c.get(b"k").unwrap().value(), [8u8; 3]);
+        clock.advance(Duration::from_secs(1));
+        assert!(c.get(b"k").is_none(), "1.5 s rounds up to 2 s, not more");
+        c.check_invariants();
+
+        c.set(b"k", b"v", 0, None).unwrap();
+        let too_long = Duration::from_secs(crate::MAX_TTL as u64 + 1);
+        assert!(matches!(
+            c.set(b"k", b"w", 0, too_long),
+            Err(Error::TtlOutOfRange { .. })
+        ));
+        assert!(matches!(c.set(b"", b"w", 0, None), Err(Error::EmptyKey)));
+        assert!(matches!(
+            c.set([b'x'; MAX_KEY_LEN + 1], b"w", 0, None),
+            Err(Error::KeyTooLong { .. })
+        ));
+        let huge = vec![0u8; c.max_value_len(1) + 1];
+        assert!(matches!(
+            c.set(b"k", &huge, 0, None),
+            Err(Error::ValueTooLarge { .. })
+        ));
+        assert_eq!(
+            c.get(b"k").unwrap().value(),
+            b"v",
+            "a refused set keeps the old item"
+        );
+        c.check_invariants();
+
+        c.set(b"gone", b"soon", 0, Duration::from_secs(5)).unwrap();
+        let before = c.stats();
+        clock.advance(Duration::from_secs(5));
+        assert!(!c.delete(b"gone"), "an expired item is not there to delete");
+        let after = c.stats();
+        assert_eq!(after.items, before.items - 1, "but it is unlinked");
+        assert_eq!(after.expirations, before.expirations + 1);
+        assert!(c.delete(b"k"));
+        assert_eq!((c.stats().items, c.stats().live_bytes), (0, 0));
         c.check_invariants();
     }
 

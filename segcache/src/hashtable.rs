@@ -126,7 +126,9 @@ pub(crate) const SHARD_SHIFT: u32 = 40;
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct TableFull;
 
-/// What an insert displaced.
+/// What an insert displaced (tests: the cache calls
+/// [`HashTable::replace`] and [`HashTable::insert_absent`] itself).
+#[cfg(test)]
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Inserted {
     /// The key's previous item info, if it was present.
@@ -501,13 +503,27 @@ impl Table {
 
     /// Empties a slot and, if it held its home's farthest item, shrinks the
     /// home's reach to the farthest one left.
+    #[inline(always)]
     fn clear_slot(&mut self, b: usize, s: usize) -> u64 {
-        let old = std::mem::replace(&mut self.slots[b * SLOTS + s], 0);
+        assert!(b < self.buckets() && s < SLOTS);
         debug_assert_ne!(self.ctrl[b] >> (8 * s) & 0xff, 0, "clearing an empty slot");
-        self.ctrl[b] &= !(0xff << (8 * s));
-        let disp = displacement(old);
+        // SAFETY: both indices were checked just above.
+        let old = unsafe { std::mem::replace(self.slots.get_unchecked_mut(b * SLOTS + s), 0) };
+        // SAFETY: as above.
+        unsafe { *self.ctrl.get_unchecked_mut(b) &= !(0xff << (8 * s)) };
+        if displacement(old) > 0 {
+            self.shrink_reach(b, displacement(old));
+        }
+        old
+    }
+
+    /// After clearing a slot of bucket `b` that held an item `disp`
+    /// buckets from its home: if that was the home's farthest item,
+    /// shrinks the home's reach to the farthest one left.
+    #[inline(never)]
+    fn shrink_reach(&mut self, b: usize, disp: usize) {
         let home = b - disp;
-        if disp > 0 && disp == self.reach(home) {
+        if disp == self.reach(home) {
             // Another item of the same home may sit at `disp` too.
             let farthest = (0..=disp)
                 .rev()
@@ -515,7 +531,6 @@ impl Table {
                 .unwrap_or(0);
             self.ctrl[home] = (self.ctrl[home] & !REACH_MASK) | (farthest as u64) << REACH_SHIFT;
         }
-        old
     }
 
     fn clear(&mut self) {
@@ -731,47 +746,112 @@ impl HashTable {
         self.locate(hash, loc).map(|(.., info)| info)
     }
 
-    /// Points the key at `loc`. A present key keeps its access counter,
-    /// raised to at least `rewrite_floor` (merge eviction counts a rewrite
-    /// as accesses; 0 leaves it as it was), in the same store that moves
-    /// it. When the key's window is full: if `grow` names how many items the
-    /// heap could hold (more than the table holds well), a larger table is
-    /// started and drained by later [`grow_step`](Self::grow_step)s; else
-    /// the least-read item of the window is evicted to make room if
-    /// `may_evict`, else the insert fails.
+    /// Points the key at `loc`: [`replace`](Self::replace) if it is
+    /// present, else [`insert_absent`](Self::insert_absent). (The cache
+    /// calls the two halves itself, so that an overwrite pays for one
+    /// probe and nothing else.)
+    #[cfg(test)]
     pub(crate) fn insert(
         &mut self,
         hash: u64,
         loc: Location,
         may_evict: bool,
         rewrite_floor: u8,
-        mut matches: impl FnMut(Location) -> bool,
+        matches: impl FnMut(Location) -> bool,
         grow: impl FnOnce() -> Option<usize>,
     ) -> Result<Inserted, TableFull> {
-        if let Some((bucket, s, _)) = self.find(hash, |info| matches(location(info))) {
-            let (t, b) = self.resolve_mut(bucket);
-            let old = t.slots[b * SLOTS + s];
-            let freq = ((old >> FREQ_SHIFT) & FREQ_MAX).max(rewrite_floor as u64 & FREQ_MAX);
-            t.slots[b * SLOTS + s] = (old
-                & !(SEG_MASK << SEG_SHIFT | OFFSET_MASK | FREQ_MAX << FREQ_SHIFT))
-                | freq << FREQ_SHIFT
-                | ((loc.seg as u64) << SEG_SHIFT)
-                | loc.offset as u64;
+        if let Some(old) = self.replace(hash, loc, rewrite_floor, matches) {
             return Ok(Inserted {
                 replaced: Some(old),
                 evicted: None,
             });
         }
+        let evicted = self.insert_absent(hash, loc, may_evict, grow)?;
+        Ok(Inserted {
+            replaced: None,
+            evicted,
+        })
+    }
+
+    /// If the key is present (`matches` compares the key stored at a
+    /// location with the wanted one), points its entry at `loc` where it
+    /// sits and returns the entry's previous item info; else `None` and
+    /// the table is unchanged. The entry keeps its access counter, raised
+    /// to at least `rewrite_floor` (merge eviction counts a rewrite as
+    /// accesses; 0 leaves it as it was), in the same store that moves it.
+    #[inline(always)]
+    pub(crate) fn replace(
+        &mut self,
+        hash: u64,
+        loc: Location,
+        rewrite_floor: u8,
+        mut matches: impl FnMut(Location) -> bool,
+    ) -> Option<u64> {
+        if self.drain.is_some() {
+            return self.replace_growing(hash, loc, rewrite_floor, matches);
+        }
+        let t = &mut self.table;
+        let (b, s, old) = t.find(hash, &mut |info| matches(location(info)))?;
+        let new = Self::moved_info(old, loc, rewrite_floor);
+        debug_assert_eq!(t.slots[b * SLOTS + s], old);
+        // SAFETY: `find` just returned (`b`, `s`) as a slot of `t` that it
+        // read, so `b < t.buckets()` and `s < SLOTS`.
+        unsafe { *t.slots.get_unchecked_mut(b * SLOTS + s) = new };
+        Some(old)
+    }
+
+    /// [`replace`](Self::replace) while a table drains (the key may be in
+    /// either).
+    #[inline(never)]
+    fn replace_growing(
+        &mut self,
+        hash: u64,
+        loc: Location,
+        rewrite_floor: u8,
+        mut matches: impl FnMut(Location) -> bool,
+    ) -> Option<u64> {
+        let (bucket, s, old) = self.find(hash, |info| matches(location(info)))?;
+        let (t, b) = self.resolve_mut(bucket);
+        t.slots[b * SLOTS + s] = Self::moved_info(old, loc, rewrite_floor);
+        Some(old)
+    }
+
+    /// Item info `old` pointed at `loc`, its access counter raised to at
+    /// least `rewrite_floor`.
+    #[inline(always)]
+    fn moved_info(old: u64, loc: Location, rewrite_floor: u8) -> u64 {
+        let freq = ((old >> FREQ_SHIFT) & FREQ_MAX).max(rewrite_floor as u64 & FREQ_MAX);
+        (old & !(SEG_MASK << SEG_SHIFT | OFFSET_MASK | FREQ_MAX << FREQ_SHIFT))
+            | freq << FREQ_SHIFT
+            | ((loc.seg as u64) << SEG_SHIFT)
+            | loc.offset as u64
+    }
+
+    /// Adds an entry pointing at `loc` for a key the caller knows is
+    /// absent (a [`replace`](Self::replace) just said so, with the table
+    /// unchanged since). When the key's window is full: if `grow` names
+    /// how many items the heap could hold (more than the table holds
+    /// well), a larger table is started and drained by later
+    /// [`grow_step`](Self::grow_step)s; else the least-read item of the
+    /// window is evicted to make room (its info returned) if `may_evict`,
+    /// else the insert fails.
+    pub(crate) fn insert_absent(
+        &mut self,
+        hash: u64,
+        loc: Location,
+        may_evict: bool,
+        grow: impl FnOnce() -> Option<usize>,
+    ) -> Result<Option<u64>, TableFull> {
         let info = pack(check_of(hash), 0, 0, loc);
         if self.table.insert_new(hash, info).is_some() {
-            return Ok(Inserted::default());
+            return Ok(None);
         }
         #[cfg(test)]
         let grow = || if self.growth_disabled { None } else { grow() };
         if self.drain.is_none() {
             if let Some(items) = grow() {
                 if self.start_growth(items) && self.table.insert_new(hash, info).is_some() {
-                    return Ok(Inserted::default());
+                    return Ok(None);
                 }
             }
         }
@@ -783,10 +863,7 @@ impl HashTable {
         let (b, s, d) = t.least_read(home);
         let evicted = t.clear_slot(b, s);
         t.place(home, b, s, tag_of(hash), pack(check_of(hash), 0, d, loc));
-        Ok(Inserted {
-            replaced: None,
-            evicted: Some(evicted),
-        })
+        Ok(Some(evicted))
     }
 
     /// Allocates a table sized for `items` at [`TARGET_LOAD`] (at least
@@ -858,6 +935,35 @@ impl HashTable {
     /// names one item). Returns its item info if the table pointed there.
     pub(crate) fn remove_at(&mut self, hash: u64, loc: Location) -> Option<u64> {
         let (bucket, s, _) = self.find(hash, |info| same_location(info, loc))?;
+        Some(self.clear_at(bucket, s))
+    }
+
+    /// Removes the entry of the key `matches` accepts (it compares the key
+    /// stored at a location with the wanted one) where one probe finds
+    /// it; returns its item info.
+    #[inline(always)]
+    pub(crate) fn remove(
+        &mut self,
+        hash: u64,
+        mut matches: impl FnMut(Location) -> bool,
+    ) -> Option<u64> {
+        if self.drain.is_some() {
+            return self.remove_growing(hash, matches);
+        }
+        let t = &mut self.table;
+        let (b, s, _) = t.find(hash, &mut |info| matches(location(info)))?;
+        Some(t.clear_slot(b, s))
+    }
+
+    /// [`remove`](Self::remove) while a table drains (the key may be in
+    /// either).
+    #[inline(never)]
+    fn remove_growing(
+        &mut self,
+        hash: u64,
+        mut matches: impl FnMut(Location) -> bool,
+    ) -> Option<u64> {
+        let (bucket, s, _) = self.find(hash, |info| matches(location(info)))?;
         Some(self.clear_at(bucket, s))
     }
 

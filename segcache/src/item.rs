@@ -62,14 +62,17 @@ pub(crate) fn item_size(key_len: usize, value_len: usize, meta: &Meta) -> usize 
 
 /// Writes an item whose value is the concatenation of `value_parts` into the
 /// front of `dst`, which must be exactly `item_size(..)` bytes long.
-#[inline]
+/// Always inline: most callers pass a `meta` known at compile time, and
+/// its branches then fold away.
+#[inline(always)]
 pub(crate) fn write(dst: &mut [u8], key: &[u8], value_parts: [&[u8]; 2], meta: &Meta) {
     let value_len = value_parts[0].len() + value_parts[1].len();
     debug_assert!(key.len() <= MAX_KEY_LEN && value_len <= MAX_VALUE_FIELD);
     debug_assert_eq!(dst.len(), item_size(key.len(), value_len, meta));
     debug_assert_eq!(meta.marks & !MARKS, 0);
-    dst[0] = key.len() as u8;
-    dst[1..4].copy_from_slice(&(value_len as u32).to_le_bytes()[..3]);
+    // Key length and value length in one store, then the meta byte.
+    let lens = key.len() as u32 | (value_len as u32) << 8;
+    dst[..4].copy_from_slice(&lens.to_le_bytes());
     let mut bits = meta.marks;
     let mut at = HEADER_LEN;
     if meta.flags != 0 {
@@ -108,30 +111,28 @@ pub(crate) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
         let word: [u8; N] = src[at..at + N].try_into().unwrap();
         dst[at..at + N].copy_from_slice(&word);
     }
-    match n {
-        0 => {}
-        1..=3 => {
-            dst[0] = src[0];
-            dst[n / 2] = src[n / 2];
-            dst[n - 1] = src[n - 1];
-        }
-        4..=7 => {
-            chunk::<4>(dst, src, 0);
-            chunk::<4>(dst, src, n - 4);
-        }
-        8..=16 => {
-            chunk::<8>(dst, src, 0);
-            chunk::<8>(dst, src, n - 8);
-        }
-        17..=32 => {
+    // Tested longest first: keys and small values (17 to 64 bytes) are
+    // the common case and take two compares.
+    if n > 16 {
+        if n <= 32 {
             chunk::<16>(dst, src, 0);
             chunk::<16>(dst, src, n - 16);
-        }
-        33..=64 => {
+        } else if n <= 64 {
             chunk::<32>(dst, src, 0);
             chunk::<32>(dst, src, n - 32);
+        } else {
+            dst.copy_from_slice(src);
         }
-        _ => dst.copy_from_slice(src),
+    } else if n >= 8 {
+        chunk::<8>(dst, src, 0);
+        chunk::<8>(dst, src, n - 8);
+    } else if n >= 4 {
+        chunk::<4>(dst, src, 0);
+        chunk::<4>(dst, src, n - 4);
+    } else if n > 0 {
+        dst[0] = src[0];
+        dst[n / 2] = src[n / 2];
+        dst[n - 1] = src[n - 1];
     }
 }
 
@@ -178,10 +179,12 @@ impl<'a> RawItem<'a> {
         self.bytes[META_AT]
     }
 
+    /// 4 bytes of client flags if present, 8 of CAS if present: the two
+    /// bits times four, with no branch.
     #[inline]
     fn optional_len(&self) -> usize {
-        let b = self.bits();
-        (if b & HAS_FLAGS != 0 { 4 } else { 0 }) + (if b & HAS_CAS != 0 { 8 } else { 0 })
+        const _: () = assert!(HAS_FLAGS == 1 && HAS_CAS == 2);
+        (self.bits() & (HAS_FLAGS | HAS_CAS)) as usize * 4
     }
 
     #[inline]
@@ -241,10 +244,14 @@ impl<'a> RawItem<'a> {
         }
     }
 
-    /// Bytes this item occupies in its segment.
+    /// Bytes this item occupies in its segment (from one read of the
+    /// header: the lengths' word and the meta byte).
     #[inline]
     pub(crate) fn size(&self) -> usize {
-        HEADER_LEN + self.optional_len() + self.key_len() + self.value_len()
+        let header: [u8; HEADER_LEN] = self.bytes[..HEADER_LEN].try_into().unwrap();
+        let lens = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+        let optional = (header[META_AT] & (HAS_FLAGS | HAS_CAS)) as usize * 4;
+        HEADER_LEN + optional + (lens & 0xff) + (lens >> 8)
     }
 }
 

@@ -34,7 +34,7 @@
 //! | --- | --- | --- |
 //! | one thread, no locks | [`Segcache`] (`&mut self`) | [`Item`], borrowed: no copy |
 //! | many threads, no extra thread | [`ShardedCache`] from [`Builder::build_sharded`] (`&self`, one lock per shard) | [`OwnedItem`], or a borrowed [`Item`] inside [`ShardedCache::read_with`] |
-//! | one thread owning the cache, others sending it requests, as Pelikan's workers do | [`storage`]: [`Builder::spawn_storage`] gives a blocking [`StorageHandle`] and pipelining [`storage::Client`]s | [`OwnedItem`] |
+//! | one owner at a time running every request in order, as Pelikan's workers send theirs to its storage thread | [`storage`]: [`Builder::spawn_storage`] gives a blocking [`StorageHandle`] and pipelining [`storage::Client`]s; a client that finds the storage thread asleep runs its requests itself (combining) | [`OwnedItem`] |
 //!
 //! All three speak one vocabulary: a [`Request`] (a [`Store`] with a
 //! [`StoreMode`], a read with [`ops::GetOpts`], ...) runs as one atomic
@@ -154,5 +154,5 @@ pub use error::Error;
 pub use item::MAX_KEY_LEN;
 pub use ops::{Request, Response, Store, StoreMode, Ttl};
 pub use sharded::ShardedCache;
-pub use storage::{StorageConfig, StorageHandle};
+pub use storage::{StorageConfig, StorageCounters, StorageHandle};
 pub use ttl::MAX_TTL;

@@ -120,6 +120,7 @@ impl Ttl {
 }
 
 impl From<Duration> for Ttl {
+    #[inline]
     fn from(d: Duration) -> Ttl {
         if d.is_zero() {
             Ttl::Never
@@ -130,6 +131,7 @@ impl From<Duration> for Ttl {
 }
 
 impl From<Option<Duration>> for Ttl {
+    #[inline]
     fn from(d: Option<Duration>) -> Ttl {
         d.map_or(Ttl::Never, Ttl::from)
     }

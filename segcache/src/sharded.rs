@@ -11,7 +11,7 @@
 use crate::cache::{Expired, OwnedItem, RestoreOutcome, Stats};
 use crate::flight::Flights;
 use crate::hashtable::{hash_key, SHARD_SHIFT};
-use crate::ops::{ArithOpts, DeleteOpts, Request, Response, Store, StoreMode, Ttl};
+use crate::ops::{ArithOpts, Request, Response, Store, StoreMode, Ttl};
 use crate::{Error, Item, Segcache};
 use parking_lot::Mutex;
 use std::time::Duration;
@@ -385,9 +385,7 @@ impl ShardedCache {
     pub fn delete(&self, key: impl AsRef<[u8]>) -> bool {
         let key = key.as_ref();
         let hash = hash_key(key);
-        self.shard_for(hash)
-            .delete_hashed(key, hash, &DeleteOpts::default())
-            .is_ok()
+        self.shard_for(hash).remove_hashed(key, hash)
     }
 
     /// See [`Segcache::ttl`].

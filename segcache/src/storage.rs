@@ -1,38 +1,98 @@
-//! Storage-thread mode: one thread owns a [`Segcache`]; any number of
-//! threads talk to it through bounded queues, as Pelikan's workers talk to
-//! its storage thread.
+//! Storage-thread mode: one owner at a time runs every request on a
+//! [`Segcache`], in order; any number of threads talk to it through
+//! bounded queues, as Pelikan's workers talk to its storage thread.
 //!
 //! Each client has its own pair of `crossbeam_queue::ArrayQueue`s (requests
 //! in, replies out, equal capacity). A client never has more requests in
-//! flight than that capacity, so the storage thread always has room for a
-//! reply and nothing is ever dropped. The storage thread drains every
-//! client's queue in batches; a client wakes it only when the shared
-//! `pending` flag was clear, so a busy thread sees no wake-up syscalls and
-//! an idle one sleeps until a request or its next `expire()` (at least
-//! once per second) is due. Having run dry, it first keeps looking for
-//! work for a quarter of the time it just spent serving (at most 50 µs):
-//! a client that answers a batch with its next one then finds it awake,
-//! while a trickle of small requests costs next to no polling.
+//! flight than that capacity, so there is always room for a reply and
+//! nothing is ever dropped.
 //!
-//! A client waits for replies in one of two ways. A blocking call
-//! ([`Client::recv`], [`Client::run`], the [`StorageHandle`] methods)
-//! spins, yields its core for up to 200 µs (a batch of a few hundred
-//! requests is answered by then), then parks until the storage thread
-//! unparks it. A client
-//! with an event loop of its own instead submits a [`Batch`] with
+//! # Who runs the requests: delegation with combining
+//! The cache (with the list of channels to serve) lives in a cell that
+//! only the holder of the **token** may touch. The token is one atomic
+//! state: `FREE`, `STORAGE` (the storage thread holds it), `CLIENT` (a
+//! client thread holds it) or `GONE` (retired: the storage thread stopped,
+//! or a holder panicked mid-request). Whoever holds it drains every
+//! client's queue (at most `BATCH` requests per queue per pass) and wakes
+//! the clients it answered; nobody else reads or writes the cache, so there
+//! is never a moment with two executors, and each client's requests run in
+//! the order they were submitted.
+//!
+//! * The storage thread holds the token while it is awake: serving, and
+//!   for a short while after it runs dry it keeps looking for work (a
+//!   quarter of the time it just spent serving, at most 50 µs). It
+//!   releases the token before it parks, and takes it back whenever it
+//!   wakes for its own duties: [`Segcache::expire`] at least once a
+//!   second, shutdown (answer everything accepted, save the datapool).
+//! * A client pushes its request (or whole [`Batch`]), sets the shared
+//!   `pending` flag, and tries to take the token. If the storage thread
+//!   is parked the token is free: the client runs its own request and
+//!   whatever other clients queued meanwhile (flat combining), releases
+//!   the token, and the storage thread sleeps on: no futex wake, no park,
+//!   no cross-thread reply at low rates. If the token is taken, the client
+//!   leaves its request to the holder, exactly as it handed it off before:
+//!   at high rates the storage thread is awake and serves.
+//! * A client's turn is bounded (`COMBINE_PASSES` passes that found
+//!   work); if requests keep coming after that, it wakes the storage thread
+//!   and leaves the rest to it, so a worker is never kept from its own
+//!   event loop for long, and a busy storage thread takes over. While
+//!   the storage thread waits for the token, clients leave their requests
+//!   to it (it is next, and drains every queue first), so they never
+//!   starve it of its duties.
+//! * [`StorageConfig::combining`] set to false turns combining off: every
+//!   request is handed to the storage thread (woken if it parked), and
+//!   client threads never touch the cache.
+//!
+//! Why no request is stranded (every step is `SeqCst`; the loom-style
+//! argument for each interleaving): a pusher does *push; swap `pending` to
+//! true; fence; try the token*, a holder that gives the token up does
+//! *store `FREE`; fence; load `pending`*, and a holder starting a pass does
+//! *swap `pending` to false; drain*. The two fences are totally ordered:
+//! if the pusher's comes first, the releaser's load sees `pending` set (or
+//! a later holder cleared it, and that holder drains the request) and the
+//! releaser takes the token back or, if someone else already has, leaves
+//! it to them; if the releaser's comes first, the pusher's try sees `FREE`
+//! (or a newer holder, who cleared `pending` after our swap and drains our
+//! request, or will see `pending` when it releases). A holder's swap that
+//! reads a pusher's `true` synchronizes with that push (the swaps are
+//! read-modify-writes, so every pusher's store heads a release sequence
+//! the later swaps continue), so the drain that follows sees the request.
+//! The storage thread waiting for the token to do its duties says so
+//! (`storage_waits`, then fence, then try again); a releasing client loads
+//! that flag after its fence and unparks it. The cell's accesses are
+//! ordered by the token's successful compare-exchange (acquire) and its
+//! release store; `Turn` is the only way to the cell and debug-asserts
+//! that the token names its holder.
+//!
+//! # Waiting for replies
+//! A blocking call ([`Client::recv`], [`Client::run`], the
+//! [`StorageHandle`] methods) spins, yields its core for up to 200 µs,
+//! then parks until the request's executor unparks it (usually it ran the
+//! request itself and finds the reply at once). A client with an event
+//! loop of its own instead submits a [`Batch`] with
 //! [`Client::submit_batch`], goes on with its loop, and is told through
 //! the callback it registered ([`StorageHandle::client_with_notify`],
 //! e.g. a `mio::Waker`) when replies arrived; [`Client::try_complete`]
 //! then takes the batch back without ever blocking. The callback runs on
-//! the storage thread, at most once per drain of that client's queue and
-//! only while the client is waiting for something.
+//! whichever thread ran the batch (the storage thread, or another client
+//! combining; never for a client's own requests on its own thread), at
+//! most once per drain of that client's queue and only while the client
+//! is waiting for something. It must only wake the client, never block
+//! or call back into this module (the caller holds the token).
+//!
+//! [`StorageHandle::counters`] counts the requests each side ran, so a
+//! caller can see which path its requests took.
 //!
 //! Shutdown (explicit, or when the last handle and client are dropped):
 //! new submissions are refused with [`Error::Closed`], every request already
-//! accepted is answered, then the thread exits and
-//! [`StorageThread::join`] reports how it ended. This module must never
-//! let a client's failure (a panic, a dropped client with requests in
-//! flight) reach the storage thread.
+//! accepted is answered, then the storage thread retires the token, saves
+//! the cache if it has a datapool and exits, and [`StorageThread::join`]
+//! reports how it ended. This module must never let a client's failure (a
+//! panic, a dropped client with requests in flight) reach the cache: a
+//! panic while a client holds the token (a bug in the cache, or a notify
+//! callback that panics) retires the token, fails every waiting client
+//! with [`Error::Closed`] and makes `join` report it, rather than let
+//! anyone run on a cache left half-way through a request.
 
 use crate::batch::Batch;
 use crate::cache::{Expired, OwnedItem, RestoreOutcome, Stats};
@@ -40,8 +100,12 @@ use crate::ops::{ArithOpts, DeleteOpts, GetOpts, Request, Response, Store, Store
 use crate::{Builder, Error, Segcache};
 use crossbeam_queue::ArrayQueue;
 use parking_lot::Mutex;
+use std::cell::UnsafeCell;
 use std::collections::VecDeque;
-use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{
+    fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle, Thread};
 use std::time::{Duration, Instant};
@@ -59,6 +123,12 @@ pub struct StorageConfig {
     pub pin_core: Option<usize>,
     /// Thread name (default "segcache-storage").
     pub name: String,
+    /// Whether a client that finds the storage thread parked runs the
+    /// requests itself instead of waking it (default true; see the module
+    /// doc). False hands every request to the storage thread: the client
+    /// threads never touch the cache, at the price of a wake-up whenever
+    /// the storage thread had parked.
+    pub combining: bool,
 }
 
 impl Default for StorageConfig {
@@ -68,6 +138,7 @@ impl Default for StorageConfig {
             expire_interval: Duration::from_secs(1),
             pin_core: None,
             name: "segcache-storage".into(),
+            combining: true,
         }
     }
 }
@@ -108,10 +179,10 @@ struct Channel {
     requests: ArrayQueue<Job>,
     replies: ArrayQueue<Done>,
     /// The client waits for a reply (parked, or in its own event loop);
-    /// the storage thread clears it when it wakes the client.
+    /// the token's holder clears it when it wakes the client.
     waiting: AtomicBool,
     waiter: Mutex<Option<Thread>>,
-    /// Called (on the storage thread) to wake a client with an event loop.
+    /// Called (by the token's holder) to wake a client with an event loop.
     notify: Option<Notify>,
     /// The client is gone; the channel can be dropped once drained.
     closed: AtomicBool,
@@ -144,12 +215,65 @@ impl Channel {
     }
 }
 
+/// Token states (see the module doc).
+const FREE: u8 = 0;
+/// The storage thread holds the token.
+const STORAGE: u8 = 1;
+/// A client thread holds the token, combining.
+const CLIENT: u8 = 2;
+/// Retired: nobody touches the cache again.
+const GONE: u8 = 3;
+
+/// Most passes with work a client makes in one turn before it leaves the
+/// rest to the storage thread.
+const COMBINE_PASSES: u32 = 4;
+
+/// What the token guards.
+struct Owned {
+    /// Taken by the storage thread when it stops (to save it).
+    cache: Option<Segcache>,
+    /// The holder's copy of the registry of channels to serve.
+    channels: Vec<Arc<Channel>>,
+}
+
+/// How many requests (a [`Batch`] counts as one) each side ran, and how
+/// often a client took the token; see [`StorageHandle::counters`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StorageCounters {
+    /// Requests run by the storage thread.
+    pub storage_jobs: u64,
+    /// Requests run by client threads holding the token (their own and
+    /// other clients', combined).
+    pub client_jobs: u64,
+    /// Turns a client thread took the token (found it free).
+    pub client_turns: u64,
+    /// Times the storage thread took the token (it woke, or kept it
+    /// through a release because work had arrived).
+    pub storage_turns: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    storage_jobs: AtomicU64,
+    client_jobs: AtomicU64,
+    client_turns: AtomicU64,
+    storage_turns: AtomicU64,
+}
+
 struct Shared {
     channels: Mutex<Vec<Arc<Channel>>>,
     channels_changed: AtomicBool,
-    /// Set by clients after pushing; cleared by the storage thread before
-    /// draining. A client wakes the thread only when it flips this.
+    /// Swapped to true by clients after pushing; swapped to false by the
+    /// token's holder before each pass over the queues.
     pending: AtomicBool,
+    /// Who may touch `owned`: `FREE`, `STORAGE`, `CLIENT` or `GONE`.
+    token: AtomicU8,
+    /// The storage thread waits for the token: a releasing client unparks
+    /// it (and leaves pending work to it).
+    storage_waits: AtomicBool,
+    /// The cache; only the token's holder touches it (through [`Turn`]).
+    owned: UnsafeCell<Owned>,
+    counters: Counters,
     /// Submissions between their shutdown check and their push.
     submitting: AtomicUsize,
     shutdown: AtomicBool,
@@ -159,12 +283,117 @@ struct Shared {
     /// Idle channels for the blocking calls of `StorageHandle`.
     pool: Mutex<Vec<Arc<Channel>>>,
     capacity: usize,
+    /// [`StorageConfig::combining`].
+    combining: bool,
     storage: Mutex<Option<Thread>>,
     /// What the cache's build found in its datapool.
     restore_outcome: RestoreOutcome,
 }
 
+// SAFETY: every field but `owned` is `Sync` by itself. `owned` holds a
+// `Segcache` (which is `Send`) and channel handles, and is only ever
+// touched through a `Turn`, i.e. by the one thread whose compare-exchange
+// took the token from `FREE`; the next holder's exchange (acquire) reads
+// the previous holder's release store, so the accesses never overlap and
+// each sees the last one's writes.
+unsafe impl Sync for Shared {}
+
+/// The token, held: the only way to the cache. Dropping it gives the token
+/// back (or, if the holder is unwinding from a panic it hit while holding
+/// it, retires it and stops the storage service).
+struct Turn<'a> {
+    shared: &'a Shared,
+    holder: u8,
+    /// The thread was already unwinding when it took the token (a `Drop`
+    /// running a storage call): dropping is then an ordinary release.
+    unwinding_before: bool,
+}
+
+impl<'a> Turn<'a> {
+    /// Takes the token if it is free.
+    fn try_take(shared: &'a Shared, holder: u8) -> Option<Self> {
+        shared
+            .token
+            .compare_exchange(FREE, holder, SeqCst, SeqCst)
+            .ok()
+            .map(|_| Turn {
+                shared,
+                holder,
+                unwinding_before: thread::panicking(),
+            })
+    }
+
+    fn owned(&mut self) -> &mut Owned {
+        debug_assert_eq!(
+            self.shared.token.load(SeqCst),
+            self.holder,
+            "the cache touched without the token"
+        );
+        // SAFETY: the token is ours: our compare-exchange moved it from
+        // FREE to `holder`, and only a `Turn`'s drop or `retire` moves it
+        // on, so no other thread reaches `owned` until this `Turn` is
+        // gone; the `&mut self` borrow ends before that.
+        unsafe { &mut *self.shared.owned.get() }
+    }
+
+    /// Serves up to `BATCH` requests of every channel; returns how many.
+    /// `own` is the channel of the client running this turn on its own
+    /// thread: it is not woken (it looks for its replies itself).
+    fn drain(&mut self, own: Option<&Channel>) -> usize {
+        let shared = self.shared;
+        let owned = self.owned();
+        if shared.channels_changed.swap(false, SeqCst) {
+            let mut registry = shared.channels.lock();
+            registry.retain(|c| !(c.closed.load(SeqCst) && c.requests.is_empty()));
+            owned.channels.clone_from(&registry);
+        }
+        let cache = owned
+            .cache
+            .as_mut()
+            .expect("the cache stays until the token is retired");
+        drain(cache, &owned.channels, own)
+    }
+
+    /// Keeps the token forever (the storage thread, stopping): nobody may
+    /// touch the cache after this.
+    fn retire(self) {
+        self.shared.token.store(GONE, SeqCst);
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if thread::panicking() && !self.unwinding_before {
+            // The cache may be half-way through a request: nobody runs on
+            // it again. The storage thread, woken, finds the token retired,
+            // stops and wakes every waiting client (they fail with
+            // `Closed`); no client callback runs here, mid-unwind.
+            self.shared.token.store(GONE, SeqCst);
+            self.shared.shutdown.store(true, SeqCst);
+            self.shared.stopped.store(true, SeqCst);
+            self.shared.unpark_storage();
+            return;
+        }
+        self.shared.token.store(FREE, SeqCst);
+        fence(SeqCst);
+        if self.holder == CLIENT && self.shared.storage_waits.load(SeqCst) {
+            self.shared.unpark_storage();
+        }
+    }
+}
+
 impl Shared {
+    fn counters(&self) -> StorageCounters {
+        let c = &self.counters;
+        StorageCounters {
+            storage_jobs: c.storage_jobs.load(Relaxed),
+            client_jobs: c.client_jobs.load(Relaxed),
+            client_turns: c.client_turns.load(Relaxed),
+            storage_turns: c.storage_turns.load(Relaxed),
+        }
+    }
+
     fn register(&self, notify: Option<Notify>) -> Arc<Channel> {
         let channel = Arc::new(Channel::new(self.capacity, notify));
         self.channels.lock().push(Arc::clone(&channel));
@@ -172,23 +401,31 @@ impl Shared {
         channel
     }
 
-    fn wake_storage(&self) {
-        if !self.pending.swap(true, SeqCst) {
-            if let Some(t) = self.storage.lock().as_ref() {
-                t.unpark();
-            }
-        }
-    }
-
-    fn request_shutdown(&self) {
-        self.shutdown.store(true, SeqCst);
-        self.pending.store(true, SeqCst);
+    fn unpark_storage(&self) {
         if let Some(t) = self.storage.lock().as_ref() {
             t.unpark();
         }
     }
 
-    /// Pushes a job unless shut down. The caller guarantees room.
+    fn request_shutdown(&self) {
+        self.shutdown.store(true, SeqCst);
+        self.pending.swap(true, SeqCst);
+        self.unpark_storage();
+    }
+
+    /// Marks the service stopped and wakes every waiting client (a notify
+    /// callback that panics does not keep the others from being woken).
+    fn stop(&self) {
+        self.shutdown.store(true, SeqCst);
+        self.stopped.store(true, SeqCst);
+        for channel in self.channels.lock().iter() {
+            channel.waiting.store(true, SeqCst);
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| channel.wake()));
+        }
+    }
+
+    /// Pushes a job unless shut down, then runs it (and what others queued)
+    /// if the token is free. The caller guarantees room.
     fn push(&self, channel: &Channel, request: Job) -> Result<(), Job> {
         self.submitting.fetch_add(1, SeqCst);
         if self.shutdown.load(SeqCst) {
@@ -199,13 +436,72 @@ impl Shared {
         self.submitting.fetch_sub(1, SeqCst);
         debug_assert!(pushed.is_ok(), "in-flight bound guarantees room");
         pushed?;
-        self.wake_storage();
+        if self.combining {
+            self.pending.swap(true, SeqCst);
+            self.combine(channel);
+        } else if !self.pending.swap(true, SeqCst) {
+            // The storage thread clears `pending` before each pass and
+            // checks it after giving the token up, before it parks: only a
+            // push that finds it clear may have to wake it.
+            self.unpark_storage();
+        }
         Ok(())
+    }
+
+    /// A client's turn (see the module doc): if the token is free, take it
+    /// and serve every queue until a pass finds nothing (at most
+    /// `COMBINE_PASSES` passes with work), give it back, and take it again
+    /// if work arrived meanwhile whose pusher found it taken. Past the
+    /// bound, or when the storage thread waits for the token, the rest is
+    /// left to the storage thread (woken).
+    fn combine(&self, own: &Channel) {
+        // Our `pending` swap before our look at the token (see the module
+        // doc: this fence pairs with the releaser's).
+        fence(SeqCst);
+        let mut passes = 0;
+        loop {
+            if self.token.load(SeqCst) != FREE || self.storage_waits.load(SeqCst) {
+                // The holder sees `pending` when it gives the token up; a
+                // storage thread waiting for the token (woken by the last
+                // release, or within a millisecond) takes it next and
+                // drains every queue first: clients do not starve it.
+                return;
+            }
+            let Some(mut turn) = Turn::try_take(self, CLIENT) else {
+                return;
+            };
+            self.counters.client_turns.fetch_add(1, Relaxed);
+            loop {
+                self.pending.swap(false, SeqCst);
+                let served = turn.drain(Some(own));
+                if served == 0 {
+                    break;
+                }
+                self.counters.client_jobs.fetch_add(served as u64, Relaxed);
+                passes += 1;
+                if passes >= COMBINE_PASSES {
+                    // A queue may still hold work nobody flagged (more
+                    // than `BATCH` in it): flag it for whoever is next.
+                    self.pending.swap(true, SeqCst);
+                    break;
+                }
+            }
+            drop(turn);
+            fence(SeqCst);
+            if !self.pending.load(SeqCst) {
+                return;
+            }
+            if passes >= COMBINE_PASSES || self.storage_waits.load(SeqCst) {
+                // Busy: the storage thread takes over.
+                self.unpark_storage();
+                return;
+            }
+        }
     }
 
     /// Waits for the next reply on a channel with a request in flight:
     /// spins, then yields the core for up to [`CLIENT_SPIN`], then parks
-    /// until the storage thread unparks it.
+    /// until the request's executor unparks it.
     fn wait_reply(&self, channel: &Channel) -> Result<Done, Error> {
         let mut spins = 0u32;
         let mut yielding_since: Option<Instant> = None;
@@ -323,19 +619,27 @@ impl Builder {
             channels: Mutex::new(Vec::new()),
             channels_changed: AtomicBool::new(false),
             pending: AtomicBool::new(false),
+            token: AtomicU8::new(FREE),
+            storage_waits: AtomicBool::new(false),
+            owned: UnsafeCell::new(Owned {
+                cache: Some(cache),
+                channels: Vec::new(),
+            }),
+            counters: Counters::default(),
             submitting: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             users: AtomicUsize::new(1),
             pool: Mutex::new(Vec::new()),
             capacity: config.queue_capacity,
+            combining: config.combining,
             storage: Mutex::new(None),
             restore_outcome,
         });
         let thread_shared = Arc::clone(&shared);
         let join = thread::Builder::new()
             .name(config.name.clone())
-            .spawn(move || run(cache, &thread_shared, &config))
+            .spawn(move || run(&thread_shared, &config))
             .map_err(|e| Error::InvalidConfig {
                 field: "name",
                 reason: format!("cannot spawn the storage thread: {e}"),
@@ -351,12 +655,7 @@ struct StopGuard<'a>(&'a Shared);
 
 impl Drop for StopGuard<'_> {
     fn drop(&mut self) {
-        self.0.shutdown.store(true, SeqCst);
-        self.0.stopped.store(true, SeqCst);
-        for channel in self.0.channels.lock().iter() {
-            channel.waiting.store(true, SeqCst);
-            channel.wake();
-        }
+        self.0.stop();
     }
 }
 
@@ -369,8 +668,10 @@ fn pin(core: usize) {
 
 /// The storage thread's loop. On shutdown a cache with a datapool is saved
 /// for a warm restart.
-fn run(mut cache: Segcache, shared: &Shared, config: &StorageConfig) -> Result<Stats, Error> {
-    serve(&mut cache, shared, config);
+fn run(shared: &Shared, config: &StorageConfig) -> Result<Stats, Error> {
+    let Some(cache) = serve(shared, config) else {
+        panic!("a client thread panicked while it held the cache; the cache was abandoned");
+    };
     let stats = cache.stats();
     if cache.has_datapool() {
         cache.save()?;
@@ -378,28 +679,56 @@ fn run(mut cache: Segcache, shared: &Shared, config: &StorageConfig) -> Result<S
     Ok(stats)
 }
 
-fn serve(cache: &mut Segcache, shared: &Shared, config: &StorageConfig) {
+/// Takes the token for the storage thread, waiting for a client's turn to
+/// end; `None` if it was retired (a client panicked holding it).
+fn storage_turn(shared: &Shared) -> Option<Turn<'_>> {
+    let turn = loop {
+        if let Some(turn) = Turn::try_take(shared, STORAGE) {
+            break turn;
+        }
+        if shared.token.load(SeqCst) == GONE {
+            return None;
+        }
+        // Say we wait, then try again: a client releasing after our try
+        // sees the flag (both sides fence between their store and their
+        // load) and unparks us; the timeout only bounds a lost wake-up.
+        shared.storage_waits.store(true, SeqCst);
+        fence(SeqCst);
+        if let Some(turn) = Turn::try_take(shared, STORAGE) {
+            break turn;
+        }
+        thread::park_timeout(Duration::from_millis(1));
+    };
+    shared.storage_waits.store(false, SeqCst);
+    shared.counters.storage_turns.fetch_add(1, Relaxed);
+    Some(turn)
+}
+
+/// Serves until shutdown, then returns the cache (`None`: a client
+/// panicked holding it).
+fn serve(shared: &Shared, config: &StorageConfig) -> Option<Segcache> {
     let _guard = StopGuard(shared);
     if let Some(core) = config.pin_core {
         pin(core);
     }
     let interval = config.expire_interval.min(Duration::from_secs(1));
     let mut next_expire = Instant::now() + interval;
-    let mut channels: Vec<Arc<Channel>> = Vec::new();
     // Time spent serving since the thread last ran dry.
     let mut busy = Duration::ZERO;
+    let mut turn = storage_turn(shared)?;
     loop {
-        shared.pending.store(false, SeqCst);
-        if shared.channels_changed.swap(false, SeqCst) {
-            let mut registry = shared.channels.lock();
-            registry.retain(|c| !(c.closed.load(SeqCst) && c.requests.is_empty()));
-            channels.clone_from(&registry);
-        }
+        shared.pending.swap(false, SeqCst);
         let start = Instant::now();
-        let served = drain(cache, &channels);
+        let served = turn.drain(None);
+        shared
+            .counters
+            .storage_jobs
+            .fetch_add(served as u64, Relaxed);
         let now = Instant::now();
         if now >= next_expire {
-            cache.expire();
+            if let Some(cache) = turn.owned().cache.as_mut() {
+                cache.expire();
+            }
             next_expire = now + interval;
         }
         if served > 0 {
@@ -420,11 +749,36 @@ fn serve(cache: &mut Segcache, shared: &Shared, config: &StorageConfig) {
             while shared.submitting.load(SeqCst) != 0 {
                 std::hint::spin_loop();
             }
-            channels.clone_from(&shared.channels.lock());
-            while drain(cache, &channels) > 0 {}
-            return;
+            shared.channels_changed.store(true, SeqCst);
+            loop {
+                let served = turn.drain(None);
+                shared
+                    .counters
+                    .storage_jobs
+                    .fetch_add(served as u64, Relaxed);
+                if served == 0 {
+                    break;
+                }
+            }
+            let cache = turn.owned().cache.take();
+            turn.retire();
+            return cache;
         }
-        thread::park_timeout(next_expire.saturating_duration_since(now));
+        // Park: give the token up first, so that clients run their own
+        // requests meanwhile. Work that arrived before our release and
+        // whose pusher found the token taken is ours: take it back.
+        drop(turn);
+        fence(SeqCst);
+        if shared.pending.load(SeqCst) {
+            if let Some(again) = Turn::try_take(shared, STORAGE) {
+                shared.counters.storage_turns.fetch_add(1, Relaxed);
+                turn = again;
+                continue;
+            }
+            // A client holds it now, and serves what is queued.
+        }
+        thread::park_timeout(next_expire.saturating_duration_since(Instant::now()));
+        turn = storage_turn(shared)?;
     }
 }
 
@@ -452,8 +806,9 @@ fn poll_pending(shared: &Shared, deadline: Instant) -> bool {
     }
 }
 
-/// Serves up to `BATCH` requests per channel; returns how many.
-fn drain(cache: &mut Segcache, channels: &[Arc<Channel>]) -> usize {
+/// Serves up to `BATCH` requests per channel; returns how many. `own`
+/// (the channel of a client running this on its own thread) is not woken.
+fn drain(cache: &mut Segcache, channels: &[Arc<Channel>], own: Option<&Channel>) -> usize {
     let mut served = 0;
     for channel in channels {
         let mut n = 0;
@@ -475,7 +830,14 @@ fn drain(cache: &mut Segcache, channels: &[Arc<Channel>]) -> usize {
             n += 1;
         }
         if n > 0 {
-            channel.wake();
+            if own.is_some_and(|own| std::ptr::eq(own, &**channel)) {
+                // Its client is this thread, awake, and looks for the
+                // replies once its push returns; it re-arms before it
+                // sleeps.
+                channel.waiting.store(false, SeqCst);
+            } else {
+                channel.wake();
+            }
         }
         served += n;
     }
@@ -501,6 +863,11 @@ pub struct Client {
 }
 
 impl Client {
+    /// See [`StorageHandle::counters`].
+    pub fn counters(&self) -> StorageCounters {
+        self.shared.counters()
+    }
+
     /// Requests submitted whose replies have not been taken by `recv`.
     pub fn in_flight(&self) -> usize {
         self.in_flight + self.early.len()
@@ -554,7 +921,9 @@ impl Client {
     }
 
     /// Sends every request of `batch` to the storage thread as one message
-    /// (after the requests submitted before it) without waiting: `batch`
+    /// (after the requests submitted before it) without waiting for another
+    /// thread (if the storage thread sleeps, the batch runs right here,
+    /// holding the cache's token, before this returns): `batch`
     /// is left empty (with spare buffers) until
     /// [`try_complete`](Self::try_complete) hands it back answered.
     /// Keys and values travel in the batch's arena and read replies reuse
@@ -571,8 +940,8 @@ impl Client {
         }
         let mut boxed = self.spare.take().unwrap_or_default();
         std::mem::swap(&mut *boxed, batch);
-        // Armed before the push: the storage thread wakes us once it is
-        // answered, however soon that is.
+        // Armed before the push: whoever runs it wakes us once it is
+        // answered, however soon that is (not if that is this thread).
         self.channel.waiting.store(true, SeqCst);
         if let Err(job) = self.shared.push(&self.channel, Job::Batch(boxed)) {
             if let Job::Batch(mut boxed) = job {
@@ -648,7 +1017,8 @@ impl Client {
         true
     }
 
-    /// Runs `batch` on the storage thread and waits for it (blocking: see
+    /// Runs `batch` on the storage thread (or right here, if it sleeps)
+    /// and waits for it (blocking: see
     /// [`submit_batch`](Self::submit_batch) and
     /// [`try_complete`](Self::try_complete) for an event loop): its
     /// responses are then in [`Batch::responses`]. When the queue is full
@@ -743,11 +1113,14 @@ impl StorageHandle {
         self.new_client(None)
     }
 
-    /// A new client for an event loop: `notify` is called on the storage
-    /// thread when replies arrive while the client waits for them (a batch
-    /// from [`Client::submit_batch`] not yet taken back by
-    /// [`Client::try_complete`]), and when the thread stops. It should
-    /// only wake the loop (e.g. `mio::Waker::wake`), never block.
+    /// A new client for an event loop: `notify` is called by whichever
+    /// thread ran its requests (the storage thread, or another client
+    /// combining; not this client's own thread) when replies arrive while
+    /// the client waits for them (a batch from [`Client::submit_batch`]
+    /// not yet taken back by [`Client::try_complete`]), and when the
+    /// thread stops. It runs while that thread holds the cache, so it
+    /// should only wake the loop (e.g. `mio::Waker::wake`): never block,
+    /// never call into this client or handle.
     ///
     /// ```
     /// use segcache::{Batch, Segcache, StorageConfig};
@@ -798,6 +1171,12 @@ impl StorageHandle {
     /// [`Builder::restore`](crate::Builder::restore)).
     pub fn restore_outcome(&self) -> &RestoreOutcome {
         &self.shared.restore_outcome
+    }
+
+    /// How many requests the storage thread ran and how many client
+    /// threads ran while it was parked (see the module doc), so far.
+    pub fn counters(&self) -> StorageCounters {
+        self.shared.counters()
     }
 
     /// True once the storage thread has stopped.
@@ -1175,6 +1554,112 @@ mod tests {
         assert_eq!(handle.get("blocking").unwrap().unwrap().value(), b"199");
         drop((client, handle));
         thread.join().unwrap();
+    }
+
+    /// Takes the token from the test thread, waiting (bounded) until the
+    /// storage thread has released it.
+    fn hold_token(handle: &StorageHandle) -> Turn<'_> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(turn) = Turn::try_take(&handle.shared, CLIENT) {
+                return turn;
+            }
+            assert!(Instant::now() < deadline, "the token was never free");
+            thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A request pushed while someone else holds the token is left to the
+    /// holder: it is not run by its client, and the holder's release finds
+    /// it pending; the next turn (here the client's own next push) runs it
+    /// before the later one, in order.
+    #[test]
+    fn a_request_pushed_while_the_token_is_held_waits_for_the_holder() {
+        let (handle, thread) = Segcache::builder()
+            .spawn_storage(StorageConfig::default())
+            .unwrap();
+        let mut client = handle.client();
+        let turn = hold_token(&handle);
+        let before = handle.counters();
+        client
+            .try_submit(Request::Store(Store::new(
+                StoreMode::Set,
+                b"k".to_vec(),
+                b"1".to_vec(),
+            )))
+            .unwrap();
+        assert!(client.channel.replies.is_empty(), "ran without the token");
+        assert!(handle.shared.pending.load(SeqCst));
+        assert_eq!(handle.counters(), before);
+        drop(turn);
+        // The next push takes the free token and runs both, in order.
+        client
+            .try_submit(Request::Get {
+                key: b"k".to_vec(),
+                opts: GetOpts::default(),
+            })
+            .unwrap();
+        assert!(matches!(client.recv(), Ok(Some(Response::Stored(Ok(_))))));
+        assert!(matches!(
+            client.recv(),
+            Ok(Some(Response::Get(Ok(Some(f))))) if f.item.value() == b"1"
+        ));
+        drop((client, handle));
+        thread.join().unwrap();
+    }
+
+    /// The storage thread waits for a client's turn to end before it
+    /// touches the cache (here: to stop and hand the cache back).
+    #[test]
+    fn the_storage_thread_waits_for_a_clients_turn_to_end() {
+        let (handle, thread) = Segcache::builder()
+            .spawn_storage(StorageConfig::default())
+            .unwrap();
+        handle.set("k", "v", 0, None).unwrap();
+        let turn = hold_token(&handle);
+        handle.shutdown();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !handle.shared.storage_waits.load(SeqCst) {
+            assert!(Instant::now() < deadline, "the storage thread never asked");
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            !handle.is_stopped(),
+            "stopped while a client held the cache"
+        );
+        drop(turn);
+        assert_eq!(thread.join().unwrap().items, 1);
+        assert!(handle.is_stopped());
+    }
+
+    /// A panic while a client holds the token (here a notify callback,
+    /// called for another client's answered batch) retires the token:
+    /// nobody runs on the cache again, waiting clients fail with `Closed`,
+    /// and `join` reports it.
+    #[test]
+    fn a_panic_while_a_client_holds_the_cache_stops_the_service() {
+        let (handle, thread) = Segcache::builder()
+            .spawn_storage(StorageConfig::default())
+            .unwrap();
+        let mut doomed = handle.client_with_notify(|| panic!("notify fails"));
+        let turn = hold_token(&handle);
+        let mut batch = Batch::new();
+        batch.set("k", "v", 0, None);
+        assert_eq!(doomed.submit_batch(&mut batch), Ok(true));
+        // The holder runs the queued batch and calls its notify, which
+        // panics on the holder's thread.
+        let shared = Arc::clone(&handle.shared);
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let mut turn = turn;
+            turn.drain(None);
+        }));
+        assert!(ran.is_err());
+        assert_eq!(shared.token.load(SeqCst), GONE);
+        assert!(handle.is_stopped());
+        assert_eq!(handle.set("k2", "v", 0, None), Err(Error::Closed));
+        let err = thread.join().unwrap_err();
+        assert!(err.contains("panicked while it held the cache"), "{err}");
+        drop((doomed, handle));
     }
 
     #[test]

@@ -281,3 +281,282 @@ fn bad_storage_config_is_an_error() {
         }
     ));
 }
+
+/// One step of a client's private model: the request and the reply a
+/// cache holding only this thread's keys must give.
+enum Expect {
+    Stored,
+    NotStored,
+    Hit(Vec<u8>),
+    Miss,
+    Deleted,
+    NotFound,
+    Number(u64),
+}
+
+/// A tiny deterministic generator (xorshift), one per thread.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// A random request on one of this thread's keys, applied to `model`,
+/// with the reply it must get. Values are decimal numbers, so `incr`
+/// always applies to a present key.
+fn step(
+    t: u32,
+    rng: &mut Rng,
+    model: &mut std::collections::HashMap<Vec<u8>, Vec<u8>>,
+) -> (Request, Expect) {
+    let key = format!("t{t}k{}", rng.below(6)).into_bytes();
+    let value = rng.below(1000).to_string().into_bytes();
+    let present = model.get(&key).cloned();
+    match rng.below(6) {
+        0 => {
+            model.insert(key.clone(), value.clone());
+            let store = Store::new(StoreMode::Set, key, value);
+            (Request::Store(store), Expect::Stored)
+        }
+        1 => {
+            let expect = if present.is_some() {
+                Expect::NotStored
+            } else {
+                model.insert(key.clone(), value.clone());
+                Expect::Stored
+            };
+            (
+                Request::Store(Store::new(StoreMode::Add, key, value)),
+                expect,
+            )
+        }
+        2 => {
+            let expect = match present {
+                Some(mut old) if old.len() < 12 => {
+                    old.extend_from_slice(b"7");
+                    model.insert(key.clone(), old);
+                    Expect::Stored
+                }
+                Some(_) => {
+                    // Long enough: start the number over instead.
+                    model.insert(key.clone(), value.clone());
+                    let store = Store::new(StoreMode::Set, key, value);
+                    return (Request::Store(store), Expect::Stored);
+                }
+                None => Expect::NotStored,
+            };
+            (
+                Request::Store(Store::new(StoreMode::Append, key, b"7".to_vec())),
+                expect,
+            )
+        }
+        3 => {
+            let expect = match model.remove(&key) {
+                Some(_) => Expect::Deleted,
+                None => Expect::NotFound,
+            };
+            let opts = Default::default();
+            (Request::Delete { key, opts }, expect)
+        }
+        4 => {
+            let delta = rng.below(50);
+            let expect = match present {
+                Some(old) => {
+                    let new = std::str::from_utf8(&old).unwrap().parse::<u64>().unwrap() + delta;
+                    model.insert(key.clone(), new.to_string().into_bytes());
+                    Expect::Number(new)
+                }
+                None => Expect::NotFound,
+            };
+            let opts = ArithOpts::new(true, delta);
+            (Request::Arith { key, opts }, expect)
+        }
+        _ => {
+            let expect = match present {
+                Some(v) => Expect::Hit(v),
+                None => Expect::Miss,
+            };
+            let opts = GetOpts::default();
+            (Request::Get { key, opts }, expect)
+        }
+    }
+}
+
+fn check(expect: &Expect, got: &Response, context: &str) {
+    let ok = match (expect, got) {
+        (Expect::Stored, Response::Stored(Ok(_))) => true,
+        (Expect::NotStored, Response::Stored(Err(Error::NotStored))) => true,
+        (Expect::Hit(v), Response::Get(Ok(Some(found)))) => found.item.value() == &v[..],
+        (Expect::Miss, Response::Get(Ok(None))) => true,
+        (Expect::Deleted, Response::Deleted(Ok(()))) => true,
+        (Expect::NotFound, Response::Deleted(Err(Error::NotFound))) => true,
+        (Expect::NotFound, Response::Number(Err(Error::NotFound))) => true,
+        (Expect::Number(n), Response::Number(Ok((got, _)))) => got == n,
+        _ => false,
+    };
+    assert!(ok, "{context}: got {got:?}");
+}
+
+/// Several threads, each owning its keys, send random requests through
+/// every way in (blocking calls, pipelined submits, `Batch`es run blocking
+/// and submitted from a loop) while the storage thread and the clients
+/// themselves (combining) take turns on the cache: every reply matches
+/// the thread's private model, and every request is counted as run
+/// exactly once, by one side or the other.
+#[test]
+fn every_reply_matches_each_clients_own_model_whoever_runs_it() {
+    model_check(true);
+}
+
+/// With combining off, the same traffic is run by the storage thread
+/// alone: no client ever takes the cache.
+#[test]
+fn with_combining_off_only_the_storage_thread_runs_requests() {
+    model_check(false);
+}
+
+fn model_check(combining: bool) {
+    within(120, move || {
+        // The storage thread wakes every millisecond (for expiry) and
+        // serves while it is awake, so both sides take turns.
+        let (handle, thread) = Segcache::builder()
+            .heap_size(8 << 20)
+            .spawn_storage(StorageConfig {
+                expire_interval: Duration::from_millis(1),
+                combining,
+                ..config(16)
+            })
+            .unwrap();
+        let threads: Vec<_> = (0..4u32)
+            .map(|t| {
+                let handle = handle.clone();
+                std::thread::spawn(move || {
+                    let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((u64::from(t) + 1) * 7919));
+                    let mut model = std::collections::HashMap::new();
+                    let mut client = handle.client();
+                    let mut batch = segcache::Batch::new();
+                    let mut jobs = 0u64;
+                    // At least 1500 rounds, and on until both sides have run
+                    // requests (bounded).
+                    for round in 0..200_000u32 {
+                        let c = handle.counters();
+                        if round >= 1500 && c.storage_jobs > 0 && (c.client_jobs > 0 || !combining)
+                        {
+                            break;
+                        }
+                        let n = 1 + rng.below(8) as usize;
+                        let steps: Vec<_> = (0..n).map(|_| step(t, &mut rng, &mut model)).collect();
+                        let context = format!("thread {t} round {round}");
+                        match rng.below(4) {
+                            0 => {
+                                for (request, expect) in steps {
+                                    check(&expect, &handle.call(request).unwrap(), &context);
+                                    jobs += 1;
+                                }
+                            }
+                            1 => {
+                                let mut expects = Vec::new();
+                                for (request, expect) in steps {
+                                    client.submit(request).unwrap();
+                                    expects.push(expect);
+                                    jobs += 1;
+                                }
+                                for expect in &expects {
+                                    let reply = client.recv().unwrap().expect("a reply");
+                                    check(expect, &reply, &context);
+                                }
+                                assert_eq!(client.recv().unwrap(), None);
+                            }
+                            mode => {
+                                batch.clear();
+                                for (request, _) in &steps {
+                                    batch.push(request);
+                                }
+                                if mode == 2 {
+                                    client.run(&mut batch).unwrap();
+                                } else {
+                                    assert!(client.submit_batch(&mut batch).unwrap());
+                                    while !client.try_complete(&mut batch).unwrap() {
+                                        std::thread::yield_now();
+                                    }
+                                }
+                                jobs += 1;
+                                assert_eq!(batch.responses().len(), steps.len());
+                                for ((_, expect), got) in steps.iter().zip(batch.responses()) {
+                                    check(expect, got, &context);
+                                }
+                            }
+                        }
+                    }
+                    for (key, value) in &model {
+                        let item = handle.get(key).unwrap().expect("own key present");
+                        assert_eq!(item.value(), &value[..]);
+                        jobs += 1;
+                    }
+                    jobs
+                })
+            })
+            .collect();
+        let jobs: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+        let counters = handle.counters();
+        assert!(counters.storage_jobs > 0);
+        if combining {
+            assert!(counters.client_jobs > 0, "{counters:?}");
+        } else {
+            assert_eq!(counters.client_jobs, 0, "{counters:?}");
+            assert_eq!(counters.client_turns, 0, "{counters:?}");
+        }
+        assert_eq!(
+            counters.storage_jobs + counters.client_jobs,
+            jobs,
+            "every request ran exactly once: {counters:?}"
+        );
+        drop(handle);
+        thread.join().unwrap();
+    });
+}
+
+/// The point of combining: a client that finds the storage thread parked
+/// runs its own request (the counters say who ran it) instead of waking
+/// it. The sleeps only give the storage thread the chance to park; the
+/// assertion is on the counters.
+#[test]
+fn a_client_runs_its_request_itself_while_the_storage_thread_sleeps() {
+    within(60, || {
+        let (handle, thread) = Segcache::builder().spawn_storage(config(8)).unwrap();
+        let (mut combined, mut last) = (0, 0);
+        for i in 0..200u32 {
+            last = i;
+            std::thread::sleep(Duration::from_millis(2));
+            let before = handle.counters();
+            handle.set(b"k", i.to_string(), 0, None).unwrap();
+            let after = handle.counters();
+            assert_eq!(
+                after.storage_jobs + after.client_jobs,
+                before.storage_jobs + before.client_jobs + 1
+            );
+            if after.client_jobs == before.client_jobs + 1 {
+                assert!(after.client_turns > before.client_turns);
+                combined += 1;
+                if combined == 5 {
+                    break;
+                }
+            }
+        }
+        assert_eq!(
+            combined,
+            5,
+            "no call ran on its caller: {:?}",
+            handle.counters()
+        );
+        let value = handle.get(b"k").unwrap().unwrap().into_value();
+        assert_eq!(value, last.to_string().into_bytes());
+        drop(handle);
+        thread.join().unwrap();
+    });
+}

@@ -11,8 +11,13 @@
 //! [`segcache::Batch`] (keys and values copied into its arena, read
 //! replies copied into buffers it keeps: no allocation in steady state)
 //! and cross to the storage thread as **one** message when the worker
-//! collects the round (`Backend::start`): one wake-up per round, not one
-//! per request. The worker waits for the answer without spinning, asleep
+//! collects the round (`Backend::start`). When the storage thread sleeps
+//! (it only wakes for expiry and shutdown), the worker takes the cache's
+//! token and runs its round itself, with any round another worker queued
+//! meanwhile (delegation with combining, see `segcache::storage`): no
+//! wake-up, no hand-off, the answer is there when `start` returns. When
+//! the storage thread or another worker holds the token, the round is
+//! left to it, and the worker waits for the answer without spinning, asleep
 //! in an epoll of the backend's own ([`StorageWait`]) that the storage
 //! thread wakes when the batch is answered (`Backend::wait`; only a
 //! worker that said it sleeps is woken, so an answer the worker finds

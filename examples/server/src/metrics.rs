@@ -253,6 +253,9 @@ pub struct Metrics {
     pub max_connections: u64,
     pub limit_maxbytes: u64,
     pub max_value: u64,
+    /// The storage thread, when there is one: its counters of who ran the
+    /// requests (the storage thread, or workers combining while it slept).
+    pub storage: std::sync::OnceLock<segcache::StorageHandle>,
 }
 
 /// A sum of every worker's counters at one moment.
@@ -291,6 +294,7 @@ impl Metrics {
             max_connections: max_connections as u64,
             limit_maxbytes: heap as u64,
             max_value: max_value as u64,
+            storage: std::sync::OnceLock::new(),
         }
     }
 
@@ -391,6 +395,13 @@ impl Metrics {
             v.push(("segments_free", st.segments_free.to_string()));
             v.push(("hash_table_bytes", st.hash_table_bytes.to_string()));
             v.push(("total_bytes", st.total_bytes.to_string()));
+        }
+        if let Some(handle) = self.storage.get() {
+            let c = handle.counters();
+            v.push(("storage_thread_jobs", c.storage_jobs.to_string()));
+            v.push(("storage_worker_jobs", c.client_jobs.to_string()));
+            v.push(("storage_worker_turns", c.client_turns.to_string()));
+            v.push(("storage_thread_turns", c.storage_turns.to_string()));
         }
         for (q, name) in [
             (0.5, "latency_p50_us"),

@@ -202,6 +202,7 @@ impl Server {
                     expire_interval: Duration::from_secs(1),
                     pin_core: core_for(config.workers),
                     name: "segcache-storage".into(),
+                    ..StorageConfig::default()
                 })
                 .map_err(storage_err)?;
             (None, Some(handle), Some(storage))
@@ -247,6 +248,9 @@ impl Server {
             config.heap_size,
             max_value,
         ));
+        if let Some(handle) = &handle {
+            let _ = metrics.storage.set(handle.clone());
+        }
         let limits = crate::budget::Limits {
             worker_buffered: config.max_buffered / config.workers,
             max_value,

@@ -4,6 +4,8 @@
 //! not poll. A resource check, not a timing assertion: the bound is a
 //! tenth of one core over the window, where one thread left spinning or
 //! polling in a loop would use the whole core (ten times the bound).
+//! And a sleeping storage thread stays asleep for requests: the workers
+//! run their rounds themselves (its `stats` counters say who ran them).
 #![cfg(target_os = "linux")]
 
 mod common;
@@ -77,4 +79,32 @@ fn storage_thread_and_workers_sleep_when_idle() {
 #[test]
 fn workers_sharing_a_cache_sleep_when_idle() {
     idle_cpu_after_a_burst(&["--workers", "2", "--shared-cache", "--heap-size", "64MiB"]);
+}
+
+/// With several workers and the storage thread, requests that come while
+/// the storage thread sleeps are run by the workers themselves (they take
+/// the cache's token) instead of waking it: the server's `stats` counts
+/// who ran them. The pauses only give the storage thread the chance to
+/// park; the assertion is on the counters.
+#[test]
+fn workers_run_their_rounds_while_the_storage_thread_sleeps() {
+    let server = Server::start(&["--workers", "2", "--heap-size", "64MiB"]);
+    let mut conn = server.connect();
+    conn.expect(b"set quiet 0 0 1\r\nq\r\n", b"STORED\r\n");
+    let count = |conn: &mut common::Conn, name: &str| -> u64 {
+        common::stat(conn, name).unwrap().parse().unwrap()
+    };
+    let before = count(&mut conn, "storage_worker_jobs");
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(5));
+        conn.expect(b"get quiet\r\n", b"VALUE quiet 0 1\r\nq\r\nEND\r\n");
+    }
+    let after = count(&mut conn, "storage_worker_jobs");
+    assert!(
+        after > before,
+        "no round was run by a worker: {before} -> {after}"
+    );
+    // Every job is counted by one side or the other.
+    let total = count(&mut conn, "storage_worker_jobs") + count(&mut conn, "storage_thread_jobs");
+    assert!(total >= 22, "{total} jobs counted for at least 22 rounds");
 }
