@@ -24,8 +24,22 @@ pub(crate) const SMALL_PERCENT: u64 = MIN_SMALL_PERCENT;
 /// tenths of the heap.
 pub(crate) const MIN_SMALL_PERCENT: u64 = 5;
 pub(crate) const MAX_SMALL_PERCENT: u64 = 50;
-/// Bytes the small target moves per ghost hit, per byte of the item.
+/// Bytes the small target moves per ghost hit, per byte of the item, in
+/// a heap of up to [`SLOW_STEP_SEGMENTS`] segments.
 const ADAPT_STEP: u64 = 1;
+/// Per this many segments of the heap the step is divided by one more, up
+/// to [`MAX_STEP_DIVISOR`]. The small pool is whole segments: in a heap of
+/// a few (the block trace at 1 MiB: three), the target must cross a
+/// segment on a single ghost hit or it never moves the pool (a step of
+/// 1/16 there missed 0.0066 more); in a heap of hundreds, a whole item's
+/// size per hit swung the target faster than the pool turns over. A
+/// sixteenth from 256 segments on missed less on 6 of the 19 rows of
+/// BENCHMARKS §1 (clusters 22 and 19 at real rate by 0.0016 / 0.0022,
+/// the block trace at 512 MiB by 0.0030) and more on 2 (cluster 7 at real
+/// rate by 0.0020, a row that moves by ±0.004 with any eviction
+/// parameter; 22 at 2 TTL spans by 0.0001).
+const SLOW_STEP_SEGMENTS: u64 = 16;
+const MAX_STEP_DIVISOR: u64 = 16;
 
 pub(crate) struct Admission {
     /// Per segment id: true if the segment is in the main pool.
@@ -34,6 +48,8 @@ pub(crate) struct Admission {
     pub(crate) ghosts: Ghosts,
     small_target: u64,
     heap_bytes: u64,
+    /// The adaptation step's divisor (see [`SLOW_STEP_SEGMENTS`]).
+    step_divisor: u64,
     /// Keys recently remembered as ghosts of each pool (small, main),
     /// halved whenever their sum passes the ghosts' capacity: about how
     /// many ghosts of each pool the set holds.
@@ -50,6 +66,7 @@ impl Admission {
             ghosts: Ghosts::with_capacity(64),
             small_target: heap_bytes * SMALL_PERCENT / 100,
             heap_bytes,
+            step_divisor: (segments as u64 / SLOW_STEP_SEGMENTS).clamp(1, MAX_STEP_DIVISOR),
             remembered: [1, 1],
         }
     }
@@ -106,8 +123,9 @@ impl Admission {
     /// the small pool is too short: its target grows; one evicted from
     /// main says main is too small: the small target shrinks. As in ARC,
     /// the step is the item's size times the other pool's share of the
-    /// ghosts over this pool's (at least 1): the target settles where a
-    /// ghost of either pool is as likely to come back. (Unweighted, the
+    /// ghosts over this pool's (at least 1), divided by up to 16 in large
+    /// heaps ([`SLOW_STEP_SEGMENTS`]): the target settles where a ghost of
+    /// either pool is as likely to come back. (Unweighted, the
     /// small pool's ghosts, several times as many as main's, pushed the
     /// small pool to its cap on every workload with warm keys.) Between
     /// [`MIN_SMALL_PERCENT`] and [`MAX_SMALL_PERCENT`] of the heap.
@@ -122,7 +140,7 @@ impl Admission {
                 } else {
                     main / small
                 };
-                let step = size as u64 * ADAPT_STEP * weight.max(1);
+                let step = size as u64 * ADAPT_STEP * weight.max(1) / self.step_divisor;
                 self.small_target = if from_main {
                     self.small_target.saturating_sub(step)
                 } else {
@@ -195,15 +213,25 @@ mod tests {
         }
         a.small_target = heap as u64 * 30 / 100;
         let start = a.small_target();
-        assert!(a.readmit(mix(1), 1000), "a small-pool ghost starts warm");
+        assert!(a.readmit(mix(1), 16_000), "a small-pool ghost starts warm");
         let grown = a.small_target() - start;
-        assert_eq!(grown, 1000, "the common pool's ghost moves by its size");
-        assert!(a.readmit(mix(11), 1000), "a main ghost starts warm too");
+        assert_eq!(
+            grown, 1000,
+            "the common pool's ghost moves by its size, a sixteenth in a heap of 1024 segments"
+        );
+        assert!(a.readmit(mix(11), 16_000), "a main ghost starts warm too");
         let shrunk = start + grown - a.small_target();
         assert!(
             (9_000..=11_000).contains(&shrunk),
             "the rare pool's ghost weighs ten: {shrunk}"
         );
+        // In a heap of a few segments a hit moves the target by the whole
+        // item: the pool is whole segments, a sixteenth would never cross one.
+        let mut few = Admission::new(4, 4 << 20);
+        few.remember(mix(5), false);
+        let before = few.small_target();
+        assert!(few.readmit(mix(5), 300_000));
+        assert_eq!(few.small_target() - before, 300_000);
         // The lower bound holds.
         for i in 0..1_000u64 {
             a.remember(mix(i + 1_000_000), true);
