@@ -63,8 +63,10 @@ impl ManualClock {
 pub(crate) enum Clock {
     /// Cache time is `base` plus the whole seconds elapsed since the
     /// monotonic reading `start`, so the first tick comes a full second
-    /// after the clock is made.
-    System { start: Mono, base: u32 },
+    /// after the clock is made. `offset` is `base - start.secs` (modulo
+    /// 2^64), so a reading costs an add, the nanoseconds' borrow and a
+    /// clamp.
+    System { start: Mono, offset: u64 },
     /// Cache time and "wall" time are both the manual reading.
     Manual(ManualClock),
 }
@@ -80,19 +82,40 @@ pub(crate) struct Mono {
 
 impl Mono {
     /// Whole seconds from `earlier` to `self` (0 if `earlier` is later).
-    #[inline]
+    #[cfg(test)]
     fn secs_since(self, earlier: Mono) -> u64 {
         // A borrow when the nanoseconds have not yet caught up.
         let borrow = (self.nanos < earlier.nanos) as u64;
         self.secs.saturating_sub(earlier.secs + borrow)
     }
+
+    /// `base` plus the whole seconds from `start` to `self`, for a clock
+    /// whose `offset` is `base - start.secs` (modulo 2^64), clamped to the
+    /// `u32` range. `self` is never earlier than `start` (the clock is
+    /// monotonic), so the modular sum is the exact one.
+    #[inline(always)]
+    fn cache_secs(self, start: Mono, offset: u64) -> u32 {
+        let borrow = (self.nanos < start.nanos) as u64;
+        let secs = self.secs.wrapping_add(offset).wrapping_sub(borrow);
+        secs.min(u32::MAX as u64) as u32
+    }
 }
 
-/// A reading of a monotonic clock. On Linux this is the coarse clock (a
-/// few nanoseconds to read, a few milliseconds of resolution): every
-/// operation reads it, and expiry works in whole seconds.
+/// The `offset` of a system clock reading `base` at `start`.
+fn offset_for(start: Mono, base: u32) -> u64 {
+    (base as u64).wrapping_sub(start.secs)
+}
+
+/// A reading of a monotonic clock. On Linux this is the coarse clock
+/// (`CLOCK_MONOTONIC_COARSE`, read in the vDSO without a system call or a
+/// TSC read): every operation that needs the time reads it, and expiry
+/// works in whole seconds. Its resolution is the kernel tick
+/// (`clock_getres` gives 1-4 ms, 4 ms on this project's hosts): the
+/// reading trails the precise monotonic clock by less than that, which is
+/// far inside the one-second granularity of TTLs, and the same clock
+/// stamps an item's store and judges its expiry.
 #[cfg(target_os = "linux")]
-#[inline]
+#[inline(always)]
 fn monotonic() -> Mono {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -129,9 +152,10 @@ fn unix_secs() -> u64 {
 
 impl Clock {
     pub(crate) fn system() -> Self {
+        let start = monotonic();
         Clock::System {
-            start: monotonic(),
-            base: 0,
+            start,
+            offset: offset_for(start, 0),
         }
     }
 
@@ -139,10 +163,7 @@ impl Clock {
     #[inline]
     pub(crate) fn now(&self) -> u32 {
         match self {
-            Clock::System { start, base } => {
-                let secs = monotonic().secs_since(*start);
-                base.saturating_add(u32::try_from(secs).unwrap_or(u32::MAX))
-            }
+            Clock::System { start, offset } => monotonic().cache_secs(*start, *offset),
             Clock::Manual(clock) => clock.now(),
         }
     }
@@ -162,10 +183,14 @@ impl Clock {
     pub(crate) fn resume(self, saved_now: u32, saved_wall: u64) -> Clock {
         let down = self.wall().saturating_sub(saved_wall);
         match self {
-            Clock::System { .. } => Clock::System {
-                start: monotonic(),
-                base: saved_now.saturating_add(u32::try_from(down).unwrap_or(u32::MAX)),
-            },
+            Clock::System { .. } => {
+                let start = monotonic();
+                let base = saved_now.saturating_add(u32::try_from(down).unwrap_or(u32::MAX));
+                Clock::System {
+                    start,
+                    offset: offset_for(start, base),
+                }
+            }
             Clock::Manual(clock) => {
                 clock.set(saved_now);
                 Clock::Manual(clock)
@@ -221,10 +246,125 @@ mod tests {
     }
 
     #[test]
+    fn cache_seconds_from_the_offset_match_the_elapsed_seconds() {
+        let at = |secs, nanos| Mono { secs, nanos };
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..10_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let start = at(rng % 10_000_000, (rng >> 24) as u32 % 1_000_000_000);
+            let later = at(
+                start.secs + (rng >> 40) % 5_000_000,
+                (rng >> 8) as u32 % 1_000_000_000,
+            );
+            let base = match rng % 3 {
+                0 => 0,
+                1 => (rng >> 16) as u32,
+                _ => u32::MAX - (rng % 7) as u32,
+            };
+            let elapsed = later.secs_since(start);
+            let want = base.saturating_add(u32::try_from(elapsed).unwrap_or(u32::MAX));
+            assert_eq!(later.cache_secs(start, offset_for(start, base)), want);
+        }
+        // A start later in the second than the reading: no tick yet.
+        let start = at(100, 900_000_000);
+        assert_eq!(at(101, 899_999_999).cache_secs(start, offset_for(start, 7)), 7);
+        assert_eq!(at(101, 900_000_000).cache_secs(start, offset_for(start, 7)), 8);
+    }
+
+    /// The coarse clock's resolution, as the kernel reports it.
+    #[cfg(target_os = "linux")]
+    fn coarse_resolution() -> Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec; the call only writes it.
+        let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+        assert_eq!(rc, 0);
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn coarse_resolution() -> Duration {
+        Duration::ZERO
+    }
+
+    #[test]
+    fn coarse_clock_resolution_is_far_below_a_second() {
+        let res = coarse_resolution();
+        assert!(res < Duration::from_millis(100), "{res:?}");
+    }
+
+    /// With the system clock: an item with a TTL is served only while
+    /// less than the TTL has passed since it was stored (measured on the
+    /// precise clock, plus the coarse clock's resolution, by which its
+    /// reading may trail), and it is gone once the TTL has passed.
+    #[test]
+    fn a_ttl_item_is_never_served_at_or_after_its_deadline_on_the_system_clock() {
+        use crate::Segcache;
+        use std::time::Instant;
+        let ttl = Duration::from_secs(1);
+        let deadline_slack = coarse_resolution();
+        let mut cache = Segcache::builder().build().unwrap();
+        for round in 0..2u8 {
+            let key = [b'k', round];
+            cache.set(&key, b"v", 0, Some(ttl)).unwrap();
+            let stored = Instant::now();
+            let mut gone = false;
+            while stored.elapsed() < Duration::from_secs(4) {
+                let asked = Instant::now();
+                let served = cache.get(&key).is_some();
+                if asked >= stored + ttl + deadline_slack {
+                    assert!(!served, "served {:?} after the store", asked - stored);
+                }
+                if !served {
+                    gone = true;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            assert!(gone, "still served 4 s after a 1 s TTL");
+        }
+    }
+
+    /// With a manual clock: an item stored at `t` with TTL `ttl` is served
+    /// at every second before `t + ttl - max(1, ttl / 16)` and at none
+    /// from `t + ttl` on.
+    #[test]
+    fn a_ttl_item_is_never_served_at_or_after_its_deadline_on_a_manual_clock() {
+        use crate::Segcache;
+        for ttl in [1u32, 2, 3, 16, 40, 100, 700] {
+            let clock = ManualClock::new();
+            clock.set(1_000 + ttl * 3);
+            let mut cache = Segcache::builder().clock(clock.clone()).build().unwrap();
+            let stored = clock.now();
+            cache
+                .set(b"key", b"value", 0, Some(Duration::from_secs(ttl.into())))
+                .unwrap();
+            let early = ttl.saturating_sub((ttl / 16).max(1));
+            for passed in 0..=ttl + 2 {
+                let now = stored + passed;
+                clock.set(now);
+                let served = cache.get(b"key").is_some();
+                if passed >= ttl {
+                    assert!(!served, "ttl {ttl}: served {passed} s after the store");
+                    break;
+                }
+                if passed < early {
+                    assert!(served, "ttl {ttl}: gone {passed} s after the store");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn resumed_clock_counts_the_time_down() {
+        let start = monotonic();
         let saved = Clock::System {
-            start: monotonic(),
-            base: 500,
+            start,
+            offset: offset_for(start, 500),
         };
         let wall = unix_secs() - 100; // saved 100 s ago
         let resumed = Clock::system().resume(saved.now(), wall);
