@@ -269,8 +269,14 @@ mod tests {
         }
         // A start later in the second than the reading: no tick yet.
         let start = at(100, 900_000_000);
-        assert_eq!(at(101, 899_999_999).cache_secs(start, offset_for(start, 7)), 7);
-        assert_eq!(at(101, 900_000_000).cache_secs(start, offset_for(start, 7)), 8);
+        assert_eq!(
+            at(101, 899_999_999).cache_secs(start, offset_for(start, 7)),
+            7
+        );
+        assert_eq!(
+            at(101, 900_000_000).cache_secs(start, offset_for(start, 7)),
+            8
+        );
     }
 
     /// The coarse clock's resolution, as the kernel reports it.
