@@ -316,12 +316,12 @@ mod tests {
         let mut cache = Segcache::builder().build().unwrap();
         for round in 0..2u8 {
             let key = [b'k', round];
-            cache.set(&key, b"v", 0, Some(ttl)).unwrap();
+            cache.set(key, b"v", 0, Some(ttl)).unwrap();
             let stored = Instant::now();
             let mut gone = false;
             while stored.elapsed() < Duration::from_secs(4) {
                 let asked = Instant::now();
-                let served = cache.get(&key).is_some();
+                let served = cache.get(key).is_some();
                 if asked >= stored + ttl + deadline_slack {
                     assert!(!served, "served {:?} after the store", asked - stored);
                 }
