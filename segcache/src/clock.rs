@@ -110,7 +110,7 @@ fn offset_for(start: Mono, base: u32) -> u64 {
 /// (`CLOCK_MONOTONIC_COARSE`, read in the vDSO without a system call or a
 /// TSC read): every operation that needs the time reads it, and expiry
 /// works in whole seconds. Its resolution is the kernel tick
-/// (`clock_getres` gives 1-4 ms, 4 ms on this project's hosts): the
+/// (`clock_getres` gives 1-4 ms; 4 ms on the benchmark host): the
 /// reading trails the precise monotonic clock by less than that, which is
 /// far inside the one-second granularity of TTLs, and the same clock
 /// stamps an item's store and judges its expiry.
