@@ -80,7 +80,8 @@
 //! # Guarantees
 //! - Item data never exceeds `heap_size`.
 //! - An item is never served after its deadline, and never expires more
-//!   than `max(1 s, TTL / 16)` before it (see [`Ttl`]). No TTL means it
+//!   than `max(1 s, TTL / 16)` before it, both on the cache's clock (see
+//!   [`Ttl`]: the system clock is the kernel's coarse one). No TTL means it
 //!   never expires (it can still be evicted).
 //! - A failed operation changes nothing: a rejected write or a failed
 //!   condition (`add` on a present key, a stale CAS) leaves the old value

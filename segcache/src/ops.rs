@@ -56,7 +56,11 @@ impl StoreMode {
 /// never dropped before the TTL asked for except by the precision bound
 /// below. An item is never served after its deadline, and it may go up to
 /// `max(1 s, TTL / 16)` **before** it (items that expire together share a
-/// segment, and a segment goes with its earliest item).
+/// segment, and a segment goes with its earliest item). Deadlines are
+/// kept on the cache's clock: unless a [`ManualClock`](crate::ManualClock)
+/// is given, the kernel's coarse monotonic clock, up to one tick
+/// (typically 1-4 ms) behind the precise one, so on a precise clock an
+/// item can be served up to one tick past its deadline.
 ///
 /// ```
 /// use std::time::Duration;
