@@ -348,6 +348,19 @@ impl std::fmt::Debug for Segcache {
     }
 }
 
+/// Whether the item at `at` has `key`; if so, `size` gets its size, read
+/// from the header the compare just loaded (the one-probe writes use it to
+/// account the bytes they unlink without reading the item again).
+#[inline(always)]
+fn key_is_sized(segs: &Segments, at: Location, key: &[u8], size: &mut usize) -> bool {
+    let item = segs.item(at);
+    let found = item.key_is(key);
+    if found {
+        *size = item.size();
+    }
+    found
+}
+
 fn check_key(key: &[u8]) -> Result<(), Error> {
     if key.is_empty() {
         Err(Error::EmptyKey)
@@ -1597,14 +1610,9 @@ impl Segcache {
         }
         let segs = &self.segs;
         let mut size = 0;
-        let removed = self.table.remove(hash, |at| {
-            let item = segs.item(at);
-            let found = item.key_is(key);
-            if found {
-                size = item.size();
-            }
-            found
-        });
+        let removed = self
+            .table
+            .remove(hash, |at| key_is_sized(segs, at, key, &mut size));
         let Some(info) = removed else {
             return false;
         };
@@ -1952,12 +1960,7 @@ impl Segcache {
         let segs = &self.segs;
         let mut old_size = 0;
         let replaced = self.table.replace(hash, loc, rewrite_floor, |at| {
-            let item = segs.item(at);
-            let found = item.key_is(key);
-            if found {
-                old_size = item.size();
-            }
-            found
+            key_is_sized(segs, at, key, &mut old_size)
         });
         let Some(old) = replaced else {
             return self.link_new(hash, loc, size, ttl, now);
