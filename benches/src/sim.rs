@@ -384,7 +384,7 @@ impl SegcacheSim {
         {
             hp += 1;
         }
-        // The merge scratch scales with the heap (at most 1/64 of it), so
+        // The merge scratch scales with the heap (at most 1/16 of it), so
         // the heap sized after the first build's scratch has a scratch no
         // larger: the second build fits.
         let build = |heap: usize| {

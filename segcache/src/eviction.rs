@@ -59,9 +59,9 @@ pub(crate) const MERGE_RATIO: usize = 4;
 /// full segments fits the merge scratch (see [`scratch_items`]).
 const SCRATCH_ITEM_BYTES: usize = 64;
 /// The merge scratch never takes more than this share of the heap
-/// (1/64), so a heap of few segments does not pay for 12-segment runs
+/// (1/16), so a heap of few segments does not pay for 12-segment runs
 /// it can hardly form.
-const SCRATCH_HEAP_SHARE: usize = 64;
+const SCRATCH_HEAP_SHARE: usize = 16;
 
 /// Capacity, in live items, of the merge scratch of a heap of `segments`
 /// segments of `segment_size` bytes: enough for [`COMPACT_MAX_MAIN`]
@@ -1452,8 +1452,10 @@ mod tests {
             s.heap_bytes + s.hash_table_bytes + s.segment_header_bytes + s.admission_bytes
         );
         // Ghosts: about 0.55 bytes per item held (a quarter to three
-        // eighths of an entry of 2 bytes each), plus a flag per segment.
-        let per_item = (s.admission_bytes - 128) as f64 / s.items as f64;
+        // eighths of an entry of 2 bytes each), plus a flag per segment and
+        // the merge scratch, fixed at build.
+        let scratch = (c.merge_scratch.capacity() * std::mem::size_of::<LiveItem>()) as u64;
+        let per_item = (s.admission_bytes - 128 - scratch) as f64 / s.items as f64;
         assert!(
             (0.45..=0.8).contains(&per_item),
             "admission bytes per item: {per_item:.2} ({s:?})"
@@ -1516,12 +1518,13 @@ mod tests {
 
     #[test]
     fn merge_scratch_is_fixed_at_build_and_counted() {
-        // 128 segments of 4 KiB: a scratch of 409 items (1/64 of the heap),
-        // while 12 main segments of ~40-byte items hold up to 1200.
+        // 128 segments of 4 KiB: a scratch of 768 items (12 segments of
+        // 64-byte items), while 12 main segments of ~40-byte items hold
+        // up to 1200.
         let clock = ManualClock::new();
         let mut c = merge_cache(512 << 10, 4 << 10, &clock);
         let cap = scratch_items(128, 4 << 10);
-        assert_eq!(cap, 409);
+        assert_eq!(cap, 768);
         assert_eq!(c.merge_scratch.capacity(), cap);
         let built = c.stats();
         assert!(built.admission_bytes as usize >= cap * std::mem::size_of::<LiveItem>());
