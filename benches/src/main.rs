@@ -536,7 +536,7 @@ fn cell(r: &Result<ReplayStats, String>, baseline: Option<f64>) -> String {
 
 fn mem_cell(r: &Result<ReplayStats, String>, budget: usize) -> String {
     match r {
-        Ok(s) => format!("{:.2}", s.end_bytes as f64 / budget as f64),
+        Ok(s) => format!("{:.4}", s.end_bytes as f64 / budget as f64),
         Err(_) => "n/a".into(),
     }
 }

@@ -338,7 +338,8 @@ impl SegcacheSim {
     /// (and at least 1/128 of the budget); what it leaves goes to the heap,
     /// after the fixed cost (the TTL bucket array), the segment headers and
     /// the admission ghosts (1.125 bytes per typical item: about 0.55 per item
-    /// held, with room for items smaller than typical).
+    /// held, with room for items smaller than typical) and merge eviction's
+    /// scratch (fixed at build, read from the stats of a first build).
     pub fn for_budget(
         budget: usize,
         segment_size: usize,
@@ -367,8 +368,10 @@ impl SegcacheSim {
         // entries, a quarter to three eighths as many as items), reserved at 1.125 per
         // typical item as sizes vary, plus a pool flag per segment.
         let per_segment = per_segment + 1 + segment_size * 9 / 8 / item;
-        let heap_for = |hp: u8| {
-            let room = budget.saturating_sub(fixed + (per_bucket << hp));
+        // `reserve`: bytes the cache allocates at build beyond the above
+        // (merge eviction's fixed scratch, counted in `admission_bytes`).
+        let heap_for = |hp: u8, reserve: usize| {
+            let room = budget.saturating_sub(fixed + (per_bucket << hp) + reserve);
             (room / (segment_size + per_segment)).max(segcache::MIN_SEGMENTS) * segment_size
         };
         // Sizes vary around the mean (the block trace mixes 512 B and
@@ -376,13 +379,23 @@ impl SegcacheSim {
         // budget.
         let mut hp = segcache::MIN_HASH_POWER;
         while hp < 30
-            && ((7usize << hp) * 9 / 10 < heap_for(hp) / item
+            && ((7usize << hp) * 9 / 10 < heap_for(hp, 0) / item
                 || (per_bucket << (hp + 1)) <= budget / 64)
         {
             hp += 1;
         }
-        let mut sim = Self::with_params(heap_for(hp), segment_size, hp, segcache::Eviction::Merge)
-            .map_err(err)?;
+        // The merge scratch scales with the heap (at most 1/16 of it), so
+        // the heap sized after the first build's scratch has a scratch no
+        // larger: the second build fits.
+        let build = |heap: usize| {
+            Self::with_params(heap, segment_size, hp, segcache::Eviction::Merge).map_err(err)
+        };
+        let first = build(heap_for(hp, 0))?;
+        let s = first.cache.stats();
+        // Less the pool flags, already counted per segment.
+        let reserve = (s.admission_bytes - s.segments_used - s.segments_free) as usize;
+        drop(first);
+        let mut sim = build(heap_for(hp, reserve))?;
         sim.label = "segcache".into();
         Ok(sim)
     }

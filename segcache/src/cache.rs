@@ -256,7 +256,9 @@ pub struct Stats {
     /// Bytes of segment headers and TTL bucket lists.
     pub segment_header_bytes: u64,
     /// Merge eviction's admission state: ghost fingerprints of keys
-    /// recently evicted unread and one pool flag per segment.
+    /// recently evicted unread and one pool flag per segment, plus its
+    /// merge scratch (the live items of one merge run; allocated when the
+    /// cache is built, never grown).
     pub admission_bytes: u64,
     /// Everything above together: all the memory the cache allocated.
     pub total_bytes: u64,
@@ -470,6 +472,7 @@ impl Segcache {
     ) -> Self {
         let segments = segs.count();
         let heap_bytes = segs.heap_bytes();
+        let segment_size = segs.segment_size();
         Segcache {
             table,
             segs,
@@ -477,7 +480,12 @@ impl Segcache {
             eviction,
             counters,
             rng: 0x2545_f491_4f6c_dd1d,
-            merge_scratch: Vec::new(),
+            merge_scratch: match eviction {
+                Eviction::Merge => {
+                    Vec::with_capacity(crate::eviction::scratch_items(segments, segment_size))
+                }
+                _ => Vec::new(),
+            },
             admission: Admission::new(segments, heap_bytes),
             clock,
             flush_at: None,
@@ -1843,7 +1851,9 @@ impl Segcache {
         let table = self.table.bytes() as u64;
         let headers = (self.segs.header_bytes() + std::mem::size_of_val(&*self.ttl.buckets)) as u64;
         let free = self.segs.free_count() as u64;
-        let admission = self.admission.bytes() as u64;
+        let admission = (self.admission.bytes()
+            + self.merge_scratch.capacity() * std::mem::size_of::<crate::eviction::LiveItem>())
+            as u64;
         Stats {
             items: c.items,
             live_bytes: c.live_bytes,

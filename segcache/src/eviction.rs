@@ -55,10 +55,32 @@ pub(crate) const COMPACT_MAX_MAIN: usize = 12;
 const _: () = assert!(COMPACT_MAX_MAIN >= MERGE_MAX, "a merge's outputs fit");
 /// A main-pool merge reads about this many segments' worth of live bytes.
 pub(crate) const MERGE_RATIO: usize = 4;
+/// Average item size (bytes) down to which a run of [`COMPACT_MAX_MAIN`]
+/// full segments fits the merge scratch (see [`scratch_items`]).
+const SCRATCH_ITEM_BYTES: usize = 64;
+/// The merge scratch never takes more than this share of the heap
+/// (1/16), so a heap of few segments does not pay for 12-segment runs
+/// it can hardly form.
+const SCRATCH_HEAP_SHARE: usize = 16;
+
+/// Capacity, in live items, of the merge scratch of a heap of `segments`
+/// segments of `segment_size` bytes: enough for [`COMPACT_MAX_MAIN`]
+/// segments of items averaging [`SCRATCH_ITEM_BYTES`], at most
+/// 1/[`SCRATCH_HEAP_SHARE`] of the heap's bytes. The scratch is allocated
+/// once, when the cache is built, counted in `Stats::admission_bytes`,
+/// and never grows: every run a merge reads is cut to what it holds (a
+/// run of smaller items is shorter). Before this bound, runs of 12
+/// segments of ~71-byte items grew an uncounted 55 KB list that put a
+/// 6.2 MiB cache 0.08% over its memory budget (BENCHMARKS §1f).
+pub(crate) fn scratch_items(segments: usize, segment_size: usize) -> usize {
+    let by_run = COMPACT_MAX_MAIN * segment_size / SCRATCH_ITEM_BYTES;
+    let by_heap = segments * segment_size / SCRATCH_HEAP_SHARE / std::mem::size_of::<LiveItem>();
+    by_run.min(by_heap).max(1)
+}
+
 /// A live item of a merge chain, found in pass 1: where it is in the chain
-/// and in the table, so pass 2 needs no second lookup. 20 bytes: a run of
-/// [`COMPACT_MAX_MAIN`] segments keeps the scratch list within what runs
-/// of [`MERGE_MAX`] took at 24 bytes per item.
+/// and in the table, so pass 2 needs no second lookup. 20 bytes each, in
+/// the cache's fixed merge scratch ([`scratch_items`]).
 #[derive(Clone, Copy)]
 pub(crate) struct LiveItem {
     /// Bits 32..64 of the key's hash.
@@ -380,12 +402,21 @@ impl Segcache {
         if forced == 1 {
             range = self.widen(bucket, range, prev).unwrap_or_default();
         }
-        while len < EVALUATION_RUN && self.sealed(at) && !self.admission.is_main(at) {
+        let mut items: usize = chain[..len]
+            .iter()
+            .map(|&id| self.segs.headers[id as usize].live_items as usize)
+            .sum();
+        while len < EVALUATION_RUN
+            && self.sealed(at)
+            && !self.admission.is_main(at)
+            && self.scratch_holds(items, at)
+        {
             let Some(wider) = self.widen(bucket, range, at) else {
                 break;
             };
             range = wider;
             chain[len] = at;
+            items += self.segs.headers[at as usize].live_items as usize;
             len += 1;
             at = self.segs.headers[at as usize].next;
         }
@@ -449,15 +480,21 @@ impl Segcache {
                 let mut run = [NONE; COMPACT_MAX_MAIN];
                 let mut n = 0;
                 let mut live = 0;
+                let mut items = 0;
                 let mut at = start;
                 let mut range = (0, 0);
-                while n < limit && self.sealed(at) && self.admission.is_main(at) == main {
+                while n < limit
+                    && self.sealed(at)
+                    && self.admission.is_main(at) == main
+                    && self.scratch_holds(items, at)
+                {
                     let Some(wider) = self.widen(bucket, range, at) else {
                         break;
                     };
                     range = wider;
                     run[n] = at;
                     live += self.segs.headers[at as usize].live_bytes as usize;
+                    items += self.segs.headers[at as usize].live_items as usize;
                     n += 1;
                     at = self.segs.headers[at as usize].next;
                 }
@@ -501,12 +538,14 @@ impl Segcache {
             let mut chain = [NONE; MERGE_MAX];
             let mut len = 0;
             let mut total = 0;
+            let mut items = 0;
             let mut at = start;
             let mut range = (0, 0);
             while len < MERGE_MAX
                 && (len < 2 || total < MERGE_RATIO * seg_size)
                 && self.sealed(at)
                 && self.admission.is_main(at)
+                && self.scratch_holds(items, at)
             {
                 let Some(wider) = self.widen(bucket, range, at) else {
                     break;
@@ -514,6 +553,7 @@ impl Segcache {
                 range = wider;
                 chain[len] = at;
                 total += self.segs.headers[at as usize].live_bytes as usize;
+                items += self.segs.headers[at as usize].live_items as usize;
                 len += 1;
                 at = self.segs.headers[at as usize].next;
             }
@@ -550,6 +590,12 @@ impl Segcache {
         (range.1 - range.0 <= ttl::spread(bucket)).then_some(range)
     }
 
+    /// Whether the merge scratch holds `items` live items plus those of
+    /// segment `id` (see [`scratch_items`]).
+    fn scratch_holds(&self, items: usize, id: u32) -> bool {
+        items + self.segs.headers[id as usize].live_items as usize <= self.merge_scratch.capacity()
+    }
+
     /// Packs the chain's kept items, in chain order, into its first
     /// segments (the outputs) and evicts the rest; frees the other
     /// segments. Packing in order never writes ahead of what is still to be
@@ -561,15 +607,17 @@ impl Segcache {
         let usable = seg_size - seg_size / 32;
         // Pass 1: the live items with their hashes and access counts, and
         // the bytes at each count.
+        // The run builders cut runs to the scratch; one that still does
+        // not fit changes nothing (the scratch never grows).
+        let items: usize = chain
+            .iter()
+            .map(|&id| self.segs.headers[id as usize].live_items as usize)
+            .sum();
+        if items > self.merge_scratch.capacity() {
+            return false;
+        }
         let mut live = std::mem::take(&mut self.merge_scratch);
         live.clear();
-        // Exactly what the longest run needs, not the next power of two.
-        live.reserve_exact(
-            chain
-                .iter()
-                .map(|&id| self.segs.headers[id as usize].live_items as usize)
-                .sum(),
-        );
         let mut histogram = [0usize; 128];
         let mut forced_bytes = 0usize;
         let (mut expire_at, mut expire_last) = (0u32, 0u32);
@@ -578,6 +626,7 @@ impl Segcache {
                 let hash = self.table.hash(item.key());
                 let loc = Location { seg: src, offset };
                 if let Some((bucket, slot, info)) = self.table.locate(hash, loc) {
+                    debug_assert!(live.len() < live.capacity(), "the scratch never grows");
                     let freq = hashtable::frequency(info);
                     if index < plan.forced {
                         forced_bytes += item.size();
@@ -860,9 +909,11 @@ fn pack(
 
 #[cfg(test)]
 mod tests {
-    use super::{pack, LiveItem, COMPACT_MAX_MAIN, MERGE_MAX};
+    use super::{pack, scratch_items, LiveItem, COMPACT_MAX_MAIN, MERGE_MAX};
     use crate::hashtable::{self, Location};
     use crate::segments::SegState;
+    use crate::segments::NONE;
+    use crate::ttl::BUCKETS;
     use crate::{Eviction, ManualClock, Segcache};
     use std::time::Duration;
 
@@ -1401,8 +1452,10 @@ mod tests {
             s.heap_bytes + s.hash_table_bytes + s.segment_header_bytes + s.admission_bytes
         );
         // Ghosts: about 0.55 bytes per item held (a quarter to three
-        // eighths of an entry of 2 bytes each), plus a flag per segment.
-        let per_item = (s.admission_bytes - 128) as f64 / s.items as f64;
+        // eighths of an entry of 2 bytes each), plus a flag per segment and
+        // the merge scratch, fixed at build.
+        let scratch = (c.merge_scratch.capacity() * std::mem::size_of::<LiveItem>()) as u64;
+        let per_item = (s.admission_bytes - 128 - scratch) as f64 / s.items as f64;
         assert!(
             (0.45..=0.8).contains(&per_item),
             "admission bytes per item: {per_item:.2} ({s:?})"
@@ -1440,5 +1493,80 @@ mod tests {
             }
         }));
         assert_eq!(kept, [5, 4, 3], "count-0 item goes, count-3 fills the room");
+    }
+
+    /// The sum of `live_items` over the longest run of consecutive sealed
+    /// main segments of one TTL bucket, capped at [`COMPACT_MAX_MAIN`]
+    /// segments: what one compaction could read with no scratch bound.
+    fn longest_main_run_items(c: &Segcache) -> usize {
+        let mut best = 0;
+        for bucket in 0..BUCKETS {
+            let mut start = c.ttl.buckets[bucket].head;
+            while start != NONE {
+                let (mut at, mut n, mut items) = (start, 0, 0);
+                while n < COMPACT_MAX_MAIN && c.sealed(at) && c.admission.is_main(at) {
+                    items += c.segs.headers[at as usize].live_items as usize;
+                    n += 1;
+                    at = c.segs.headers[at as usize].next;
+                }
+                best = best.max(items);
+                start = c.segs.headers[start as usize].next;
+            }
+        }
+        best
+    }
+
+    #[test]
+    fn merge_scratch_is_fixed_at_build_and_counted() {
+        // 128 segments of 4 KiB: a scratch of 768 items (12 segments of
+        // 64-byte items), while 12 main segments of ~40-byte items hold
+        // up to 1200.
+        let clock = ManualClock::new();
+        let mut c = merge_cache(512 << 10, 4 << 10, &clock);
+        let cap = scratch_items(128, 4 << 10);
+        assert_eq!(cap, 768);
+        assert_eq!(c.merge_scratch.capacity(), cap);
+        let built = c.stats();
+        assert!(built.admission_bytes as usize >= cap * std::mem::size_of::<LiveItem>());
+        let ghosts_at_build = c.admission.ghosts.bytes();
+        // Keys read once, then rewritten at random: promoted items go to
+        // main, rewrites leave their old copies dead there, thin main
+        // segments get compacted and merged.
+        let mut rng = 7u64;
+        let mut bound_mattered = false;
+        for op in 0..200_000u32 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let key = format!("key-{:05}", rng % 20_000);
+            if op % 3 == 0 {
+                c.get(key.as_bytes());
+            } else {
+                c.set(key.as_bytes(), [op as u8; 24], 0, None).unwrap();
+            }
+            if op % 1000 == 0 {
+                // What the cache accounts for stays what it was built with,
+                // but for the ghosts' growth; the scratch never grows.
+                assert_eq!(c.merge_scratch.capacity(), cap, "op {op}");
+                let s = c.stats();
+                let ghost_growth =
+                    c.admission.ghosts.bytes() - ghosts_at_build.min(c.admission.ghosts.bytes());
+                assert!(
+                    s.total_bytes <= built.total_bytes + ghost_growth as u64,
+                    "op {op}: {} > {} + {ghost_growth}",
+                    s.total_bytes,
+                    built.total_bytes
+                );
+                bound_mattered |= longest_main_run_items(&c) > cap;
+            }
+        }
+        let s = c.stats();
+        assert!(s.merges > 100, "merges ran: {}", s.merges);
+        assert!(
+            bound_mattered,
+            "a run of main segments held more items than the scratch"
+        );
+        assert_eq!(c.merge_scratch.capacity(), cap);
+        c.check_invariants();
     }
 }
