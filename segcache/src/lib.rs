@@ -69,13 +69,16 @@
 //! each), sized from the heap and grown incrementally while the heap has
 //! room for more items than it holds. Merge eviction's admission ghosts
 //! (fingerprints of recently evicted keys, one per four items held) add
-//! about 0.55 bytes per item. At a full heap that is about
-//! `5 + key + value + 64 / (7 × load) + 0.55` bytes per item, with the
-//! table ~85 % loaded: ~16.3 bytes of overhead per item, plus under 1-2
-//! bytes of heap not yet reclaimed (measured: 16.9 B per item for 32-byte
-//! keys and 64-byte values at a 1 GiB heap, 17.7 B at 64 MiB). Segment
-//! headers add 44 bytes per segment. [`Segcache::stats`] reports every
-//! byte allocated.
+//! about 0.55 bytes per item, and its merge scratch (20 bytes for each
+//! live item of one merge run: room for 12 segments of 64-byte items, at
+//! most 1/16 of the heap, reserved at build) a fixed
+//! `12 × segment_size × 20 / 64` bytes. At a full heap that is about
+//! `5 + key + value + 64 / (7 × load) + 0.55` bytes per item plus the
+//! scratch's share, with the table ~85 % loaded: ~16.3 bytes of overhead
+//! per item, plus the scratch and under 1 byte of heap not yet reclaimed
+//! (measured with 256 KiB segments, 32-byte keys and 64-byte values:
+//! 16.3 B per item at a 1 GiB heap, 18.1 B at 64 MiB). Segment headers add
+//! 44 bytes per segment. [`Segcache::stats`] reports every byte allocated.
 //!
 //! # Guarantees
 //! - Item data never exceeds `heap_size`.
@@ -93,7 +96,7 @@
 //! - **Segcache** has TTLs as a first-class, per-item feature that costs
 //!   nothing to expire (whole segments), memcache semantics (flags, CAS,
 //!   add/replace/append, incr/decr, stale-while-revalidate win tokens),
-//!   a heap bounded in bytes with ~17 B of overhead per item, a storage-
+//!   a heap bounded in bytes with 16-18 B of overhead per item, a storage-
 //!   thread mode and a warm restart from a file-backed heap. It stores
 //!   bytes, not Rust values.
 //! - **quick_cache** stores any `K: Hash + Eq`, `V: Clone` with a weigher,
