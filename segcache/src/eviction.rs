@@ -78,59 +78,68 @@ pub(crate) fn scratch_items(segments: usize, segment_size: usize) -> usize {
     by_run.min(by_heap).max(1)
 }
 
-/// A live item of a merge chain, found in pass 1: where it is in the chain
-/// and in the table, so pass 2 needs no second lookup. 20 bytes each, in
-/// the cache's fixed merge scratch ([`scratch_items`]).
-#[derive(Clone, Copy)]
-pub(crate) struct LiveItem {
-    /// Bits 32..64 of the key's hash.
-    hash_high: u32,
-    /// Bits 16..32 of the hash (the ghosts use bits 16..64), then the
-    /// access count (7 bits), the table slot (3) and the segment's position
-    /// in the chain (5).
-    packed: u32,
-    offset: u32,
-    size: u32,
-    bucket: u32,
-}
-const _: () = assert!(std::mem::size_of::<LiveItem>() == 20);
-const _: () = assert!(COMPACT_MAX_MAIN <= 32, "the chain position has 5 bits");
+/// A live item of a merge chain, found in pass 1, in one word: its
+/// table entry's position (bucket, slot), its size and its access count.
+/// Pass 2 reads the item's location from the entry and moves or clears
+/// that entry with no second lookup; its chain position is implied
+/// (records are in chain order); the hash the ghosts need is recomputed
+/// from the key, for evicted items only. 8 bytes each (20 before: hash
+/// bits, offset and chain position were stored too), in the cache's fixed
+/// merge scratch ([`scratch_items`]).
+///
+/// Bits: 0..3 the slot (a bucket has seven), 3..10 the access count
+/// (0..=127), 10..32 the size (at most a segment, at most 2 MiB), 32..64
+/// the bucket (a table position: below 2^31, or the draining table's
+/// flag, bit 31, with one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LiveItem(u64);
+const _: () = assert!(std::mem::size_of::<LiveItem>() == 8);
+const SLOT_BITS: u32 = 3;
+const FREQ_BITS: u32 = 7;
+const SIZE_BITS: u32 = 22;
+const FREQ_SHIFT: u32 = SLOT_BITS;
+const SIZE_SHIFT: u32 = FREQ_SHIFT + FREQ_BITS;
+const BUCKET_SHIFT: u32 = SIZE_SHIFT + SIZE_BITS;
+const _: () = assert!(BUCKET_SHIFT == 32, "the bucket takes the high word");
+const _: () = assert!(
+    hashtable::MAX_SEGMENT_SIZE < 1 << SIZE_BITS,
+    "an item of a whole segment fits the size field"
+);
 
 impl LiveItem {
-    fn new(hash: u64, offset: u32, size: u32, bucket: u32, index: u8, slot: u8, freq: u8) -> Self {
-        debug_assert!(slot < 8 && (index as usize) < COMPACT_MAX_MAIN && freq < 128);
-        LiveItem {
-            hash_high: (hash >> 32) as u32,
-            packed: (hash >> 16) as u32 & 0xffff
-                | (freq as u32 & 0x7f) << 16
-                | (slot as u32 & 0x7) << 23
-                | (index as u32 & 0x1f) << 26,
-            offset,
-            size,
-            bucket,
-        }
+    #[inline]
+    fn new(bucket: usize, slot: usize, size: usize, freq: u8) -> Self {
+        debug_assert!(bucket <= u32::MAX as usize, "bucket {bucket}");
+        debug_assert!(slot < 1 << SLOT_BITS, "slot {slot}");
+        debug_assert!(size < 1 << SIZE_BITS, "size {size}");
+        debug_assert!((freq as u32) < 1 << FREQ_BITS, "freq {freq}");
+        LiveItem(
+            (bucket as u64) << BUCKET_SHIFT
+                | (size as u64) << SIZE_SHIFT
+                | (freq as u64) << FREQ_SHIFT
+                | slot as u64,
+        )
     }
 
-    /// The hash with its low 16 bits cleared (all the ghosts look at).
+    /// The table position's bucket.
     #[inline]
-    fn hash(&self) -> u64 {
-        (self.hash_high as u64) << 32 | ((self.packed & 0xffff) as u64) << 16
-    }
-
-    #[inline]
-    fn freq(&self) -> u8 {
-        (self.packed >> 16) as u8 & 0x7f
+    fn bucket(self) -> usize {
+        (self.0 >> BUCKET_SHIFT) as usize
     }
 
     #[inline]
-    fn slot(&self) -> u8 {
-        (self.packed >> 23) as u8 & 0x7
+    fn slot(self) -> usize {
+        (self.0 & ((1 << SLOT_BITS) - 1)) as usize
     }
 
-    /// Position of its segment in the chain.
     #[inline]
-    fn index(&self) -> u8 {
-        (self.packed >> 26) as u8 & 0x1f
+    fn size(self) -> usize {
+        (self.0 >> SIZE_SHIFT) as usize & ((1 << SIZE_BITS) - 1)
+    }
+
+    #[inline]
+    fn freq(self) -> u8 {
+        (self.0 >> FREQ_SHIFT) as u8 & ((1 << FREQ_BITS) - 1) as u8
     }
 }
 
@@ -620,6 +629,8 @@ impl Segcache {
         live.clear();
         let mut histogram = [0usize; 128];
         let mut forced_bytes = 0usize;
+        // Records of the forced segments (the first ones of the chain).
+        let mut forced_items = 0usize;
         let (mut expire_at, mut expire_last) = (0u32, 0u32);
         for (index, &src) in chain.iter().enumerate() {
             for (offset, item) in self.segs.item_offsets(src) {
@@ -630,18 +641,11 @@ impl Segcache {
                     let freq = hashtable::frequency(info);
                     if index < plan.forced {
                         forced_bytes += item.size();
+                        forced_items += 1;
                     } else {
                         histogram[freq as usize] += item.size();
                     }
-                    live.push(LiveItem::new(
-                        hash,
-                        offset,
-                        item.size() as u32,
-                        bucket as u32,
-                        index as u8,
-                        slot as u8,
-                        freq,
-                    ));
+                    live.push(LiveItem::new(bucket, slot, item.size(), freq));
                 }
             }
             let header = &self.segs.headers[src as usize];
@@ -693,12 +697,12 @@ impl Segcache {
         loop {
             let fits = pack(
                 &live,
-                plan.forced,
+                forced_items,
                 cutoff,
                 borderline_room,
                 outputs,
                 seg_size,
-                |_, _| {},
+                |_, _, _| {},
             );
             if fits {
                 break;
@@ -726,37 +730,35 @@ impl Segcache {
         let mut run = CopyRun::EMPTY;
         pack(
             &live,
-            plan.forced,
+            forced_items,
             cutoff,
             borderline_room,
             outputs,
             seg_size,
-            |item, to| {
-                let (bucket, slot) = (item.bucket as usize, item.slot() as usize);
-                let from = Location {
-                    seg: chain[item.index() as usize],
-                    offset: item.offset,
-                };
+            |item, forced, to| {
+                let (bucket, slot) = (item.bucket(), item.slot());
+                let from = hashtable::location(self.table.info_at_slot(bucket, slot));
+                debug_assert!(chain.contains(&from.seg), "a record of the chain");
                 match to {
                     Some((out, write)) => {
                         debug_assert!(
-                            out <= item.index() as usize,
+                            chain[out..].contains(&from.seg),
                             "packing never runs ahead of reading"
                         );
                         let to = Location {
                             seg: chain[out],
                             offset: write as u32,
                         };
-                        if from != to && !run.extend(from, to, item.size) {
+                        let size = item.size() as u32;
+                        if from != to && !run.extend(from, to, size) {
                             run.flush(&mut self.segs);
-                            run = CopyRun::start(from, to, item.size);
+                            run = CopyRun::start(from, to, size);
                         }
                         // Survivors of a selection age (their count halves);
                         // forced items (a compaction, a topped-up segment)
                         // were not judged and keep theirs: halving them on
                         // every compaction turned warm probation items cold
                         // before their evaluation.
-                        let forced = (item.index() as usize) < plan.forced;
                         if forced {
                             if from != to {
                                 self.table.relocate(bucket, slot, to);
@@ -764,14 +766,17 @@ impl Segcache {
                         } else {
                             self.table.move_slot(bucket, slot, to);
                         }
-                        written[out].0 += item.size as usize;
+                        written[out].0 += size as usize;
                         written[out].1 += 1;
                     }
                     None => {
-                        self.table.clear_at(bucket, slot);
+                        // Items are copied only to places before their own
+                        // and in order: this one's bytes are still intact.
                         if let Some(from_main) = plan.ghosts {
-                            self.admission.remember(item.hash(), from_main);
+                            let hash = self.table.hash(self.segs.item(from).key());
+                            self.admission.remember(hash, from_main);
                         }
+                        self.table.clear_at(bucket, slot);
                         evicted += 1;
                     }
                 }
@@ -865,10 +870,11 @@ impl CopyRun {
 }
 
 /// Packs the chain's live items, in order, into `outputs` segments of
-/// `seg_size` bytes: forced items and those read at least `cutoff` times
-/// must stay, items one count below fill up to `borderline_room` bytes, the
-/// rest go. Calls `place` with each item and its (output, offset), or
-/// `None` if it goes; returns false (after placing what it could) if an
+/// `seg_size` bytes: the first `forced` items (those of the forced
+/// segments) and those read at least `cutoff` times must stay, items one
+/// count below fill up to `borderline_room` bytes, the rest go. Calls
+/// `place` with each item, whether it is forced, and its (output, offset),
+/// or `None` if it goes; returns false (after placing what it could) if an
 /// item that must stay did not fit.
 fn pack(
     live: &[LiveItem],
@@ -877,16 +883,17 @@ fn pack(
     mut borderline_room: usize,
     outputs: usize,
     seg_size: usize,
-    mut place: impl FnMut(&LiveItem, Option<(usize, usize)>),
+    mut place: impl FnMut(LiveItem, bool, Option<(usize, usize)>),
 ) -> bool {
     let (mut out, mut write) = (0usize, 0usize);
     let mut all_kept = true;
-    for item in live {
-        let size = item.size as usize;
-        let must = (item.index() as usize) < forced || item.freq() as usize >= cutoff;
+    for (i, &item) in live.iter().enumerate() {
+        let size = item.size();
+        let is_forced = i < forced;
+        let must = is_forced || item.freq() as usize >= cutoff;
         let borderline = !must && item.freq() as usize + 1 == cutoff && size <= borderline_room;
         if !(must || borderline) {
-            place(item, None);
+            place(item, is_forced, None);
             continue;
         }
         if write + size > seg_size && out + 1 < outputs {
@@ -897,11 +904,11 @@ fn pack(
             if borderline {
                 borderline_room -= size;
             }
-            place(item, Some((out, write)));
+            place(item, is_forced, Some((out, write)));
             write += size;
         } else {
             all_kept &= !must;
-            place(item, None);
+            place(item, is_forced, None);
         }
     }
     all_kept
@@ -1467,14 +1474,14 @@ mod tests {
     fn packing_keeps_every_item_it_must_even_when_sizes_do_not_split() {
         // Three items of 0.6 segment each do not pack into two segments,
         // although their bytes would: the plan must see that and keep all.
-        let item = |index: u8, size: u32, freq: u8| {
-            LiveItem::new(index as u64, 0, size, 0, index, 1, freq)
-        };
+        let item = |bucket: usize, size: usize, freq: u8| LiveItem::new(bucket, 1, size, freq);
         let live = [item(0, 600, 0), item(1, 600, 0), item(2, 600, 0)];
-        assert!(!pack(&live, 3, 0, 0, 2, 1000, |_, _| {}));
+        assert!(!pack(&live, 3, 0, 0, 2, 1000, |_, _, _| {}));
         let mut placed = vec![];
-        assert!(pack(&live, 3, 0, 0, 3, 1000, |it, to| placed
-            .push((it.index(), to))));
+        assert!(pack(&live, 3, 0, 0, 3, 1000, |it, forced, to| {
+            assert!(forced);
+            placed.push((it.bucket(), to))
+        }));
         assert_eq!(
             placed,
             [(0, Some((0, 0))), (1, Some((1, 0))), (2, Some((2, 0)))]
@@ -1487,7 +1494,8 @@ mod tests {
             item(1, 300, 3),
         ];
         let mut kept = vec![];
-        assert!(pack(&live, 0, 4, 300, 1, 1000, |it, to| {
+        assert!(pack(&live, 0, 4, 300, 1, 1000, |it, forced, to| {
+            assert!(!forced);
             if to.is_some() {
                 kept.push(it.freq())
             }
