@@ -58,24 +58,40 @@ pub(crate) const MERGE_RATIO: usize = 4;
 /// Average item size (bytes) down to which a run of [`COMPACT_MAX_MAIN`]
 /// full segments fits the merge scratch (see [`scratch_items`]).
 const SCRATCH_ITEM_BYTES: usize = 64;
-/// The merge scratch never takes more than this share of the heap
-/// (1/16), so a heap of few segments does not pay for 12-segment runs
-/// it can hardly form.
-const SCRATCH_HEAP_SHARE: usize = 16;
+/// Beyond [`scratch_floor`], the merge scratch takes at most this share
+/// of the heap (1/512: 0.2 bytes per ~100-byte item held, BENCHMARKS §4a).
+const SCRATCH_HEAP_SHARE: usize = 512;
+/// Whatever the share, the scratch holds a main merge's run of
+/// [`MERGE_RATIO`] full segments of [`SCRATCH_ITEM_BYTES`] items, unless
+/// that is more than 1/[`SCRATCH_FLOOR_SHARE`] of the heap (a heap of a
+/// few segments).
+const SCRATCH_FLOOR_SHARE: usize = 16;
+
+/// The scratch's least capacity, in live items (see [`scratch_items`]).
+fn scratch_floor(segments: usize, segment_size: usize) -> usize {
+    let run = MERGE_RATIO * segment_size / SCRATCH_ITEM_BYTES;
+    run.min(segments * segment_size / SCRATCH_FLOOR_SHARE / std::mem::size_of::<LiveItem>())
+}
 
 /// Capacity, in live items, of the merge scratch of a heap of `segments`
 /// segments of `segment_size` bytes: enough for [`COMPACT_MAX_MAIN`]
-/// segments of items averaging [`SCRATCH_ITEM_BYTES`], at most
-/// 1/[`SCRATCH_HEAP_SHARE`] of the heap's bytes. The scratch is allocated
-/// once, when the cache is built, counted in `Stats::admission_bytes`,
-/// and never grows: every run a merge reads is cut to what it holds (a
-/// run of smaller items is shorter). Before this bound, runs of 12
-/// segments of ~71-byte items grew an uncounted 55 KB list that put a
-/// 6.2 MiB cache 0.08% over its memory budget (BENCHMARKS §1f).
+/// segments of items averaging [`SCRATCH_ITEM_BYTES`], but at most
+/// 1/[`SCRATCH_HEAP_SHARE`] of the heap's bytes beyond a floor of
+/// [`MERGE_RATIO`] such segments ([`scratch_floor`]). The scratch is
+/// allocated once, when the cache is built, counted in
+/// `Stats::admission_bytes`, and never grows: every run a merge reads is
+/// cut to what it holds (a run of smaller items is shorter). Before this
+/// bound, runs of 12 segments of ~71-byte items grew an uncounted 55 KB
+/// list that put a 6.2 MiB cache 0.08% over its memory budget
+/// (BENCHMARKS §1f); with the bound at 1/16 of the heap and 20-byte
+/// records, the scratch cost 1.5 bytes per item held at a full 64 MiB
+/// heap of 256 KiB segments, 5.9% of a heap of 64 segments (§4a).
 pub(crate) fn scratch_items(segments: usize, segment_size: usize) -> usize {
     let by_run = COMPACT_MAX_MAIN * segment_size / SCRATCH_ITEM_BYTES;
     let by_heap = segments * segment_size / SCRATCH_HEAP_SHARE / std::mem::size_of::<LiveItem>();
-    by_run.min(by_heap).max(1)
+    by_run
+        .min(by_heap.max(scratch_floor(segments, segment_size)))
+        .max(1)
 }
 
 /// A live item of a merge chain, found in pass 1, in one word: its
