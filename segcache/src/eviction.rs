@@ -67,6 +67,13 @@ const SCRATCH_HEAP_SHARE: usize = 512;
 /// few segments).
 const SCRATCH_FLOOR_SHARE: usize = 16;
 
+/// Most live items one compaction reads: [`COMPACT_MAX_MAIN`] segments
+/// of items averaging [`SCRATCH_ITEM_BYTES`]. A run of more than the
+/// merge scratch holds is compacted a window of segments at a time.
+fn compaction_run_items(segment_size: usize) -> usize {
+    COMPACT_MAX_MAIN * segment_size / SCRATCH_ITEM_BYTES
+}
+
 /// The scratch's least capacity, in live items (see [`scratch_items`]).
 fn scratch_floor(segments: usize, segment_size: usize) -> usize {
     let run = MERGE_RATIO * segment_size / SCRATCH_ITEM_BYTES;
@@ -87,7 +94,7 @@ fn scratch_floor(segments: usize, segment_size: usize) -> usize {
 /// records, the scratch cost 1.5 bytes per item held at a full 64 MiB
 /// heap of 256 KiB segments, 5.9% of a heap of 64 segments (§4a).
 pub(crate) fn scratch_items(segments: usize, segment_size: usize) -> usize {
-    let by_run = COMPACT_MAX_MAIN * segment_size / SCRATCH_ITEM_BYTES;
+    let by_run = compaction_run_items(segment_size);
     let by_heap = segments * segment_size / SCRATCH_HEAP_SHARE / std::mem::size_of::<LiveItem>();
     by_run
         .min(by_heap.max(scratch_floor(segments, segment_size)))
@@ -494,6 +501,10 @@ impl Segcache {
         // Large items may not pack as the byte counts promise: a run found
         // not to fit is skipped, and at most two are tried per call.
         let mut tries = 2;
+        // A run of more live items than the scratch holds is compacted a
+        // window at a time if its items are small (`compact_in_windows`).
+        let capacity = self.merge_scratch.capacity();
+        let run_items = compaction_run_items(seg_size);
         for bucket in 0..BUCKETS {
             if self.ttl.buckets[bucket].segments < 2 {
                 continue;
@@ -511,7 +522,8 @@ impl Segcache {
                 while n < limit
                     && self.sealed(at)
                     && self.admission.is_main(at) == main
-                    && self.scratch_holds(items, at)
+                    && items + self.segs.headers[at as usize].live_items as usize <= run_items
+                    && self.scratch_holds(0, at)
                 {
                     let Some(wider) = self.widen(bucket, range, at) else {
                         break;
@@ -523,9 +535,24 @@ impl Segcache {
                     n += 1;
                     at = self.segs.headers[at as usize].next;
                 }
-                let outputs = live.div_ceil(usable).max(1);
-                if n >= 2 && outputs < n && live * 8 <= n * seg_size * 7 && tries > 0 {
+                let compacts = |n: usize, live: usize| {
+                    n >= 2 && live.div_ceil(usable).max(1) < n && live * 8 <= n * seg_size * 7
+                };
+                if compacts(n, live) && tries > 0 {
                     tries -= 1;
+                    if items > capacity {
+                        if self.items_at_most(&run[..n], seg_size / 32) {
+                            self.compact_in_windows(bucket, &run[..n], main, live);
+                            return true;
+                        }
+                        // Large items: only what the scratch holds, checked
+                        // by packing.
+                        while items > capacity {
+                            n -= 1;
+                            items -= self.segs.headers[run[n] as usize].live_items as usize;
+                            live -= self.segs.headers[run[n] as usize].live_bytes as usize;
+                        }
+                    }
                     let plan = Plan {
                         forced: n,
                         min_freq: 0,
@@ -534,7 +561,7 @@ impl Segcache {
                         main,
                         fill: true,
                     };
-                    if self.merge_chain(bucket, &run[..n], plan) {
+                    if compacts(n, live) && self.merge_chain(bucket, &run[..n], plan) {
                         return true;
                     }
                 }
@@ -647,7 +674,6 @@ impl Segcache {
         let mut forced_bytes = 0usize;
         // Records of the forced segments (the first ones of the chain).
         let mut forced_items = 0usize;
-        let (mut expire_at, mut expire_last) = (0u32, 0u32);
         for (index, &src) in chain.iter().enumerate() {
             for (offset, item) in self.segs.item_offsets(src) {
                 let hash = self.table.hash(item.key());
@@ -664,11 +690,6 @@ impl Segcache {
                     live.push(LiveItem::new(bucket, slot, item.size(), freq));
                 }
             }
-            let header = &self.segs.headers[src as usize];
-            if header.expire_at != 0 && (expire_at == 0 || header.expire_at < expire_at) {
-                expire_at = header.expire_at;
-            }
-            expire_last = expire_last.max(header.expire_last);
         }
         // How many outputs: enough for the forced items and those read at
         // least `min_freq` times, at least one, at most one fewer than the
@@ -800,6 +821,24 @@ impl Segcache {
         );
         run.flush(&mut self.segs);
         self.merge_scratch = live;
+        let deadlines = self.chain_deadlines(chain);
+        self.finish_merge(bucket, chain, &written[..outputs], deadlines, plan.main);
+        self.counters.evictions += evicted;
+        true
+    }
+
+    /// The end of a merge whose outputs, the first segments of `chain`,
+    /// were written with `written` (bytes, items) each: their headers and
+    /// pool, the other segments freed, the counters, the bucket's cursor.
+    fn finish_merge(
+        &mut self,
+        bucket: usize,
+        chain: &[u32],
+        written: &[(usize, u32)],
+        (expire_at, expire_last): (u32, u32),
+        main: bool,
+    ) {
+        let outputs = written.len();
         let after = match outputs {
             0 => self.segs.headers[chain[chain.len() - 1] as usize].next,
             n => chain[n - 1],
@@ -817,7 +856,7 @@ impl Segcache {
                 header.expire_last = expire_last;
                 self.counters.items += items as u64;
                 self.counters.live_bytes += bytes as u64;
-                self.admission.set_main(src, plan.main);
+                self.admission.set_main(src, main);
             } else {
                 header.live_items = 0;
                 header.live_bytes = 0;
@@ -825,14 +864,113 @@ impl Segcache {
                 self.counters.evicted_segments += 1;
             }
         }
-        self.counters.evictions += evicted;
         self.counters.merges += 1;
         self.ttl.buckets[bucket].merge_cursor = if outputs == 0 {
             after
         } else {
             self.segs.headers[after as usize].next
         };
-        true
+    }
+
+    /// The earliest and latest deadlines of a chain's segments (0: none).
+    fn chain_deadlines(&self, chain: &[u32]) -> (u32, u32) {
+        let (mut expire_at, mut expire_last) = (0u32, 0u32);
+        for &src in chain {
+            let header = &self.segs.headers[src as usize];
+            if header.expire_at != 0 && (expire_at == 0 || header.expire_at < expire_at) {
+                expire_at = header.expire_at;
+            }
+            expire_last = expire_last.max(header.expire_last);
+        }
+        (expire_at, expire_last)
+    }
+
+    /// Whether every item, live or dead, of the chain is at most `max`
+    /// bytes (reads item headers only).
+    fn items_at_most(&self, chain: &[u32], max: usize) -> bool {
+        chain.iter().all(|&id| {
+            self.segs
+                .item_offsets(id)
+                .all(|(_, item)| item.size() <= max)
+        })
+    }
+
+    /// Compacts `chain`, whose live items (`live` bytes) outnumber the
+    /// merge scratch, a window of segments at a time: the scratch holds the
+    /// records of one window, whose items are packed, in order, after
+    /// those of the windows before. The result is what one pass would
+    /// give (the same outputs, each item at the same place, access counts
+    /// kept): every item is at most 1/32 segment (the caller checked), so
+    /// packing in order fills each output but the last past `usable`
+    /// bytes and the `live.div_ceil(usable)` outputs hold everything.
+    /// A window reads only segments nothing has been written to yet:
+    /// items move only into earlier segments or forward in their own.
+    fn compact_in_windows(&mut self, bucket: usize, chain: &[u32], main: bool, live: usize) {
+        let seg_size = self.segs.segment_size();
+        let usable = seg_size - seg_size / 32;
+        let outputs = live.div_ceil(usable).max(1);
+        debug_assert!(outputs < chain.len());
+        let deadlines = self.chain_deadlines(chain);
+        for &dst in &chain[..outputs] {
+            self.segs.bump_generation(dst);
+        }
+        let mut records = std::mem::take(&mut self.merge_scratch);
+        let capacity = records.capacity();
+        let mut written = [(0usize, 0u32); COMPACT_MAX_MAIN];
+        let (mut out, mut write) = (0usize, 0usize);
+        let mut run = CopyRun::EMPTY;
+        let mut next = 0;
+        while next < chain.len() {
+            // The next segments whose live items the scratch holds.
+            records.clear();
+            let mut items = 0;
+            let start = next;
+            while next < chain.len()
+                && items + self.segs.headers[chain[next] as usize].live_items as usize <= capacity
+            {
+                items += self.segs.headers[chain[next] as usize].live_items as usize;
+                next += 1;
+            }
+            assert!(next > start, "every segment of the run fits the scratch");
+            for &src in &chain[start..next] {
+                for (offset, item) in self.segs.item_offsets(src) {
+                    let hash = self.table.hash(item.key());
+                    let loc = Location { seg: src, offset };
+                    if let Some((bucket, slot, info)) = self.table.locate(hash, loc) {
+                        debug_assert!(records.len() < capacity, "the scratch never grows");
+                        let freq = hashtable::frequency(info);
+                        records.push(LiveItem::new(bucket, slot, item.size(), freq));
+                    }
+                }
+            }
+            for &item in &records {
+                let size = item.size();
+                if write + size > seg_size && out + 1 < outputs {
+                    out += 1;
+                    write = 0;
+                }
+                debug_assert!(write + size <= seg_size, "small items pack as counted");
+                let (bucket, slot) = (item.bucket(), item.slot());
+                let from = hashtable::location(self.table.info_at_slot(bucket, slot));
+                let to = Location {
+                    seg: chain[out],
+                    offset: write as u32,
+                };
+                if from != to {
+                    if !run.extend(from, to, size as u32) {
+                        run.flush(&mut self.segs);
+                        run = CopyRun::start(from, to, size as u32);
+                    }
+                    self.table.relocate(bucket, slot, to);
+                }
+                written[out].0 += size;
+                written[out].1 += 1;
+                write += size;
+            }
+        }
+        run.flush(&mut self.segs);
+        self.merge_scratch = records;
+        self.finish_merge(bucket, chain, &written[..outputs], deadlines, main);
     }
 }
 
@@ -932,7 +1070,7 @@ fn pack(
 
 #[cfg(test)]
 mod tests {
-    use super::{pack, scratch_items, LiveItem, COMPACT_MAX_MAIN, MERGE_MAX};
+    use super::{pack, scratch_items, LiveItem, COMPACT_MAX_MAIN, MERGE_MAX, PROMOTE_FREQ};
     use crate::hashtable::{self, Location};
     use crate::segments::SegState;
     use crate::segments::NONE;
@@ -1487,6 +1625,257 @@ mod tests {
     }
 
     #[test]
+    fn merge_records_round_trip_at_their_bit_limits() {
+        // Every field at 0, 1 and its largest value, next to every other
+        // field at its extremes: no field bleeds into another.
+        let buckets = [
+            0,
+            1,
+            (1 << 30) + 7,
+            (1 << 31) - 1,
+            1 << 31,
+            u32::MAX as usize,
+        ];
+        let sizes = [
+            0,
+            1,
+            5,
+            hashtable::MAX_SEGMENT_SIZE - 1,
+            hashtable::MAX_SEGMENT_SIZE,
+            (1 << 22) - 1,
+        ];
+        for bucket in buckets {
+            for slot in [0, 1, 6, 7] {
+                for size in sizes {
+                    for freq in [0u8, 1, 126, 127] {
+                        let r = LiveItem::new(bucket, slot, size, freq);
+                        assert_eq!(
+                            (r.bucket(), r.slot(), r.size(), r.freq()),
+                            (bucket, slot, size, freq)
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_evaluation_keeps_what_was_read_and_remembers_what_it_evicted() {
+        // The reference, read from the table before the evaluation: the
+        // keys of the run's two segments read since written stay (with
+        // their values), the others go and are remembered as ghosts of the
+        // small pool under their own key's hash; nothing else changes.
+        let clock = ManualClock::new();
+        let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+        let value = |k: u32| [k as u8; 80];
+        for k in 0..600u32 {
+            c.set(format!("k{k}"), value(k), 0, None).unwrap();
+        }
+        clock.advance(Duration::from_secs(1));
+        for k in (0..600u32).step_by(7) {
+            assert!(c.get(format!("k{k}")).is_some());
+        }
+        let first = entry(&c, "k0").unwrap().0.seg;
+        let run = [first, c.segs.headers[first as usize].next];
+        let before: Vec<(u32, Location, u8)> = (0..600u32)
+            .map(|k| {
+                let (at, freq) = entry(&c, &format!("k{k}")).unwrap();
+                (k, at, freq)
+            })
+            .collect();
+        let in_run = before.iter().filter(|(_, at, _)| run.contains(&at.seg));
+        let (read, unread): (Vec<&(u32, Location, u8)>, Vec<_>) =
+            in_run.partition(|(_, _, f)| *f >= PROMOTE_FREQ);
+        assert!(
+            read.len() >= 10 && unread.len() >= 60,
+            "{} / {}",
+            read.len(),
+            unread.len()
+        );
+        // As a merge step would, fit the ghosts to the items held first.
+        c.admission.ghosts.fit(c.stats().items as usize);
+        let evictions = c.stats().evictions;
+        assert!(c.evaluate_small(1, false));
+        assert_eq!(c.stats().evictions - evictions, unread.len() as u64);
+        for &(k, at, _) in &before {
+            let key = format!("k{k}");
+            let kept = !run.contains(&at.seg) || read.iter().any(|r| r.0 == k);
+            match c.get(&key) {
+                Some(item) => {
+                    assert!(kept, "{key} should have gone");
+                    assert_eq!(item.value(), &value(k)[..], "{key}");
+                }
+                None => assert!(!kept, "{key} should have stayed"),
+            }
+        }
+        let remembered = unread
+            .iter()
+            .filter(|(k, _, _)| {
+                let hash = c.table.hash(format!("k{k}").as_bytes());
+                c.admission.ghosts.take(hash) == Some(false)
+            })
+            .count();
+        assert_eq!(remembered, unread.len(), "every evicted key is a ghost");
+        c.check_invariants();
+    }
+
+    #[test]
+    fn merges_while_the_table_drains_move_the_right_entries() {
+        // A merge records table positions; while the table grows, those
+        // of entries not yet drained name the old table (its flag bit).
+        // Keys written from a table of 8 buckets until it drains a table
+        // of over a thousand homes; then, with most of it still to drain,
+        // a compaction and an evaluation run: every key reads back its
+        // value (or is gone as it should be), the counters add up.
+        let clock = ManualClock::new();
+        let mut c = Segcache::builder()
+            .heap_size(1 << 20)
+            .segment_size(1 << 10)
+            .hash_power(3)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let value = |k: u32| (k * 7).to_le_bytes().repeat(1 + k as usize % 5);
+        let mut keys = 0u32;
+        while !(c.table.is_growing() && c.table.slots() >= 7 * 2048) {
+            c.set(format!("key{keys}"), value(keys), 0, None).unwrap();
+            keys += 1;
+            assert!(keys < 100_000, "the table grew");
+        }
+        // Thin the oldest segments out (compaction); read a few of their
+        // keys (an evaluation keeps those, evicts the others).
+        let deleted = |k: u32| k < 150 && k % 3 == 0;
+        let read = |k: u32| k < 150 && k % 3 == 1;
+        for k in (0..keys).filter(|&k| deleted(k)) {
+            assert!(c.delete(format!("key{k}")));
+        }
+        clock.advance(Duration::from_secs(1));
+        for k in (0..keys).filter(|&k| read(k)) {
+            assert!(c.get(format!("key{k}")).is_some());
+        }
+        let (merges, evictions) = (c.stats().merges, c.stats().evictions);
+        assert!(c.table.is_growing(), "still draining");
+        assert!(c.compact_any(), "thinned segments compact");
+        assert_eq!(c.stats().evictions, evictions);
+        assert!(c.table.is_growing());
+        assert!(c.evaluate_small(1, true), "an evaluation ran");
+        assert!(c.stats().merges >= merges + 2);
+        assert!(c.stats().evictions > evictions, "unread items went");
+        assert!(c.table.is_growing(), "merged while draining");
+        c.check_invariants();
+        let mut evicted = 0;
+        for k in 0..keys {
+            match c.get(format!("key{k}")) {
+                Some(item) => {
+                    assert!(!deleted(k), "key{k} deleted");
+                    assert_eq!(item.value(), &value(k)[..], "key{k}");
+                }
+                None => {
+                    assert!(!read(k), "read key{k} kept");
+                    evicted += !deleted(k) as u64;
+                }
+            }
+        }
+        assert_eq!(evicted, c.stats().evictions - evictions);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn compaction_in_windows_gives_what_one_pass_gives() {
+        // Two caches take the same writes, deletes and compactions of main
+        // segments: one with the scratch it was built with (256 items,
+        // about five of these segments), so runs of up to twelve are
+        // compacted a window at a time; one with a scratch for whole runs.
+        // Every key ends at the same place with the same count, every
+        // segment with the same header.
+        let clock = ManualClock::new();
+        let build = || merge_cache(128 << 10, 4 << 10, &clock);
+        let (mut windows, mut whole) = (build(), build());
+        assert_eq!(windows.merge_scratch.capacity(), 256);
+        whole.merge_scratch = Vec::with_capacity(12 * 4096 / 64);
+        let mut keys = 0u32;
+        let mut compactions = 0;
+        for round in 0..8u32 {
+            while windows.stats().segments_used < 26 {
+                for c in [&mut windows, &mut whole] {
+                    c.set(format!("k{keys:05}"), [keys as u8; 80], 0, None)
+                        .unwrap();
+                }
+                keys += 1;
+            }
+            clock.advance(Duration::from_secs(1));
+            for c in [&mut windows, &mut whole] {
+                for id in 0..c.segs.count() as u32 {
+                    if c.segs.headers[id as usize].state != SegState::Free {
+                        c.admission.set_main(id, true);
+                    }
+                }
+                for k in 0..keys {
+                    let key = format!("k{k:05}");
+                    let mix = (k as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (32 + round);
+                    match mix % 8 {
+                        0 => {
+                            c.delete(&key);
+                        }
+                        1 => {
+                            c.get(&key);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            loop {
+                let (a, b) = (windows.compact_any(), whole.compact_any());
+                assert_eq!(a, b, "round {round}");
+                if !a {
+                    break;
+                }
+                compactions += 1;
+            }
+            let (a, b) = (windows.stats(), whole.stats());
+            assert_eq!(
+                (
+                    a.merges,
+                    a.items,
+                    a.live_bytes,
+                    a.evictions,
+                    a.segments_used
+                ),
+                (
+                    b.merges,
+                    b.items,
+                    b.live_bytes,
+                    b.evictions,
+                    b.segments_used
+                ),
+                "round {round}"
+            );
+            for k in 0..keys {
+                let key = format!("k{k:05}");
+                assert_eq!(entry(&windows, &key), entry(&whole, &key), "{key}");
+            }
+            for id in 0..windows.segs.count() {
+                let (x, y) = (&windows.segs.headers[id], &whole.segs.headers[id]);
+                assert_eq!(
+                    (x.state, x.write_offset, x.live_items, x.live_bytes, x.next),
+                    (y.state, y.write_offset, y.live_items, y.live_bytes, y.next),
+                    "segment {id}, round {round}"
+                );
+                if x.state != SegState::Free {
+                    let n = x.write_offset as usize;
+                    assert!(
+                        windows.segs.data(id as u32)[..n] == whole.segs.data(id as u32)[..n],
+                        "segment {id} bytes, round {round}"
+                    );
+                }
+            }
+            windows.check_invariants();
+            whole.check_invariants();
+        }
+        assert!(compactions > 10, "compactions: {compactions}");
+    }
+
+    #[test]
     fn packing_keeps_every_item_it_must_even_when_sizes_do_not_split() {
         // Three items of 0.6 segment each do not pack into two segments,
         // although their bytes would: the plan must see that and keep all.
@@ -1542,13 +1931,21 @@ mod tests {
 
     #[test]
     fn merge_scratch_is_fixed_at_build_and_counted() {
-        // 128 segments of 4 KiB: a scratch of 768 items (12 segments of
-        // 64-byte items), while 12 main segments of ~40-byte items hold
-        // up to 1200.
+        // 128 segments of 4 KiB: 1/512 of the heap is 128 items, under
+        // the floor of 256 (4 segments of 64-byte items), while 12 main
+        // segments of ~40-byte items hold up to 1200.
         let clock = ManualClock::new();
         let mut c = merge_cache(512 << 10, 4 << 10, &clock);
         let cap = scratch_items(128, 4 << 10);
-        assert_eq!(cap, 768);
+        assert_eq!(cap, 256);
+        // Full-heap sizes (BENCHMARKS §4a): 256 segments of 256 KiB, 1/512
+        // of the heap (0.2 B per ~100-byte item); 4096 of them, 12 segments
+        // of 64-byte items; 64 segments of 1 MiB (a default heap up to
+        // 64 MiB), the floor; 3 segments, 1/16 of the heap.
+        assert_eq!(scratch_items(256, 256 << 10), 16_384);
+        assert_eq!(scratch_items(4096, 256 << 10), 12 * 4096);
+        assert_eq!(scratch_items(64, 1 << 20), 4 * (1 << 20) / 64);
+        assert_eq!(scratch_items(3, 4 << 10), 3 * 4096 / 16 / 8);
         assert_eq!(c.merge_scratch.capacity(), cap);
         let built = c.stats();
         assert!(built.admission_bytes as usize >= cap * std::mem::size_of::<LiveItem>());
