@@ -10,6 +10,8 @@
 //!    been thinned out (deletes, overwrites,
 //!    segments sealed young) so that its live items fit in fewer segments
 //!    at no more than 7/8 live, it is packed in place; nothing is evicted.
+//!    A run of more live items than the merge scratch holds is packed a
+//!    window of segments at a time, with the same result.
 //! 2. While the small pool is over its share of the segments in use, the
 //!    oldest small segments (two consecutive ones of one TTL bucket) are
 //!    *evaluated*: items read since they were
@@ -86,8 +88,13 @@ fn scratch_floor(segments: usize, segment_size: usize) -> usize {
 /// 1/[`SCRATCH_HEAP_SHARE`] of the heap's bytes beyond a floor of
 /// [`MERGE_RATIO`] such segments ([`scratch_floor`]). The scratch is
 /// allocated once, when the cache is built, counted in
-/// `Stats::admission_bytes`, and never grows: every run a merge reads is
-/// cut to what it holds (a run of smaller items is shorter). Before this
+/// `Stats::admission_bytes`, and never grows: the run of an evaluation or
+/// a main merge is cut to what it holds (a run of smaller items is
+/// shorter); a compaction reads a longer one a window at a time
+/// (`compact_in_windows`). At 1/16 of the heap instead of 1/512, with
+/// compactions cut too, cluster 22 of BENCHMARKS §1 (~63-byte items)
+/// missed 0.0065 more: its compactions, not its merges, need the long
+/// runs. Before this
 /// bound, runs of 12 segments of ~71-byte items grew an uncounted 55 KB
 /// list that put a 6.2 MiB cache 0.08% over its memory budget
 /// (BENCHMARKS §1f); with the bound at 1/16 of the heap and 20-byte
