@@ -2005,14 +2005,17 @@ impl Segcache {
         let may_evict = self.eviction != Eviction::None;
         let (items, live) = (self.counters.items, self.counters.live_bytes);
         let slots = self.table.slots();
-        // Grow the table rather than drop items while the heap has room: a
-        // free segment, and more items (at the current average size) than
-        // the table holds well.
+        // Grow the table rather than drop items when the heap, at the
+        // current average item size, holds more items than the table holds
+        // well (9/10 of its slots): while the heap fills, and at a full heap
+        // too (merge eviction keeps it full), so a workload that moves from
+        // large items to small ones is bounded by heap bytes, not by a
+        // table sized for the large ones.
         let grow = || {
             let projected =
                 segs.heap_bytes() as u128 * (items as u128 + 1) / (live as u128 + size as u128);
             let projected = projected.min(usize::MAX as u128) as usize;
-            (segs.free_count() > 0 && projected > slots / 10 * 9).then_some(projected)
+            (projected > slots / 10 * 9).then_some(projected)
         };
         let result = match self.table.insert_absent(hash, loc, may_evict, grow) {
             Ok(evicted) => {
@@ -2761,6 +2764,83 @@ mod tests {
         for i in (0..n).step_by(7) {
             assert_eq!(c.get(format!("k{i}").as_bytes()).unwrap().value(), b"x");
         }
+        c.check_invariants();
+    }
+
+    #[test]
+    fn segments_of_more_tiny_items_than_the_merge_scratch_holds_are_evicted_whole() {
+        // Items of 6-9 bytes (1-4 byte keys, empty values): an 8 KiB segment
+        // holds ~1,000 of them, more than the merge scratch's records, so no
+        // evaluation can read one; eviction frees such segments whole and
+        // every write still succeeds.
+        let mut c = Segcache::builder()
+            .heap_size(128 << 10)
+            .segment_size(8 << 10)
+            .hash_power(14)
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        assert!(c.merge_scratch.capacity() < (8 << 10) / 9);
+        for i in 0..200_000u32 {
+            let key = (i % 40_000).to_le_bytes();
+            let len = 1 + (i % 4) as usize;
+            c.set(&key[..len], b"", 0, None).unwrap();
+            if i % 20_000 == 0 {
+                c.check_invariants();
+            }
+        }
+        assert!(c.stats().evictions > 0);
+        assert!(c.len() > 5_000, "{} items", c.len());
+        c.check_invariants();
+    }
+
+    #[test]
+    fn a_full_heap_grows_its_table_when_items_turn_small() {
+        // A heap first filled (and kept full by merge eviction) with ~900 B
+        // items from a table of 8 buckets, then written with small items:
+        // the heap holds ~20x more of those than the table has slots, so the
+        // table grows instead of dropping entries from its full windows.
+        let mut c = Segcache::builder()
+            .heap_size(256 << 10)
+            .segment_size(8 << 10)
+            .hash_power(3)
+            .clock(ManualClock::new())
+            .build()
+            .unwrap();
+        let big = vec![7u8; 900];
+        for i in 0..2_000u32 {
+            c.set(format!("big{i}").as_bytes(), &big, 0, None).unwrap();
+        }
+        assert_eq!(c.segs.free_count(), 0, "the heap is full");
+        let slots = c.table.slots();
+        let n = 40_000u32;
+        for i in 0..n {
+            c.set(format!("k{i}").as_bytes(), b"v", 0, None).unwrap();
+        }
+        let s = c.stats();
+        // 8-12 B items: the heap's 256 KiB hold over 20k of them. Without
+        // growth at a full heap the table kept its 8 buckets (343 slots)
+        // and held ~300 items.
+        assert!(
+            c.table.slots() > 20 * slots,
+            "{} -> {} slots",
+            slots,
+            c.table.slots()
+        );
+        assert!(
+            s.items > 15_000,
+            "{} items, {} live bytes",
+            s.items,
+            s.live_bytes
+        );
+        // Every counted item is a key that reads back.
+        let small = (0..n)
+            .filter(|i| c.get(format!("k{i}").as_bytes()).is_some())
+            .count();
+        let big = (0..2_000u32)
+            .filter(|i| c.get(format!("big{i}").as_bytes()).is_some())
+            .count();
+        assert_eq!((small + big) as u64, s.items);
         c.check_invariants();
     }
 

@@ -672,7 +672,10 @@ impl Segcache {
             .iter()
             .map(|&id| self.segs.headers[id as usize].live_items as usize)
             .sum();
-        if items > self.merge_scratch.capacity() {
+        // An empty chain: its first segment alone held more live items
+        // than the scratch (items under ~16 bytes); eviction then frees the
+        // oldest segment whole.
+        if chain.is_empty() || items > self.merge_scratch.capacity() {
             return false;
         }
         let mut live = std::mem::take(&mut self.merge_scratch);
