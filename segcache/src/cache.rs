@@ -2841,6 +2841,13 @@ mod tests {
             .filter(|i| c.get(format!("big{i}").as_bytes()).is_some())
             .count();
         assert_eq!((small + big) as u64, s.items);
+        // The newest keys stay: probation segments too small-itemed for an
+        // evaluation are freed whole, oldest first (chain order, not the
+        // creation second they all share on this clock).
+        let newest = (n - 2_000..n)
+            .filter(|i| c.get(format!("k{i}").as_bytes()).is_some())
+            .count();
+        assert!(newest > 1_900, "{newest} of the newest 2000 keys");
         c.check_invariants();
     }
 

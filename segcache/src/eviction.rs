@@ -335,7 +335,16 @@ impl Segcache {
             return true;
         }
         match self.oldest_small() {
-            Some(id) => {
+            Some(mut id) => {
+                // Segments created in the same second tie on `create_at`:
+                // the bucket's chain order says which is oldest.
+                loop {
+                    let prev = self.segs.headers[id as usize].prev;
+                    if !self.sealed(prev) || self.admission.is_main(prev) {
+                        break;
+                    }
+                    id = prev;
+                }
                 self.evict_segment(id);
                 true
             }
