@@ -352,6 +352,13 @@ fn none() -> *mut ffi::PyObject {
     }
 }
 
+/// `None`, borrowed (the caller takes a reference before returning it).
+#[inline(always)]
+fn none_ptr() -> *mut ffi::PyObject {
+    // SAFETY: attached (every caller runs under `call`); a static object.
+    unsafe { ffi::Py_None() }
+}
+
 /// A new reference to `True` or `False`.
 #[inline(always)]
 fn py_bool(b: bool) -> *mut ffi::PyObject {
@@ -446,19 +453,23 @@ entry!(
 entry!(
     /// `Cache.set(key, value, ttl=None)`.
     set = 1,
-    hot |c, py, args| hot::set(c, py, *args, *args.add(1), segcache::Ttl::Never).map(|r| match r {
-        Ok(()) => none(),
-        Err(e) => hot::raise_write(py, *args, e, std::ptr::null_mut()),
-    }),
+    hot |c, py, args| hot::set(c, py, *args, *args.add(1), segcache::Ttl::Never, none_ptr(), std::ptr::null_mut())
+        .inspect(|&r| {
+            if !r.is_null() {
+                // `None`, attached (under `call`): a new reference.
+                ffi::Py_IncRef(r);
+            }
+        }),
     |c, py, a| {
         // `set(k, v, ttl)` / `set(k, v, ttl=...)` with a plain int TTL:
         // the shortcut too, once bound.
         if let Some(ttl) = a.get(2).and_then(|t| hot::int_ttl(t.as_ptr())) {
-            if let Some(r) = hot::set(c, py, a[0].as_ptr(), a[1].as_ptr(), ttl) {
-                return match r {
-                    Ok(()) => none(),
-                    Err(e) => hot::raise_write(py, a[0].as_ptr(), e, std::ptr::null_mut()),
-                };
+            if let Some(r) = hot::set(c, py, a[0].as_ptr(), a[1].as_ptr(), ttl, none_ptr(), std::ptr::null_mut()) {
+                if !r.is_null() {
+                    // `None`, attached (under `call`): a new reference.
+                    ffi::Py_IncRef(r);
+                }
+                return r;
             }
         }
         match c.set(py, &a[0], &a[1], a.get(2).map(|t| &**t)) {

@@ -90,17 +90,31 @@ pub unsafe fn get(
     let k = unsafe { plain_key(key) }?;
     let fetched = {
         let cache = c.open_attached(py)?;
-        // Under the reference, `fetch` only builds bytes, str or int.
+        // Under the reference, `fetch` only builds bytes, str or int. A
+        // `bytes` value (the common case) is its object, or NULL with
+        // the exception set, as the caller returns it: no `Fetched`.
         cache.get_value_with(k, |v, flags| {
-            value::fetch_recycled(py, &c.recycler, v, flags)
+            if flags == FLAG_BYTES {
+                Ok(c.recycler.bytes(py, v))
+            } else {
+                Err(value::fetch(py, v, flags))
+            }
         })
     };
     match fetched {
         None => Some(miss()),
-        Some(f) => match f.into_ready() {
-            Ok(obj) => Some(obj),
-            Err(f) => Some(finish(c, f)),
-        },
+        Some(Ok(obj)) => Some(obj),
+        Some(Err(f)) => Some(other(c, f)),
+    }
+}
+
+/// A fetched value other than `bytes`: its new reference, or NULL with
+/// the exception set (out of line: the `bytes` read's frame stays small).
+#[inline(never)]
+fn other(c: &PyCache, f: value::Fetched<'_>) -> *mut ffi::PyObject {
+    match f.into_ready() {
+        Ok(obj) => obj,
+        Err(f) => finish(c, f),
     }
 }
 
@@ -118,43 +132,58 @@ fn finish(c: &PyCache, f: value::Fetched<'_>) -> *mut ffi::PyObject {
     }
 }
 
-/// `c[key] = value` / `c.set(key, value)` without a TTL: the write's
-/// outcome (the caller raises an error as the general path would, with
+/// `c[key] = value` / `c.set(key, value[, ttl])`: `ok` once written, or
+/// `err` with the exception set as the general path would set it (with
 /// `convert::to_py_err`); `None`: take the general path.
+///
+/// The outcome is the caller's return value itself (a C int or an object
+/// pointer in a register): the core's `Result` is looked at only for its
+/// discriminant on success, and its error moved only on the cold path.
 ///
 /// # Safety
 /// Attached; `key` and `value` live objects borrowed for the call.
 #[inline(always)]
-pub unsafe fn set(
+pub unsafe fn set<R>(
     c: &PyCache,
     py: Python<'_>,
     key: *mut ffi::PyObject,
     value: *mut ffi::PyObject,
     ttl: Ttl,
-) -> Option<Result<(), segcache::Error>> {
+    ok: R,
+    err: R,
+) -> Option<R> {
     // SAFETY: forwarded.
     let k = unsafe { plain_key(key) }?;
     // SAFETY: forwarded.
     let (v, flags) = unsafe { plain_value(value) }?;
     let cache = c.open_attached(py)?;
-    Some(cache.set(k, v, flags, ttl))
+    let written = cache.set(k, v, flags, ttl);
+    Some(if written.is_ok() {
+        ok
+    } else {
+        // SAFETY: forwarded.
+        unsafe { write_failed(py, key, written, err) }
+    })
 }
 
-/// Sets the exception for a failed write of `key` and returns `err`.
+/// Sets the exception for a failed write of `key` (`written` is an
+/// error) and returns `err`.
 ///
 /// # Safety
 /// Attached; `key` a live object borrowed for the call.
 #[cold]
-#[inline(always)]
-pub unsafe fn raise_write<R>(
+#[inline(never)]
+unsafe fn write_failed<R>(
     py: Python<'_>,
     key: *mut ffi::PyObject,
-    e: segcache::Error,
+    written: Result<(), segcache::Error>,
     err: R,
 ) -> R {
-    // SAFETY: forwarded.
-    let key = unsafe { Borrowed::from_ptr(py, key) };
-    crate::convert::restore_attached(crate::convert::to_py_err(e, Some(&key)));
+    if let Err(e) = written {
+        // SAFETY: forwarded.
+        let key = unsafe { Borrowed::from_ptr(py, key) };
+        crate::convert::restore_attached(crate::convert::to_py_err(e, Some(&key)));
+    }
     err
 }
 

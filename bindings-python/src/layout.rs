@@ -142,8 +142,58 @@ pub unsafe fn refill_bytes(obj: *mut ffi::PyObject, data: &[u8]) {
             .write(data.len() as isize);
         base.add(BYTES_HASH_AT).cast::<isize>().write(-1);
         let sval = base.add(BYTES_HEADER);
-        std::ptr::copy_nonoverlapping(data.as_ptr(), sval, data.len());
+        copy_short(data, sval);
         sval.add(data.len()).write(0);
+    }
+}
+
+/// Copies `src` to `dst`: inline (two overlapping word moves) up to 64
+/// bytes, where a call to `memcpy` costs more than the copy (~15
+/// instructions with the call, against 4 to 6 here); `memcpy` above.
+///
+/// # Safety
+/// `dst` is valid for `src.len()` bytes of writes and does not overlap
+/// `src`.
+#[cfg(not(Py_GIL_DISABLED))]
+#[inline(always)]
+pub(crate) unsafe fn copy_short(src: &[u8], dst: *mut u8) {
+    let n = src.len();
+    let s = src.as_ptr();
+    /// Copies the `N` bytes at `at` (the callers below keep `at + N <= n`).
+    ///
+    /// # Safety
+    /// As `copy_short`, with `at + N <= src.len()`.
+    #[inline(always)]
+    unsafe fn word<const N: usize>(s: *const u8, dst: *mut u8, at: usize) {
+        // SAFETY: `at + N` is within both buffers (the caller's contract);
+        // unaligned reads and writes of a byte array.
+        unsafe {
+            let w = s.add(at).cast::<[u8; N]>().read_unaligned();
+            dst.add(at).cast::<[u8; N]>().write_unaligned(w);
+        }
+    }
+    // SAFETY: every branch stays within `n` bytes of both buffers (the
+    // second word of each pair ends at `n`); the caller's contract.
+    unsafe {
+        if n > 64 {
+            std::ptr::copy_nonoverlapping(s, dst, n);
+        } else if n > 32 {
+            word::<32>(s, dst, 0);
+            word::<32>(s, dst, n - 32);
+        } else if n > 16 {
+            word::<16>(s, dst, 0);
+            word::<16>(s, dst, n - 16);
+        } else if n >= 8 {
+            word::<8>(s, dst, 0);
+            word::<8>(s, dst, n - 8);
+        } else if n >= 4 {
+            word::<4>(s, dst, 0);
+            word::<4>(s, dst, n - 4);
+        } else if n > 0 {
+            dst.write(*s);
+            dst.add(n / 2).write(*s.add(n / 2));
+            dst.add(n - 1).write(*s.add(n - 1));
+        }
     }
 }
 

@@ -184,9 +184,8 @@ unsafe extern "C" fn ass_subscript(
                     None => ass_subscript_general(c, py, key, value),
                 }
             } else {
-                match hot::set(c, py, key, value, segcache::Ttl::Never) {
-                    Some(Ok(())) => 0,
-                    Some(Err(e)) => hot::raise_write(py, key, e, -1),
+                match hot::set(c, py, key, value, segcache::Ttl::Never, 0, -1) {
+                    Some(r) => r,
                     None => ass_subscript_general(c, py, key, value),
                 }
             }

@@ -435,3 +435,34 @@ def test_raised_errors_release_their_references_at_once():
     after = sys.getrefcount(segcache.CacheFullError)
     assert after == before
     assert raised == 200
+
+
+def test_a_failed_write_on_the_shortcut_raises_as_the_general_path_does():
+    """A value too large for the segment but short enough for the shortcut
+    (an exact `bytes` or ASCII `str` under 16 KiB) fails through the
+    shortcut's error path (`hot::write_failed`) with the same ValueError
+    as the general path gives a value of the same type and size that only
+    it takes (a `bytearray`; a non-ASCII `str` of as many UTF-8 bytes),
+    through every entry point, and changes nothing; the next write
+    succeeds (no exception left behind)."""
+    c = segcache.Cache(heap_size=1 << 20, segment_size=4096)
+    c["k"] = b"old"
+    big = c.max_value_len(1) + 1
+    assert big < 16 << 10  # the shortcut's size, not the general path's
+    writes = [
+        lambda v: c.__setitem__("k", v),
+        lambda v: c.set("k", v),
+        lambda v: c.set("k", v, 60),
+        lambda v: c.set("k", v, ttl=60),
+    ]
+    for hot_value, general_value in ((b"x" * big, bytearray(big)), ("x" * big, "x" * (big - 2) + "\u00e9")):
+        with pytest.raises(ValueError, match="too large") as general:
+            c["k"] = general_value
+        for write in writes:
+            with pytest.raises(ValueError) as hot:
+                write(hot_value)
+            assert str(hot.value) == str(general.value)
+            assert c["k"] == b"old"
+    for write in writes:
+        assert write(b"new") is None
+        assert c["k"] == b"new"
