@@ -34,7 +34,7 @@
 //! * Affect another connection: every failure (a parse error, a reset, a
 //!   half-sent value) is answered or closed on that connection only.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Waited};
 use crate::budget::{self, Budget, Held};
 use crate::executor::{render, Batch, Pipe, Settings};
 use crate::metrics::{Metrics, Outcome, WorkerStats};
@@ -608,7 +608,11 @@ impl Worker {
     fn collect(&mut self) {
         let metrics = Arc::clone(&self.ctx.metrics);
         if self.backend.start() {
-            self.backend.wait();
+            match self.backend.wait() {
+                Waited::Spun => self.stats.add(Outcome::StorageWaitSpun, 1),
+                Waited::Slept => self.stats.add(Outcome::StorageWaitSlept, 1),
+                Waited::Ready => {}
+            }
         }
         let batch = &mut self.batch;
         let mut replies = self.backend.replies().iter();
