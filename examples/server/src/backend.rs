@@ -239,12 +239,15 @@ impl Backend {
         let spin = wait.misses < SPIN_MISSES || wait.waits % SPIN_PROBE == 0;
         let spin_until = spin.then(|| Instant::now() + SPIN);
         let mut announced = false;
-        let mut how = Waited::Spun;
+        // The first look finds a round this worker ran itself (it found the
+        // token free) or one answered already.
+        let mut how = Waited::Ready;
         let done = loop {
             match client.try_complete(batch) {
                 Ok(true) => break true,
                 Err(_) => break false,
                 Ok(false) if !announced && spin_until.is_some_and(|t| Instant::now() < t) => {
+                    how = Waited::Spun;
                     for _ in 0..64 {
                         std::hint::spin_loop();
                     }
@@ -266,11 +269,10 @@ impl Backend {
         };
         wait.asleep.store(false, Ordering::SeqCst);
         *answered = done;
-        if spin {
-            match how {
-                Waited::Slept => wait.misses = wait.misses.saturating_add(1),
-                _ => wait.misses = 0,
-            }
+        match how {
+            Waited::Slept if spin => wait.misses = wait.misses.saturating_add(1),
+            Waited::Spun => wait.misses = 0,
+            _ => {}
         }
         how
     }
@@ -361,9 +363,10 @@ impl Backend {
 /// How [`Backend::wait`] got its answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Waited {
-    /// Nothing was out (inline, shared, or an empty round).
+    /// Nothing was out (inline, shared, an empty round), or the answer
+    /// was there at the first look (the worker ran its round itself).
     Ready,
-    /// Found without sleeping.
+    /// Found while spinning.
     Spun,
     /// After sleeping until the holder woke the worker.
     Slept,
