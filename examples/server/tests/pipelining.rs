@@ -16,13 +16,7 @@ use std::net::Shutdown;
 const SHAPES: [&[&str]; 3] = [
     &["--workers", "1", "--heap-size", "64MiB"],
     &["--workers", "2", "--heap-size", "64MiB"],
-    &[
-        "--workers",
-        "2",
-        "--shared-cache",
-        "--heap-size",
-        "64MiB",
-    ],
+    &["--workers", "2", "--shared-cache", "--heap-size", "64MiB"],
 ];
 
 /// `n` pipelined set/get pairs with values of 1 to 3,000 bytes (so that
@@ -147,7 +141,10 @@ fn concurrent_clients_on_both_workers_get_their_own_answers() {
             })
             .collect();
         for client in clients {
-            client.join().unwrap().unwrap_or_else(|e| panic!("{shape:?}: {e}"));
+            client
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{shape:?}: {e}"));
         }
         let mut c = server.connect();
         let mut count = |name: &str| -> u64 {
@@ -159,7 +156,11 @@ fn concurrent_clients_on_both_workers_get_their_own_answers() {
         let spun = count("storage_waits_spun");
         let slept = count("storage_waits_slept");
         if shape.contains(&"--shared-cache") || shape.contains(&"1") {
-            assert_eq!((spun, slept), (0, 0), "{shape:?}: no storage thread, no hand-off");
+            assert_eq!(
+                (spun, slept),
+                (0, 0),
+                "{shape:?}: no storage thread, no hand-off"
+            );
         } else {
             let jobs = count("storage_thread_jobs") + count("storage_worker_jobs");
             assert!(
