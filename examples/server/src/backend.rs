@@ -212,8 +212,9 @@ impl Backend {
     }
 
     /// Waits until the batch sent by [`start`](Self::start) is back; its
-    /// responses are then in [`replies`](Self::replies). Says how: found
-    /// while spinning, or after sleeping.
+    /// responses are then in [`replies`](Self::replies). Says how: at
+    /// the first look (the worker ran its round itself), by a later look
+    /// without sleeping, or after sleeping.
     ///
     /// A round is left to someone else only when the cache's token is
     /// taken: by the other worker's turn (a few microseconds of requests)
@@ -237,7 +238,7 @@ impl Backend {
         };
         wait.waits = wait.waits.wrapping_add(1);
         let spin = wait.misses < SPIN_MISSES || wait.waits % SPIN_PROBE == 0;
-        let spin_until = spin.then(|| Instant::now() + SPIN);
+        let mut spin_until = None;
         let mut announced = false;
         // The first look finds a round this worker ran itself (it found the
         // token free) or one answered already.
@@ -246,8 +247,12 @@ impl Backend {
             match client.try_complete(batch) {
                 Ok(true) => break true,
                 Err(_) => break false,
-                Ok(false) if !announced && spin_until.is_some_and(|t| Instant::now() < t) => {
+                Ok(false) if how == Waited::Ready => {
+                    // Left to another holder: spin (if it has been paying).
                     how = Waited::Spun;
+                    spin_until = spin.then(|| Instant::now() + SPIN);
+                }
+                Ok(false) if !announced && spin_until.is_some_and(|t| Instant::now() < t) => {
                     for _ in 0..64 {
                         std::hint::spin_loop();
                     }
@@ -366,7 +371,8 @@ pub(crate) enum Waited {
     /// Nothing was out (inline, shared, an empty round), or the answer
     /// was there at the first look (the worker ran its round itself).
     Ready,
-    /// Found while spinning.
+    /// Found by a later look, without sleeping (while spinning, or by
+    /// the look after saying "asleep").
     Spun,
     /// After sleeping until the holder woke the worker.
     Slept,
