@@ -17,11 +17,12 @@
 //! meanwhile (delegation with combining, see `segcache::storage`): no
 //! wake-up, no hand-off, the answer is there when `start` returns. When
 //! the storage thread or another worker holds the token, the round is
-//! left to it, and the worker waits for the answer without spinning, asleep
-//! in an epoll of the backend's own ([`StorageWait`]) that the storage
-//! thread wakes when the batch is answered (`Backend::wait`; only a
-//! worker that said it sleeps is woken, so an answer the worker finds
-//! by itself costs no eventfd write and no wasted poll); the
+//! left to it, and the worker looks for the answer for a few microseconds
+//! (the holder is running; see `Backend::wait`), then sleeps in an epoll
+//! of the backend's own ([`StorageWait`]) that the holder wakes when the
+//! batch is answered (only a worker that said it sleeps is woken, so an
+//! answer the worker finds by itself costs no eventfd write and no wasted
+//! poll); the
 //! worker's socket events stay queued in the worker's poll meanwhile, so
 //! they cannot wake it before the batch is back.
 //!
