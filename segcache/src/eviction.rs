@@ -10,6 +10,8 @@
 //!    been thinned out (deletes, overwrites,
 //!    segments sealed young) so that its live items fit in fewer segments
 //!    at no more than 7/8 live, it is packed in place; nothing is evicted.
+//!    A run of more live items than the merge scratch holds is packed a
+//!    window of segments at a time, with the same result.
 //! 2. While the small pool is over its share of the segments in use, the
 //!    oldest small segments (two consecutive ones of one TTL bucket) are
 //!    *evaluated*: items read since they were
@@ -58,79 +60,116 @@ pub(crate) const MERGE_RATIO: usize = 4;
 /// Average item size (bytes) down to which a run of [`COMPACT_MAX_MAIN`]
 /// full segments fits the merge scratch (see [`scratch_items`]).
 const SCRATCH_ITEM_BYTES: usize = 64;
-/// The merge scratch never takes more than this share of the heap
-/// (1/16), so a heap of few segments does not pay for 12-segment runs
-/// it can hardly form.
-const SCRATCH_HEAP_SHARE: usize = 16;
+/// Beyond [`scratch_floor`], the merge scratch takes at most this share
+/// of the heap (1/512: 0.2 bytes per ~100-byte item held, BENCHMARKS §4a).
+const SCRATCH_HEAP_SHARE: usize = 512;
+/// Whatever the share, the scratch holds a main merge's run of
+/// [`MERGE_RATIO`] full segments of [`SCRATCH_ITEM_BYTES`] items, unless
+/// that is more than 1/[`SCRATCH_FLOOR_SHARE`] of the heap (a heap of a
+/// few segments).
+const SCRATCH_FLOOR_SHARE: usize = 16;
+
+/// Most live items one compaction reads: [`COMPACT_MAX_MAIN`] segments
+/// of items averaging [`SCRATCH_ITEM_BYTES`]. A run of more than the
+/// merge scratch holds is compacted a window of segments at a time.
+fn compaction_run_items(segment_size: usize) -> usize {
+    COMPACT_MAX_MAIN * segment_size / SCRATCH_ITEM_BYTES
+}
+
+/// The scratch's least capacity, in live items (see [`scratch_items`]).
+fn scratch_floor(segments: usize, segment_size: usize) -> usize {
+    let run = MERGE_RATIO * segment_size / SCRATCH_ITEM_BYTES;
+    run.min(segments * segment_size / SCRATCH_FLOOR_SHARE / std::mem::size_of::<LiveItem>())
+}
 
 /// Capacity, in live items, of the merge scratch of a heap of `segments`
 /// segments of `segment_size` bytes: enough for [`COMPACT_MAX_MAIN`]
-/// segments of items averaging [`SCRATCH_ITEM_BYTES`], at most
-/// 1/[`SCRATCH_HEAP_SHARE`] of the heap's bytes. The scratch is allocated
-/// once, when the cache is built, counted in `Stats::admission_bytes`,
-/// and never grows: every run a merge reads is cut to what it holds (a
-/// run of smaller items is shorter). Before this bound, runs of 12
-/// segments of ~71-byte items grew an uncounted 55 KB list that put a
-/// 6.2 MiB cache 0.08% over its memory budget (BENCHMARKS §1f).
+/// segments of items averaging [`SCRATCH_ITEM_BYTES`], but at most
+/// 1/[`SCRATCH_HEAP_SHARE`] of the heap's bytes beyond a floor of
+/// [`MERGE_RATIO`] such segments ([`scratch_floor`]). The scratch is
+/// allocated once, when the cache is built, counted in
+/// `Stats::admission_bytes`, and never grows: the run of an evaluation or
+/// a main merge is cut to what it holds (a run of smaller items is
+/// shorter); a compaction reads a longer one a window at a time
+/// (`compact_in_windows`). At 1/16 of the heap instead of 1/512, with
+/// compactions cut too, cluster 22 of BENCHMARKS §1 (~63-byte items)
+/// missed 0.0065 more: its compactions, not its merges, need the long
+/// runs. Before this
+/// bound, runs of 12 segments of ~71-byte items grew an uncounted 55 KB
+/// list that put a 6.2 MiB cache 0.08% over its memory budget
+/// (BENCHMARKS §1f); with the bound at 1/16 of the heap and 20-byte
+/// records, the scratch cost 1.5 bytes per item held at a full 64 MiB
+/// heap of 256 KiB segments, 5.9% of a heap of 64 segments (§4a).
 pub(crate) fn scratch_items(segments: usize, segment_size: usize) -> usize {
-    let by_run = COMPACT_MAX_MAIN * segment_size / SCRATCH_ITEM_BYTES;
+    let by_run = compaction_run_items(segment_size);
     let by_heap = segments * segment_size / SCRATCH_HEAP_SHARE / std::mem::size_of::<LiveItem>();
-    by_run.min(by_heap).max(1)
+    by_run
+        .min(by_heap.max(scratch_floor(segments, segment_size)))
+        .max(1)
 }
 
-/// A live item of a merge chain, found in pass 1: where it is in the chain
-/// and in the table, so pass 2 needs no second lookup. 20 bytes each, in
-/// the cache's fixed merge scratch ([`scratch_items`]).
-#[derive(Clone, Copy)]
-pub(crate) struct LiveItem {
-    /// Bits 32..64 of the key's hash.
-    hash_high: u32,
-    /// Bits 16..32 of the hash (the ghosts use bits 16..64), then the
-    /// access count (7 bits), the table slot (3) and the segment's position
-    /// in the chain (5).
-    packed: u32,
-    offset: u32,
-    size: u32,
-    bucket: u32,
-}
-const _: () = assert!(std::mem::size_of::<LiveItem>() == 20);
-const _: () = assert!(COMPACT_MAX_MAIN <= 32, "the chain position has 5 bits");
+/// A live item of a merge chain, found in pass 1, in one word: its
+/// table entry's position (bucket, slot), its size and its access count.
+/// Pass 2 reads the item's location from the entry and moves or clears
+/// that entry with no second lookup; its chain position is implied
+/// (records are in chain order); the hash the ghosts need is recomputed
+/// from the key, for evicted items only. 8 bytes each (20 before: hash
+/// bits, offset and chain position were stored too), in the cache's fixed
+/// merge scratch ([`scratch_items`]).
+///
+/// Bits: 0..3 the slot (a bucket has seven), 3..10 the access count
+/// (0..=127), 10..32 the size (at most a segment, at most 2 MiB), 32..64
+/// the bucket (a table position: below 2^31, or the draining table's
+/// flag, bit 31, with one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LiveItem(u64);
+const _: () = assert!(std::mem::size_of::<LiveItem>() == 8);
+const SLOT_BITS: u32 = 3;
+const FREQ_BITS: u32 = 7;
+const SIZE_BITS: u32 = 22;
+const FREQ_SHIFT: u32 = SLOT_BITS;
+const SIZE_SHIFT: u32 = FREQ_SHIFT + FREQ_BITS;
+const BUCKET_SHIFT: u32 = SIZE_SHIFT + SIZE_BITS;
+const _: () = assert!(BUCKET_SHIFT == 32, "the bucket takes the high word");
+const _: () = assert!(
+    hashtable::MAX_SEGMENT_SIZE < 1 << SIZE_BITS,
+    "an item of a whole segment fits the size field"
+);
 
 impl LiveItem {
-    fn new(hash: u64, offset: u32, size: u32, bucket: u32, index: u8, slot: u8, freq: u8) -> Self {
-        debug_assert!(slot < 8 && (index as usize) < COMPACT_MAX_MAIN && freq < 128);
-        LiveItem {
-            hash_high: (hash >> 32) as u32,
-            packed: (hash >> 16) as u32 & 0xffff
-                | (freq as u32 & 0x7f) << 16
-                | (slot as u32 & 0x7) << 23
-                | (index as u32 & 0x1f) << 26,
-            offset,
-            size,
-            bucket,
-        }
+    #[inline]
+    fn new(bucket: usize, slot: usize, size: usize, freq: u8) -> Self {
+        debug_assert!(bucket <= u32::MAX as usize, "bucket {bucket}");
+        debug_assert!(slot < 1 << SLOT_BITS, "slot {slot}");
+        debug_assert!(size < 1 << SIZE_BITS, "size {size}");
+        debug_assert!((freq as u32) < 1 << FREQ_BITS, "freq {freq}");
+        LiveItem(
+            (bucket as u64) << BUCKET_SHIFT
+                | (size as u64) << SIZE_SHIFT
+                | (freq as u64) << FREQ_SHIFT
+                | slot as u64,
+        )
     }
 
-    /// The hash with its low 16 bits cleared (all the ghosts look at).
+    /// The table position's bucket.
     #[inline]
-    fn hash(&self) -> u64 {
-        (self.hash_high as u64) << 32 | ((self.packed & 0xffff) as u64) << 16
-    }
-
-    #[inline]
-    fn freq(&self) -> u8 {
-        (self.packed >> 16) as u8 & 0x7f
+    fn bucket(self) -> usize {
+        (self.0 >> BUCKET_SHIFT) as usize
     }
 
     #[inline]
-    fn slot(&self) -> u8 {
-        (self.packed >> 23) as u8 & 0x7
+    fn slot(self) -> usize {
+        (self.0 & ((1 << SLOT_BITS) - 1)) as usize
     }
 
-    /// Position of its segment in the chain.
     #[inline]
-    fn index(&self) -> u8 {
-        (self.packed >> 26) as u8 & 0x1f
+    fn size(self) -> usize {
+        (self.0 >> SIZE_SHIFT) as usize & ((1 << SIZE_BITS) - 1)
+    }
+
+    #[inline]
+    fn freq(self) -> u8 {
+        (self.0 >> FREQ_SHIFT) as u8 & ((1 << FREQ_BITS) - 1) as u8
     }
 }
 
@@ -469,6 +508,10 @@ impl Segcache {
         // Large items may not pack as the byte counts promise: a run found
         // not to fit is skipped, and at most two are tried per call.
         let mut tries = 2;
+        // A run of more live items than the scratch holds is compacted a
+        // window at a time if its items are small (`compact_in_windows`).
+        let capacity = self.merge_scratch.capacity();
+        let run_items = compaction_run_items(seg_size);
         for bucket in 0..BUCKETS {
             if self.ttl.buckets[bucket].segments < 2 {
                 continue;
@@ -486,7 +529,8 @@ impl Segcache {
                 while n < limit
                     && self.sealed(at)
                     && self.admission.is_main(at) == main
-                    && self.scratch_holds(items, at)
+                    && items + self.segs.headers[at as usize].live_items as usize <= run_items
+                    && self.scratch_holds(0, at)
                 {
                     let Some(wider) = self.widen(bucket, range, at) else {
                         break;
@@ -498,9 +542,24 @@ impl Segcache {
                     n += 1;
                     at = self.segs.headers[at as usize].next;
                 }
-                let outputs = live.div_ceil(usable).max(1);
-                if n >= 2 && outputs < n && live * 8 <= n * seg_size * 7 && tries > 0 {
+                let compacts = |n: usize, live: usize| {
+                    n >= 2 && live.div_ceil(usable).max(1) < n && live * 8 <= n * seg_size * 7
+                };
+                if compacts(n, live) && tries > 0 {
                     tries -= 1;
+                    if items > capacity {
+                        if self.items_at_most(&run[..n], seg_size / 32) {
+                            self.compact_in_windows(bucket, &run[..n], main, live);
+                            return true;
+                        }
+                        // Large items: only what the scratch holds, checked
+                        // by packing.
+                        while items > capacity {
+                            n -= 1;
+                            items -= self.segs.headers[run[n] as usize].live_items as usize;
+                            live -= self.segs.headers[run[n] as usize].live_bytes as usize;
+                        }
+                    }
                     let plan = Plan {
                         forced: n,
                         min_freq: 0,
@@ -509,7 +568,7 @@ impl Segcache {
                         main,
                         fill: true,
                     };
-                    if self.merge_chain(bucket, &run[..n], plan) {
+                    if compacts(n, live) && self.merge_chain(bucket, &run[..n], plan) {
                         return true;
                     }
                 }
@@ -620,7 +679,8 @@ impl Segcache {
         live.clear();
         let mut histogram = [0usize; 128];
         let mut forced_bytes = 0usize;
-        let (mut expire_at, mut expire_last) = (0u32, 0u32);
+        // Records of the forced segments (the first ones of the chain).
+        let mut forced_items = 0usize;
         for (index, &src) in chain.iter().enumerate() {
             for (offset, item) in self.segs.item_offsets(src) {
                 let hash = self.table.hash(item.key());
@@ -630,25 +690,13 @@ impl Segcache {
                     let freq = hashtable::frequency(info);
                     if index < plan.forced {
                         forced_bytes += item.size();
+                        forced_items += 1;
                     } else {
                         histogram[freq as usize] += item.size();
                     }
-                    live.push(LiveItem::new(
-                        hash,
-                        offset,
-                        item.size() as u32,
-                        bucket as u32,
-                        index as u8,
-                        slot as u8,
-                        freq,
-                    ));
+                    live.push(LiveItem::new(bucket, slot, item.size(), freq));
                 }
             }
-            let header = &self.segs.headers[src as usize];
-            if header.expire_at != 0 && (expire_at == 0 || header.expire_at < expire_at) {
-                expire_at = header.expire_at;
-            }
-            expire_last = expire_last.max(header.expire_last);
         }
         // How many outputs: enough for the forced items and those read at
         // least `min_freq` times, at least one, at most one fewer than the
@@ -693,12 +741,12 @@ impl Segcache {
         loop {
             let fits = pack(
                 &live,
-                plan.forced,
+                forced_items,
                 cutoff,
                 borderline_room,
                 outputs,
                 seg_size,
-                |_, _| {},
+                |_, _, _| {},
             );
             if fits {
                 break;
@@ -726,37 +774,35 @@ impl Segcache {
         let mut run = CopyRun::EMPTY;
         pack(
             &live,
-            plan.forced,
+            forced_items,
             cutoff,
             borderline_room,
             outputs,
             seg_size,
-            |item, to| {
-                let (bucket, slot) = (item.bucket as usize, item.slot() as usize);
-                let from = Location {
-                    seg: chain[item.index() as usize],
-                    offset: item.offset,
-                };
+            |item, forced, to| {
+                let (bucket, slot) = (item.bucket(), item.slot());
+                let from = hashtable::location(self.table.info_at_slot(bucket, slot));
+                debug_assert!(chain.contains(&from.seg), "a record of the chain");
                 match to {
                     Some((out, write)) => {
                         debug_assert!(
-                            out <= item.index() as usize,
+                            chain[out..].contains(&from.seg),
                             "packing never runs ahead of reading"
                         );
                         let to = Location {
                             seg: chain[out],
                             offset: write as u32,
                         };
-                        if from != to && !run.extend(from, to, item.size) {
+                        let size = item.size() as u32;
+                        if from != to && !run.extend(from, to, size) {
                             run.flush(&mut self.segs);
-                            run = CopyRun::start(from, to, item.size);
+                            run = CopyRun::start(from, to, size);
                         }
                         // Survivors of a selection age (their count halves);
                         // forced items (a compaction, a topped-up segment)
                         // were not judged and keep theirs: halving them on
                         // every compaction turned warm probation items cold
                         // before their evaluation.
-                        let forced = (item.index() as usize) < plan.forced;
                         if forced {
                             if from != to {
                                 self.table.relocate(bucket, slot, to);
@@ -764,14 +810,17 @@ impl Segcache {
                         } else {
                             self.table.move_slot(bucket, slot, to);
                         }
-                        written[out].0 += item.size as usize;
+                        written[out].0 += size as usize;
                         written[out].1 += 1;
                     }
                     None => {
-                        self.table.clear_at(bucket, slot);
+                        // Items are copied only to places before their own
+                        // and in order: this one's bytes are still intact.
                         if let Some(from_main) = plan.ghosts {
-                            self.admission.remember(item.hash(), from_main);
+                            let hash = self.table.hash(self.segs.item(from).key());
+                            self.admission.remember(hash, from_main);
                         }
+                        self.table.clear_at(bucket, slot);
                         evicted += 1;
                     }
                 }
@@ -779,6 +828,24 @@ impl Segcache {
         );
         run.flush(&mut self.segs);
         self.merge_scratch = live;
+        let deadlines = self.chain_deadlines(chain);
+        self.finish_merge(bucket, chain, &written[..outputs], deadlines, plan.main);
+        self.counters.evictions += evicted;
+        true
+    }
+
+    /// The end of a merge whose outputs, the first segments of `chain`,
+    /// were written with `written` (bytes, items) each: their headers and
+    /// pool, the other segments freed, the counters, the bucket's cursor.
+    fn finish_merge(
+        &mut self,
+        bucket: usize,
+        chain: &[u32],
+        written: &[(usize, u32)],
+        (expire_at, expire_last): (u32, u32),
+        main: bool,
+    ) {
+        let outputs = written.len();
         let after = match outputs {
             0 => self.segs.headers[chain[chain.len() - 1] as usize].next,
             n => chain[n - 1],
@@ -796,7 +863,7 @@ impl Segcache {
                 header.expire_last = expire_last;
                 self.counters.items += items as u64;
                 self.counters.live_bytes += bytes as u64;
-                self.admission.set_main(src, plan.main);
+                self.admission.set_main(src, main);
             } else {
                 header.live_items = 0;
                 header.live_bytes = 0;
@@ -804,14 +871,113 @@ impl Segcache {
                 self.counters.evicted_segments += 1;
             }
         }
-        self.counters.evictions += evicted;
         self.counters.merges += 1;
         self.ttl.buckets[bucket].merge_cursor = if outputs == 0 {
             after
         } else {
             self.segs.headers[after as usize].next
         };
-        true
+    }
+
+    /// The earliest and latest deadlines of a chain's segments (0: none).
+    fn chain_deadlines(&self, chain: &[u32]) -> (u32, u32) {
+        let (mut expire_at, mut expire_last) = (0u32, 0u32);
+        for &src in chain {
+            let header = &self.segs.headers[src as usize];
+            if header.expire_at != 0 && (expire_at == 0 || header.expire_at < expire_at) {
+                expire_at = header.expire_at;
+            }
+            expire_last = expire_last.max(header.expire_last);
+        }
+        (expire_at, expire_last)
+    }
+
+    /// Whether every item, live or dead, of the chain is at most `max`
+    /// bytes (reads item headers only).
+    fn items_at_most(&self, chain: &[u32], max: usize) -> bool {
+        chain.iter().all(|&id| {
+            self.segs
+                .item_offsets(id)
+                .all(|(_, item)| item.size() <= max)
+        })
+    }
+
+    /// Compacts `chain`, whose live items (`live` bytes) outnumber the
+    /// merge scratch, a window of segments at a time: the scratch holds the
+    /// records of one window, whose items are packed, in order, after
+    /// those of the windows before. The result is what one pass would
+    /// give (the same outputs, each item at the same place, access counts
+    /// kept): every item is at most 1/32 segment (the caller checked), so
+    /// packing in order fills each output but the last past `usable`
+    /// bytes and the `live.div_ceil(usable)` outputs hold everything.
+    /// A window reads only segments nothing has been written to yet:
+    /// items move only into earlier segments or forward in their own.
+    fn compact_in_windows(&mut self, bucket: usize, chain: &[u32], main: bool, live: usize) {
+        let seg_size = self.segs.segment_size();
+        let usable = seg_size - seg_size / 32;
+        let outputs = live.div_ceil(usable).max(1);
+        debug_assert!(outputs < chain.len());
+        let deadlines = self.chain_deadlines(chain);
+        for &dst in &chain[..outputs] {
+            self.segs.bump_generation(dst);
+        }
+        let mut records = std::mem::take(&mut self.merge_scratch);
+        let capacity = records.capacity();
+        let mut written = [(0usize, 0u32); COMPACT_MAX_MAIN];
+        let (mut out, mut write) = (0usize, 0usize);
+        let mut run = CopyRun::EMPTY;
+        let mut next = 0;
+        while next < chain.len() {
+            // The next segments whose live items the scratch holds.
+            records.clear();
+            let mut items = 0;
+            let start = next;
+            while next < chain.len()
+                && items + self.segs.headers[chain[next] as usize].live_items as usize <= capacity
+            {
+                items += self.segs.headers[chain[next] as usize].live_items as usize;
+                next += 1;
+            }
+            assert!(next > start, "every segment of the run fits the scratch");
+            for &src in &chain[start..next] {
+                for (offset, item) in self.segs.item_offsets(src) {
+                    let hash = self.table.hash(item.key());
+                    let loc = Location { seg: src, offset };
+                    if let Some((bucket, slot, info)) = self.table.locate(hash, loc) {
+                        debug_assert!(records.len() < capacity, "the scratch never grows");
+                        let freq = hashtable::frequency(info);
+                        records.push(LiveItem::new(bucket, slot, item.size(), freq));
+                    }
+                }
+            }
+            for &item in &records {
+                let size = item.size();
+                if write + size > seg_size && out + 1 < outputs {
+                    out += 1;
+                    write = 0;
+                }
+                debug_assert!(write + size <= seg_size, "small items pack as counted");
+                let (bucket, slot) = (item.bucket(), item.slot());
+                let from = hashtable::location(self.table.info_at_slot(bucket, slot));
+                let to = Location {
+                    seg: chain[out],
+                    offset: write as u32,
+                };
+                if from != to {
+                    if !run.extend(from, to, size as u32) {
+                        run.flush(&mut self.segs);
+                        run = CopyRun::start(from, to, size as u32);
+                    }
+                    self.table.relocate(bucket, slot, to);
+                }
+                written[out].0 += size;
+                written[out].1 += 1;
+                write += size;
+            }
+        }
+        run.flush(&mut self.segs);
+        self.merge_scratch = records;
+        self.finish_merge(bucket, chain, &written[..outputs], deadlines, main);
     }
 }
 
@@ -865,10 +1031,11 @@ impl CopyRun {
 }
 
 /// Packs the chain's live items, in order, into `outputs` segments of
-/// `seg_size` bytes: forced items and those read at least `cutoff` times
-/// must stay, items one count below fill up to `borderline_room` bytes, the
-/// rest go. Calls `place` with each item and its (output, offset), or
-/// `None` if it goes; returns false (after placing what it could) if an
+/// `seg_size` bytes: the first `forced` items (those of the forced
+/// segments) and those read at least `cutoff` times must stay, items one
+/// count below fill up to `borderline_room` bytes, the rest go. Calls
+/// `place` with each item, whether it is forced, and its (output, offset),
+/// or `None` if it goes; returns false (after placing what it could) if an
 /// item that must stay did not fit.
 fn pack(
     live: &[LiveItem],
@@ -877,16 +1044,17 @@ fn pack(
     mut borderline_room: usize,
     outputs: usize,
     seg_size: usize,
-    mut place: impl FnMut(&LiveItem, Option<(usize, usize)>),
+    mut place: impl FnMut(LiveItem, bool, Option<(usize, usize)>),
 ) -> bool {
     let (mut out, mut write) = (0usize, 0usize);
     let mut all_kept = true;
-    for item in live {
-        let size = item.size as usize;
-        let must = (item.index() as usize) < forced || item.freq() as usize >= cutoff;
+    for (i, &item) in live.iter().enumerate() {
+        let size = item.size();
+        let is_forced = i < forced;
+        let must = is_forced || item.freq() as usize >= cutoff;
         let borderline = !must && item.freq() as usize + 1 == cutoff && size <= borderline_room;
         if !(must || borderline) {
-            place(item, None);
+            place(item, is_forced, None);
             continue;
         }
         if write + size > seg_size && out + 1 < outputs {
@@ -897,11 +1065,11 @@ fn pack(
             if borderline {
                 borderline_room -= size;
             }
-            place(item, Some((out, write)));
+            place(item, is_forced, Some((out, write)));
             write += size;
         } else {
             all_kept &= !must;
-            place(item, None);
+            place(item, is_forced, None);
         }
     }
     all_kept
@@ -909,7 +1077,7 @@ fn pack(
 
 #[cfg(test)]
 mod tests {
-    use super::{pack, scratch_items, LiveItem, COMPACT_MAX_MAIN, MERGE_MAX};
+    use super::{pack, scratch_items, LiveItem, COMPACT_MAX_MAIN, MERGE_MAX, PROMOTE_FREQ};
     use crate::hashtable::{self, Location};
     use crate::segments::SegState;
     use crate::segments::NONE;
@@ -1464,17 +1632,268 @@ mod tests {
     }
 
     #[test]
+    fn merge_records_round_trip_at_their_bit_limits() {
+        // Every field at 0, 1 and its largest value, next to every other
+        // field at its extremes: no field bleeds into another.
+        let buckets = [
+            0,
+            1,
+            (1 << 30) + 7,
+            (1 << 31) - 1,
+            1 << 31,
+            u32::MAX as usize,
+        ];
+        let sizes = [
+            0,
+            1,
+            5,
+            hashtable::MAX_SEGMENT_SIZE - 1,
+            hashtable::MAX_SEGMENT_SIZE,
+            (1 << 22) - 1,
+        ];
+        for bucket in buckets {
+            for slot in [0, 1, 6, 7] {
+                for size in sizes {
+                    for freq in [0u8, 1, 126, 127] {
+                        let r = LiveItem::new(bucket, slot, size, freq);
+                        assert_eq!(
+                            (r.bucket(), r.slot(), r.size(), r.freq()),
+                            (bucket, slot, size, freq)
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_evaluation_keeps_what_was_read_and_remembers_what_it_evicted() {
+        // The reference, read from the table before the evaluation: the
+        // keys of the run's two segments read since written stay (with
+        // their values), the others go and are remembered as ghosts of the
+        // small pool under their own key's hash; nothing else changes.
+        let clock = ManualClock::new();
+        let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+        let value = |k: u32| [k as u8; 80];
+        for k in 0..600u32 {
+            c.set(format!("k{k}"), value(k), 0, None).unwrap();
+        }
+        clock.advance(Duration::from_secs(1));
+        for k in (0..600u32).step_by(7) {
+            assert!(c.get(format!("k{k}")).is_some());
+        }
+        let first = entry(&c, "k0").unwrap().0.seg;
+        let run = [first, c.segs.headers[first as usize].next];
+        let before: Vec<(u32, Location, u8)> = (0..600u32)
+            .map(|k| {
+                let (at, freq) = entry(&c, &format!("k{k}")).unwrap();
+                (k, at, freq)
+            })
+            .collect();
+        let in_run = before.iter().filter(|(_, at, _)| run.contains(&at.seg));
+        let (read, unread): (Vec<&(u32, Location, u8)>, Vec<_>) =
+            in_run.partition(|(_, _, f)| *f >= PROMOTE_FREQ);
+        assert!(
+            read.len() >= 10 && unread.len() >= 60,
+            "{} / {}",
+            read.len(),
+            unread.len()
+        );
+        // As a merge step would, fit the ghosts to the items held first.
+        c.admission.ghosts.fit(c.stats().items as usize);
+        let evictions = c.stats().evictions;
+        assert!(c.evaluate_small(1, false));
+        assert_eq!(c.stats().evictions - evictions, unread.len() as u64);
+        for &(k, at, _) in &before {
+            let key = format!("k{k}");
+            let kept = !run.contains(&at.seg) || read.iter().any(|r| r.0 == k);
+            match c.get(&key) {
+                Some(item) => {
+                    assert!(kept, "{key} should have gone");
+                    assert_eq!(item.value(), &value(k)[..], "{key}");
+                }
+                None => assert!(!kept, "{key} should have stayed"),
+            }
+        }
+        let remembered = unread
+            .iter()
+            .filter(|(k, _, _)| {
+                let hash = c.table.hash(format!("k{k}").as_bytes());
+                c.admission.ghosts.take(hash) == Some(false)
+            })
+            .count();
+        assert_eq!(remembered, unread.len(), "every evicted key is a ghost");
+        c.check_invariants();
+    }
+
+    #[test]
+    fn merges_while_the_table_drains_move_the_right_entries() {
+        // A merge records table positions; while the table grows, those
+        // of entries not yet drained name the old table (its flag bit).
+        // Keys written from a table of 8 buckets until it drains a table
+        // of over a thousand homes; then, with most of it still to drain,
+        // a compaction and an evaluation run: every key reads back its
+        // value (or is gone as it should be), the counters add up.
+        let clock = ManualClock::new();
+        let mut c = Segcache::builder()
+            .heap_size(1 << 20)
+            .segment_size(1 << 10)
+            .hash_power(3)
+            .clock(clock.clone())
+            .build()
+            .unwrap();
+        let value = |k: u32| (k * 7).to_le_bytes().repeat(1 + k as usize % 5);
+        let mut keys = 0u32;
+        while !(c.table.is_growing() && c.table.slots() >= 7 * 2048) {
+            c.set(format!("key{keys}"), value(keys), 0, None).unwrap();
+            keys += 1;
+            assert!(keys < 100_000, "the table grew");
+        }
+        // Thin the oldest segments out (compaction); read a few of their
+        // keys (an evaluation keeps those, evicts the others).
+        let deleted = |k: u32| k < 150 && k % 3 == 0;
+        let read = |k: u32| k < 150 && k % 3 == 1;
+        for k in (0..keys).filter(|&k| deleted(k)) {
+            assert!(c.delete(format!("key{k}")));
+        }
+        clock.advance(Duration::from_secs(1));
+        for k in (0..keys).filter(|&k| read(k)) {
+            assert!(c.get(format!("key{k}")).is_some());
+        }
+        let (merges, evictions) = (c.stats().merges, c.stats().evictions);
+        assert!(c.table.is_growing(), "still draining");
+        assert!(c.compact_any(), "thinned segments compact");
+        assert_eq!(c.stats().evictions, evictions);
+        assert!(c.table.is_growing());
+        assert!(c.evaluate_small(1, true), "an evaluation ran");
+        assert!(c.stats().merges >= merges + 2);
+        assert!(c.stats().evictions > evictions, "unread items went");
+        assert!(c.table.is_growing(), "merged while draining");
+        c.check_invariants();
+        let mut evicted = 0;
+        for k in 0..keys {
+            match c.get(format!("key{k}")) {
+                Some(item) => {
+                    assert!(!deleted(k), "key{k} deleted");
+                    assert_eq!(item.value(), &value(k)[..], "key{k}");
+                }
+                None => {
+                    assert!(!read(k), "read key{k} kept");
+                    evicted += !deleted(k) as u64;
+                }
+            }
+        }
+        assert_eq!(evicted, c.stats().evictions - evictions);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn compaction_in_windows_gives_what_one_pass_gives() {
+        // Two caches take the same writes, deletes and compactions of main
+        // segments: one with the scratch it was built with (256 items,
+        // about five of these segments), so runs of up to twelve are
+        // compacted a window at a time; one with a scratch for whole runs.
+        // Every key ends at the same place with the same count, every
+        // segment with the same header.
+        let clock = ManualClock::new();
+        let build = || merge_cache(128 << 10, 4 << 10, &clock);
+        let (mut windows, mut whole) = (build(), build());
+        assert_eq!(windows.merge_scratch.capacity(), 256);
+        whole.merge_scratch = Vec::with_capacity(12 * 4096 / 64);
+        let mut keys = 0u32;
+        let mut compactions = 0;
+        for round in 0..8u32 {
+            while windows.stats().segments_used < 26 {
+                for c in [&mut windows, &mut whole] {
+                    c.set(format!("k{keys:05}"), [keys as u8; 80], 0, None)
+                        .unwrap();
+                }
+                keys += 1;
+            }
+            clock.advance(Duration::from_secs(1));
+            for c in [&mut windows, &mut whole] {
+                for id in 0..c.segs.count() as u32 {
+                    if c.segs.headers[id as usize].state != SegState::Free {
+                        c.admission.set_main(id, true);
+                    }
+                }
+                for k in 0..keys {
+                    let key = format!("k{k:05}");
+                    let mix = (k as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (32 + round);
+                    match mix % 8 {
+                        0 => {
+                            c.delete(&key);
+                        }
+                        1 => {
+                            c.get(&key);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            loop {
+                let (a, b) = (windows.compact_any(), whole.compact_any());
+                assert_eq!(a, b, "round {round}");
+                if !a {
+                    break;
+                }
+                compactions += 1;
+            }
+            let (a, b) = (windows.stats(), whole.stats());
+            assert_eq!(
+                (
+                    a.merges,
+                    a.items,
+                    a.live_bytes,
+                    a.evictions,
+                    a.segments_used
+                ),
+                (
+                    b.merges,
+                    b.items,
+                    b.live_bytes,
+                    b.evictions,
+                    b.segments_used
+                ),
+                "round {round}"
+            );
+            for k in 0..keys {
+                let key = format!("k{k:05}");
+                assert_eq!(entry(&windows, &key), entry(&whole, &key), "{key}");
+            }
+            for id in 0..windows.segs.count() {
+                let (x, y) = (&windows.segs.headers[id], &whole.segs.headers[id]);
+                assert_eq!(
+                    (x.state, x.write_offset, x.live_items, x.live_bytes, x.next),
+                    (y.state, y.write_offset, y.live_items, y.live_bytes, y.next),
+                    "segment {id}, round {round}"
+                );
+                if x.state != SegState::Free {
+                    let n = x.write_offset as usize;
+                    assert!(
+                        windows.segs.data(id as u32)[..n] == whole.segs.data(id as u32)[..n],
+                        "segment {id} bytes, round {round}"
+                    );
+                }
+            }
+            windows.check_invariants();
+            whole.check_invariants();
+        }
+        assert!(compactions > 10, "compactions: {compactions}");
+    }
+
+    #[test]
     fn packing_keeps_every_item_it_must_even_when_sizes_do_not_split() {
         // Three items of 0.6 segment each do not pack into two segments,
         // although their bytes would: the plan must see that and keep all.
-        let item = |index: u8, size: u32, freq: u8| {
-            LiveItem::new(index as u64, 0, size, 0, index, 1, freq)
-        };
+        let item = |bucket: usize, size: usize, freq: u8| LiveItem::new(bucket, 1, size, freq);
         let live = [item(0, 600, 0), item(1, 600, 0), item(2, 600, 0)];
-        assert!(!pack(&live, 3, 0, 0, 2, 1000, |_, _| {}));
+        assert!(!pack(&live, 3, 0, 0, 2, 1000, |_, _, _| {}));
         let mut placed = vec![];
-        assert!(pack(&live, 3, 0, 0, 3, 1000, |it, to| placed
-            .push((it.index(), to))));
+        assert!(pack(&live, 3, 0, 0, 3, 1000, |it, forced, to| {
+            assert!(forced);
+            placed.push((it.bucket(), to))
+        }));
         assert_eq!(
             placed,
             [(0, Some((0, 0))), (1, Some((1, 0))), (2, Some((2, 0)))]
@@ -1487,7 +1906,8 @@ mod tests {
             item(1, 300, 3),
         ];
         let mut kept = vec![];
-        assert!(pack(&live, 0, 4, 300, 1, 1000, |it, to| {
+        assert!(pack(&live, 0, 4, 300, 1, 1000, |it, forced, to| {
+            assert!(!forced);
             if to.is_some() {
                 kept.push(it.freq())
             }
@@ -1518,13 +1938,21 @@ mod tests {
 
     #[test]
     fn merge_scratch_is_fixed_at_build_and_counted() {
-        // 128 segments of 4 KiB: a scratch of 768 items (12 segments of
-        // 64-byte items), while 12 main segments of ~40-byte items hold
-        // up to 1200.
+        // 128 segments of 4 KiB: 1/512 of the heap is 128 items, under
+        // the floor of 256 (4 segments of 64-byte items), while 12 main
+        // segments of ~40-byte items hold up to 1200.
         let clock = ManualClock::new();
         let mut c = merge_cache(512 << 10, 4 << 10, &clock);
         let cap = scratch_items(128, 4 << 10);
-        assert_eq!(cap, 768);
+        assert_eq!(cap, 256);
+        // Full-heap sizes (BENCHMARKS §4a): 256 segments of 256 KiB, 1/512
+        // of the heap (0.2 B per ~100-byte item); 4096 of them, 12 segments
+        // of 64-byte items; 64 segments of 1 MiB (a default heap up to
+        // 64 MiB), the floor; 3 segments, 1/16 of the heap.
+        assert_eq!(scratch_items(256, 256 << 10), 16_384);
+        assert_eq!(scratch_items(4096, 256 << 10), 12 * 4096);
+        assert_eq!(scratch_items(64, 1 << 20), 4 * (1 << 20) / 64);
+        assert_eq!(scratch_items(3, 4 << 10), 3 * 4096 / 16 / 8);
         assert_eq!(c.merge_scratch.capacity(), cap);
         let built = c.stats();
         assert!(built.admission_bytes as usize >= cap * std::mem::size_of::<LiveItem>());

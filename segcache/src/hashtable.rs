@@ -1062,6 +1062,15 @@ impl HashTable {
         self.find(hash, |info| same_location(info, loc))
     }
 
+    /// The item info of the occupied entry at (`bucket`, `slot`), a
+    /// position from [`locate`](Self::locate).
+    #[inline]
+    pub(crate) fn info_at_slot(&self, bucket: usize, slot: usize) -> u64 {
+        let (t, b) = self.resolve(bucket);
+        debug_assert_ne!(t.ctrl[b] >> (8 * slot) & 0xff, 0, "an empty slot");
+        t.slots[b * SLOTS + slot]
+    }
+
     /// Points the entry at (`bucket`, `slot`) to `to`, halving its access
     /// counter (merge survivors start to age).
     pub(crate) fn move_slot(&mut self, bucket: usize, slot: usize, to: Location) {
