@@ -112,15 +112,17 @@ start_memcached() {
     wait_port "$port"
 }
 
-# start_pelikan VAR_PREFIX WORKERS [CORES]: Pelikan's segcache server (the
-# binary PELIKAN_SEGCACHE names, built from pelikan-io/pelikan outside
-# this repository) with WORKERS worker threads, a 256 MB heap of 1 MB
-# segments, on a free loopback port (under `taskset -c CORES` when
-# given); sets ${VAR_PREFIX}_PID and _PORT.
+# start_pelikan VAR_PREFIX WORKERS [CORES] [PRELOAD]: Pelikan's segcache
+# server (the binary PELIKAN_SEGCACHE names, built from pelikan-io/pelikan
+# outside this repository) with WORKERS worker threads, a 256 MB heap of
+# 1 MB segments, on a free loopback port (under `taskset -c CORES` when
+# given, with LD_PRELOAD=PRELOAD when given); sets ${VAR_PREFIX}_PID and
+# _PORT.
 start_pelikan() {
-    local prefix="$1" workers="$2" cores="${3:-}"
+    local prefix="$1" workers="$2" cores="${3:-}" preload="${4:-}"
     local taskset=() port conf
     if [ -n "$cores" ]; then taskset=(taskset -c "$cores"); fi
+    if [ -n "$preload" ]; then taskset=(env LD_PRELOAD="$preload" "${taskset[@]}"); fi
     port="$(free_port)"
     conf="$(mktemp --suffix .toml)"
     cat >"$conf" <<EOT
@@ -149,6 +151,21 @@ EOT
     printf -v "${prefix}_PID" '%s' "$!"
     printf -v "${prefix}_PORT" '%s' "$port"
     wait_port "$port"
+}
+
+# add_pelikan_servers: appends the Pelikan entries to SERVERS: "pelikan"
+# when PELIKAN_SEGCACHE is set, and "pelikan-nodelay" too when
+# PELIKAN_NODELAY=1 (Pelikan's server with TCP_NODELAY set on every
+# accepted socket by scripts/nodelay.c, built into $WORK/nodelay.so; it
+# leaves Nagle on by itself, segcache-server and memcached set it).
+add_pelikan_servers() {
+    [ -n "${PELIKAN_SEGCACHE:-}" ] || return 0
+    SERVERS="$SERVERS pelikan"
+    if [ "${PELIKAN_NODELAY:-0}" = 1 ]; then
+        NODELAY_SO="$WORK/nodelay.so" # WORK: see track_processes
+        cc -O2 -shared -fPIC -o "$NODELAY_SO" "$SERVER_DIR/scripts/nodelay.c" -ldl
+        SERVERS="$SERVERS pelikan-nodelay"
+    fi
 }
 
 # Stops every process whose PID the script appends to PIDS, and removes

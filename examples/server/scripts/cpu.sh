@@ -18,7 +18,8 @@
 # reports): the figure that charges every segment to someone.
 #
 # Env: RATES (default "20000 50000 80000"), ROUNDS (3), SECS (4), CONNS
-# (128), WORKERS (1), PELIKAN_SEGCACHE (unset: skipped), PIN (0/1: pin
+# (128), WORKERS (1), PELIKAN_SEGCACHE (unset: skipped), PELIKAN_NODELAY (1: also
+# Pelikan with TCP_NODELAY, see common.sh), PIN (0/1: pin
 # servers with --pin / taskset to cores 0-WORKERS), SERVER_ARGS (more flags
 # for segcache-server, e.g. --shared-cache).
 # Prints markdown to stdout.
@@ -58,12 +59,13 @@ start_target() { # NAME -> T_PORT, T_PID
         start_server T --workers "$WORKERS" --heap-size 256MiB ${SERVER_ARGS:-} "${pin[@]}" ;;
     memcached) start_memcached T "$WORKERS" "$cores" ;;
     pelikan) start_pelikan T "$WORKERS" "$cores" ;;
+    pelikan-nodelay) start_pelikan T "$WORKERS" "$cores" "$NODELAY_SO" ;;
     esac
     PIDS+=("$T_PID")
 }
 
 SERVERS="segcache memcached"
-if [ -n "${PELIKAN_SEGCACHE:-}" ]; then SERVERS="$SERVERS pelikan"; fi
+add_pelikan_servers
 
 RESULTS="$(mktemp)"
 for round in $(seq 1 "$ROUNDS"); do

@@ -22,7 +22,8 @@
 # client's context, and the server's CPU time no longer contains it.
 #
 # Env: RATES (default "20000 50000 80000"), ROUNDS (1), SECS (2), CONNS
-# (128), WORKERS (1), PELIKAN_SEGCACHE (unset: skipped), SEGCACHE_BIN (a
+# (128), WORKERS (1), PELIKAN_SEGCACHE (unset: skipped), PELIKAN_NODELAY (1: also
+# Pelikan with TCP_NODELAY, see common.sh), SEGCACHE_BIN (a
 # segcache-server binary to measure instead of this tree's), SERVER_ARGS
 # (more flags for segcache-server). Needs `ss` and `perf` with tracepoint
 # access (root). Prints markdown to stdout.
@@ -51,6 +52,7 @@ start_target() { # NAME -> T_PORT, T_PID
         start_server T --workers "$WORKERS" --heap-size 256MiB ${SERVER_ARGS:-} ;;
     memcached) start_memcached T "$WORKERS" ;;
     pelikan) start_pelikan T "$WORKERS" ;;
+    pelikan-nodelay) start_pelikan T "$WORKERS" "" "$NODELAY_SO" ;;
     esac
     PIDS+=("$T_PID")
 }
@@ -59,7 +61,7 @@ start_target() { # NAME -> T_PORT, T_PID
 snap() { ss -tinH state established "$1" >"$2"; }
 
 SERVERS="segcache memcached"
-if [ -n "${PELIKAN_SEGCACHE:-}" ]; then SERVERS="$SERVERS pelikan"; fi
+add_pelikan_servers
 
 RESULTS="$WORK/results"
 for round in $(seq 1 "$ROUNDS"); do

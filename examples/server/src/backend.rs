@@ -17,11 +17,12 @@
 //! meanwhile (delegation with combining, see `segcache::storage`): no
 //! wake-up, no hand-off, the answer is there when `start` returns. When
 //! the storage thread or another worker holds the token, the round is
-//! left to it, and the worker waits for the answer without spinning, asleep
-//! in an epoll of the backend's own ([`StorageWait`]) that the storage
-//! thread wakes when the batch is answered (`Backend::wait`; only a
-//! worker that said it sleeps is woken, so an answer the worker finds
-//! by itself costs no eventfd write and no wasted poll); the
+//! left to it, and the worker looks for the answer for a few microseconds
+//! (the holder is running; see `Backend::wait`), then sleeps in an epoll
+//! of the backend's own ([`StorageWait`]) that the holder wakes when the
+//! batch is answered (only a worker that said it sleeps is woken, so an
+//! answer the worker finds by itself costs no eventfd write and no wasted
+//! poll); the
 //! worker's socket events stay queued in the worker's poll meanwhile, so
 //! they cannot wake it before the batch is back.
 //!
@@ -53,6 +54,13 @@ const EXPIRE_EVERY: Duration = Duration::from_secs(1);
 /// Longest sleep of a worker waiting for the storage thread between
 /// checks (only matters if a wake-up were lost).
 const WAIT_BOUND: Duration = Duration::from_millis(100);
+/// Longest a worker looks for its answer before it sleeps (see
+/// [`Backend::wait`]).
+const SPIN: Duration = Duration::from_micros(25);
+/// Spins in a row that ended asleep before a worker stops spinning...
+const SPIN_MISSES: u32 = 2;
+/// ...but for one wait in this many.
+const SPIN_PROBE: u32 = 64;
 /// How long the admin port waits for an inline worker's stats.
 const STATS_WAIT: Duration = Duration::from_secs(1);
 
@@ -204,9 +212,22 @@ impl Backend {
         }
     }
 
-    /// Sleeps until the batch sent by [`start`](Self::start) is back;
-    /// its responses are then in [`replies`](Self::replies).
-    pub(crate) fn wait(&mut self) {
+    /// Waits until the batch sent by [`start`](Self::start) is back; its
+    /// responses are then in [`replies`](Self::replies). Says how: at
+    /// the first look (the worker ran its round itself), by a later look
+    /// without sleeping, or after sleeping.
+    ///
+    /// A round is left to someone else only when the cache's token is
+    /// taken: by the other worker's turn (a few microseconds of requests)
+    /// or by the awake storage thread, both running right now. So the
+    /// worker first looks for its answer for up to [`SPIN`] without
+    /// sleeping: found there, it costs no eventfd write on the holder's
+    /// side and no sleep and wake-up (two context switches) on ours. The
+    /// spin is only tried while it pays: after [`SPIN_MISSES`] spins in a
+    /// row that ended asleep anyway (a holder descheduled, both on one
+    /// core), only one wait in [`SPIN_PROBE`] spins until one finds its
+    /// answer again.
+    pub(crate) fn wait(&mut self) -> Waited {
         let Way::Thread {
             client,
             batch,
@@ -214,13 +235,29 @@ impl Backend {
             wait,
         } = &mut self.0
         else {
-            return;
+            return Waited::Ready;
         };
+        wait.waits = wait.waits.wrapping_add(1);
+        let spin = wait.misses < SPIN_MISSES || wait.waits % SPIN_PROBE == 0;
+        let mut spin_until = None;
         let mut announced = false;
+        // The first look finds a round this worker ran itself (it found the
+        // token free) or one answered already.
+        let mut how = Waited::Ready;
         let done = loop {
             match client.try_complete(batch) {
                 Ok(true) => break true,
                 Err(_) => break false,
+                Ok(false) if how == Waited::Ready => {
+                    // Left to another holder: spin (if it has been paying).
+                    how = Waited::Spun;
+                    spin_until = spin.then(|| Instant::now() + SPIN);
+                }
+                Ok(false) if !announced && spin_until.is_some_and(|t| Instant::now() < t) => {
+                    for _ in 0..64 {
+                        std::hint::spin_loop();
+                    }
+                }
                 // Say "asleep", then look once more before sleeping: an
                 // answer queued before the storage thread could see the
                 // flag is found by this look (both sides fence between
@@ -230,11 +267,20 @@ impl Backend {
                     fence(Ordering::SeqCst);
                     announced = true;
                 }
-                Ok(false) => wait.sleep(),
+                Ok(false) => {
+                    how = Waited::Slept;
+                    wait.sleep();
+                }
             }
         };
         wait.asleep.store(false, Ordering::SeqCst);
         *answered = done;
+        match how {
+            Waited::Slept if spin => wait.misses = wait.misses.saturating_add(1),
+            Waited::Spun => wait.misses = 0,
+            _ => {}
+        }
+        how
     }
 
     /// The responses of the round, in submission order (after
@@ -320,6 +366,19 @@ impl Backend {
     }
 }
 
+/// How [`Backend::wait`] got its answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// Nothing was out (inline, shared, an empty round), or the answer
+    /// was there at the first look (the worker ran its round itself).
+    Ready,
+    /// Found by a later look, without sleeping (while spinning, or by
+    /// the look after saying "asleep").
+    Spun,
+    /// After sleeping until the holder woke the worker.
+    Slept,
+}
+
 /// An epoll a worker sleeps in while the storage thread runs its batch,
 /// woken by the storage thread alone.
 pub struct StorageWait {
@@ -329,6 +388,10 @@ pub struct StorageWait {
     /// The worker waits (or is about to) for an answer: only then does
     /// the storage thread's notify write to the waker.
     asleep: Arc<AtomicBool>,
+    /// Spins in a row that ended asleep anyway.
+    misses: u32,
+    /// Waits so far (wrapping), to probe every `SPIN_PROBE`th.
+    waits: u32,
 }
 
 impl StorageWait {
@@ -341,6 +404,8 @@ impl StorageWait {
             events: Events::with_capacity(4),
             waker,
             asleep: Arc::new(AtomicBool::new(false)),
+            misses: 0,
+            waits: 0,
         })
     }
 

@@ -132,10 +132,15 @@ pub enum Outcome {
     IdleKicks,
     /// Connections closed to free buffer memory for others.
     ShedConnections,
+    /// Rounds left to another holder of the storage token whose answer a
+    /// worker found while spinning (no sleep, no wake-up).
+    StorageWaitSpun,
+    /// Rounds left to another holder whose answer a worker slept for.
+    StorageWaitSlept,
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 21] = [
+    pub const ALL: [Outcome; 23] = [
         Outcome::GetHits,
         Outcome::GetMisses,
         Outcome::DeleteHits,
@@ -157,6 +162,8 @@ impl Outcome {
         Outcome::BytesWritten,
         Outcome::IdleKicks,
         Outcome::ShedConnections,
+        Outcome::StorageWaitSpun,
+        Outcome::StorageWaitSlept,
     ];
 
     pub fn name(self) -> &'static str {
@@ -182,6 +189,8 @@ impl Outcome {
             Outcome::BytesWritten => "bytes_written",
             Outcome::IdleKicks => "idle_kicks",
             Outcome::ShedConnections => "shed_connections",
+            Outcome::StorageWaitSpun => "storage_waits_spun",
+            Outcome::StorageWaitSlept => "storage_waits_slept",
         }
     }
 }
@@ -438,7 +447,7 @@ impl Metrics {
             metric(
                 &format!("{}_total", o.name()),
                 "counter",
-                &format!("memcached's {} counter.", o.name()),
+                &format!("The {} counter of `stats`.", o.name()),
                 &[(String::new(), s.get(o))],
             );
         }

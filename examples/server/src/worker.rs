@@ -15,9 +15,10 @@
 //! 3. Collect the storage responses in submission order and let the
 //!    executor render each connection's replies into its write buffer: one
 //!    batch (one message to the storage thread), not a request/response
-//!    ping-pong per command. While the storage thread runs it the worker
-//!    sleeps in the backend's own poll until the storage thread wakes it
-//!    (socket events wait in the worker's poll meanwhile).
+//!    ping-pong per command. While someone else runs it (the storage
+//!    thread, or the other worker's turn) the worker looks for the answer
+//!    briefly, then sleeps in the backend's own poll until woken (socket
+//!    events wait in the worker's poll meanwhile).
 //! 4. Write what each socket takes; the rest waits for a writable event.
 //! 5. The backend's chores (an inline cache's expiry and admin stats).
 //!
@@ -34,7 +35,7 @@
 //! * Affect another connection: every failure (a parse error, a reset, a
 //!   half-sent value) is answered or closed on that connection only.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Waited};
 use crate::budget::{self, Budget, Held};
 use crate::executor::{render, Batch, Pipe, Settings};
 use crate::metrics::{Metrics, Outcome, WorkerStats};
@@ -608,7 +609,11 @@ impl Worker {
     fn collect(&mut self) {
         let metrics = Arc::clone(&self.ctx.metrics);
         if self.backend.start() {
-            self.backend.wait();
+            match self.backend.wait() {
+                Waited::Spun => self.stats.add(Outcome::StorageWaitSpun, 1),
+                Waited::Slept => self.stats.add(Outcome::StorageWaitSlept, 1),
+                Waited::Ready => {}
+            }
         }
         let batch = &mut self.batch;
         let mut replies = self.backend.replies().iter();
