@@ -301,6 +301,10 @@ pub(crate) struct Counters {
     pub merges: u64,
 }
 
+/// Hits on items without a deadline that share one reading of the clock
+/// for their access stamps ([`Segcache::recent_now`]).
+const RECENT_READS: u32 = 16;
+
 /// A segment-structured cache. See the [crate documentation](crate).
 pub struct Segcache {
     pub(crate) table: HashTable,
@@ -316,6 +320,12 @@ pub struct Segcache {
     clock: Clock,
     /// A delayed flush: everything stored before this time goes.
     flush_at: Option<u32>,
+    /// Cache time as a hit last read it from the clock; up to
+    /// [`RECENT_READS`] hits on items without a deadline reuse it for the
+    /// access stamp instead of reading the clock (see `hit_probed`).
+    recent: u32,
+    /// Hits left before [`recent`](Self::recent) is read again.
+    recent_left: u32,
     /// Copy of a value being rewritten (append, touch...), reused.
     scratch: Vec<u8>,
     restore_outcome: RestoreOutcome,
@@ -489,6 +499,8 @@ impl Segcache {
             admission: Admission::new(segments, heap_bytes),
             clock,
             flush_at: None,
+            recent: 0,
+            recent_left: 0,
             scratch: Vec::new(),
             restore_outcome,
         }
@@ -829,14 +841,52 @@ impl Segcache {
             return None;
         };
         let loc = hashtable::location(info);
-        let now = self.clock.now();
-        if self.segs.headers[loc.seg as usize].is_expired(now) {
-            self.expired_on_read(hash, loc);
-            return None;
-        }
+        // An item in a segment with a deadline is judged on a fresh
+        // reading; one without needs the time only for the access stamp
+        // (counted at most once per second), which tolerates a reading a
+        // few hits old.
+        let expire_at = self.segs.headers[loc.seg as usize].expire_at;
+        let now = if expire_at != 0 {
+            let now = self.clock.now();
+            if expire_at <= now {
+                self.expired_on_read(hash, loc);
+                return None;
+            }
+            now
+        } else {
+            self.recent_now()
+        };
         self.counters.hits += 1;
         self.table.record_access_seen(bucket, slot, info, now);
         Some((loc, now))
+    }
+
+    /// Cache time for an access stamp: the system clock as read at most
+    /// [`RECENT_READS`] hits ago (saves the clock read, ~30 instructions
+    /// with the vDSO, on 15 hits of 16). A stale reading can only merge
+    /// two reads of one item within those hits into one count, which the
+    /// once-per-second rule does anyway at any rate above
+    /// [`RECENT_READS`] hits per second; it never decides an expiry.
+    #[inline(always)]
+    fn recent_now(&mut self) -> u32 {
+        if self.recent_left == 0 {
+            return self.refresh_recent();
+        }
+        self.recent_left -= 1;
+        self.recent
+    }
+
+    /// Reads the clock for [`recent_now`](Self::recent_now). A manual
+    /// clock (tests, simulations) is read on every hit: its reading is a
+    /// load, and its users count accesses second by second.
+    #[inline(never)]
+    fn refresh_recent(&mut self) -> u32 {
+        self.recent = self.clock.now();
+        self.recent_left = match self.clock {
+            Clock::System { .. } => RECENT_READS - 1,
+            Clock::Manual(_) => 0,
+        };
+        self.recent
     }
 
     /// A read that found the item at `loc` expired: unlinks it and counts
