@@ -112,6 +112,34 @@ start_memcached() {
     wait_port "$port"
 }
 
+# pelikan_conf FILE WORKERS PORT: writes the config of Pelikan's segcache
+# server (WORKERS worker threads, a 256 MB heap of 1 MB segments, merge
+# eviction, PORT on loopback, its admin port on a free one) to FILE.
+pelikan_conf() {
+    cat >"$1" <<EOT
+daemonize = false
+[admin]
+host = "127.0.0.1"
+port = "$(free_port)"
+[server]
+host = "127.0.0.1"
+port = "$3"
+[worker]
+threads = $2
+[seg]
+heap_size = "256MB"
+segment_size = "1MB"
+hash_power = 20
+eviction = "Merge"
+[time]
+time_type = "Memcache"
+[debug]
+log_level = "error"
+[klog]
+sample = 0
+EOT
+}
+
 # start_pelikan VAR_PREFIX WORKERS [CORES] [PRELOAD]: Pelikan's segcache
 # server (the binary PELIKAN_SEGCACHE names, built from pelikan-io/pelikan
 # outside this repository) with WORKERS worker threads, a 256 MB heap of
@@ -125,28 +153,7 @@ start_pelikan() {
     if [ -n "$preload" ]; then taskset=(env LD_PRELOAD="$preload" "${taskset[@]}"); fi
     port="$(free_port)"
     conf="$(mktemp --suffix .toml)"
-    cat >"$conf" <<EOT
-daemonize = false
-[admin]
-host = "127.0.0.1"
-port = "$(free_port)"
-[server]
-host = "127.0.0.1"
-port = "$port"
-[worker]
-threads = $workers
-[seg]
-heap_size = "256MB"
-segment_size = "1MB"
-hash_power = 20
-eviction = "Merge"
-[time]
-time_type = "Memcache"
-[debug]
-log_level = "error"
-[klog]
-sample = 0
-EOT
+    pelikan_conf "$conf" "$workers" "$port"
     "${taskset[@]}" "$PELIKAN_SEGCACHE" "$conf" >/dev/null 2>&1 &
     printf -v "${prefix}_PID" '%s' "$!"
     printf -v "${prefix}_PORT" '%s' "$port"

@@ -43,28 +43,7 @@ run() {
             --heap-size 256MiB >/dev/null 2>&1 &
         ;;
     pelikan)
-        cat >"$out/pelikan.toml" <<EOT
-daemonize = false
-[admin]
-host = "127.0.0.1"
-port = "$(free_port)"
-[server]
-host = "127.0.0.1"
-port = "$port"
-[worker]
-threads = 1
-[seg]
-heap_size = "256MB"
-segment_size = "1MB"
-hash_power = 20
-eviction = "Merge"
-[time]
-time_type = "Memcache"
-[debug]
-log_level = "error"
-[klog]
-sample = 0
-EOT
+        pelikan_conf "$out/pelikan.toml" 1 "$port"
         "${grind[@]}" "$PELIKAN_SEGCACHE" "$out/pelikan.toml" >/dev/null 2>&1 &
         ;;
     esac
