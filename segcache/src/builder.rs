@@ -451,6 +451,26 @@ fn default_buckets(heap: usize) -> usize {
     buckets.clamp(1 << MIN_HASH_POWER, 1 << MAX_HASH_POWER)
 }
 
+/// A cache for unit tests: `heap` bytes in segments of `segment` bytes, a
+/// table of 2^`hash_power` buckets, `eviction`, on `clock` (shared).
+#[cfg(test)]
+pub(crate) fn small_cache(
+    heap: usize,
+    segment: usize,
+    hash_power: u8,
+    eviction: Eviction,
+    clock: &ManualClock,
+) -> Segcache {
+    Segcache::builder()
+        .heap_size(heap)
+        .segment_size(segment)
+        .hash_power(hash_power)
+        .eviction(eviction)
+        .clock(clock.clone())
+        .build()
+        .unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

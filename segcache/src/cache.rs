@@ -2329,18 +2329,12 @@ impl Segcache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::builder::small_cache;
     use crate::ManualClock;
 
     fn small(eviction: Eviction) -> (Segcache, ManualClock) {
         let clock = ManualClock::new();
-        let cache = Segcache::builder()
-            .heap_size(64 << 10)
-            .segment_size(4 << 10)
-            .hash_power(8)
-            .eviction(eviction)
-            .clock(clock.clone())
-            .build()
-            .unwrap();
+        let cache = small_cache(64 << 10, 4 << 10, 8, eviction, &clock);
         (cache, clock)
     }
 
@@ -2517,13 +2511,7 @@ mod tests {
         // Eight buckets: keys share buckets, as in Pelikan's false conflicts.
         // Writing one key must not invalidate another's token.
         let clock = ManualClock::new();
-        let mut c = Segcache::builder()
-            .heap_size(64 << 10)
-            .segment_size(4 << 10)
-            .hash_power(3)
-            .clock(clock)
-            .build()
-            .unwrap();
+        let mut c = small_cache(64 << 10, 4 << 10, 3, Eviction::default(), &clock);
         c.set(b"x", b"1", 0, None).unwrap();
         c.set(b"y", b"1", 0, None).unwrap();
         let tx = c.get(b"x").unwrap().cas();
@@ -2660,14 +2648,7 @@ mod tests {
     #[test]
     fn reads_answer_alike_settled_growing_and_with_a_flush_pending() {
         let clock = ManualClock::new();
-        let mut c = Segcache::builder()
-            .heap_size(64 << 10)
-            .segment_size(4 << 10)
-            .hash_power(3)
-            .eviction(Eviction::None)
-            .clock(clock.clone())
-            .build()
-            .unwrap();
+        let mut c = small_cache(64 << 10, 4 << 10, 3, Eviction::None, &clock);
         // Reads every key present and a few absent ones both ways; checks
         // the answers and that each read counted exactly one hit or miss.
         fn read_all(c: &mut Segcache, n: u32) {
@@ -2728,14 +2709,7 @@ mod tests {
     fn a_small_table_grows_while_the_heap_has_room() {
         // 8 buckets (56 slots + 49 spare) to start; 2000 items of ~13 bytes
         // fit the 64 KiB heap easily, so the table grows to hold them all.
-        let mut c = Segcache::builder()
-            .heap_size(64 << 10)
-            .segment_size(4 << 10)
-            .hash_power(3)
-            .eviction(Eviction::None)
-            .clock(ManualClock::new())
-            .build()
-            .unwrap();
+        let mut c = small_cache(64 << 10, 4 << 10, 3, Eviction::None, &ManualClock::new());
         let before = c.stats().hash_table_bytes;
         for i in 0..2000u32 {
             c.set(format!("key{i}").as_bytes(), b"v", 0, None).unwrap();
@@ -2823,13 +2797,13 @@ mod tests {
         // holds ~1,000 of them, more than the merge scratch's records, so no
         // evaluation can read one; eviction frees such segments whole and
         // every write still succeeds.
-        let mut c = Segcache::builder()
-            .heap_size(128 << 10)
-            .segment_size(8 << 10)
-            .hash_power(14)
-            .clock(ManualClock::new())
-            .build()
-            .unwrap();
+        let mut c = small_cache(
+            128 << 10,
+            8 << 10,
+            14,
+            Eviction::default(),
+            &ManualClock::new(),
+        );
         assert!(c.merge_scratch.capacity() < (8 << 10) / 9);
         for i in 0..200_000u32 {
             let key = (i % 40_000).to_le_bytes();
@@ -2850,13 +2824,13 @@ mod tests {
         // items from a table of 8 buckets, then written with small items:
         // the heap holds ~20x more of those than the table has slots, so the
         // table grows instead of dropping entries from its full windows.
-        let mut c = Segcache::builder()
-            .heap_size(256 << 10)
-            .segment_size(8 << 10)
-            .hash_power(3)
-            .clock(ManualClock::new())
-            .build()
-            .unwrap();
+        let mut c = small_cache(
+            256 << 10,
+            8 << 10,
+            3,
+            Eviction::default(),
+            &ManualClock::new(),
+        );
         let big = vec![7u8; 900];
         for i in 0..2_000u32 {
             c.set(format!("big{i}").as_bytes(), &big, 0, None).unwrap();
@@ -2905,14 +2879,7 @@ mod tests {
     fn full_hash_table_gives_back_the_reserved_space() {
         let (mut c, _) = {
             let clock = ManualClock::new();
-            let c = Segcache::builder()
-                .heap_size(64 << 10)
-                .segment_size(4 << 10)
-                .hash_power(3)
-                .eviction(Eviction::None)
-                .clock(clock.clone())
-                .build()
-                .unwrap();
+            let c = small_cache(64 << 10, 4 << 10, 3, Eviction::None, &clock);
             (c, clock)
         };
         c.table.growth_disabled = true;

@@ -335,20 +335,25 @@ impl Segcache {
             return true;
         }
         match self.oldest_small() {
-            Some(mut id) => {
-                // Segments created in the same second tie on `create_at`:
-                // the bucket's chain order says which is oldest.
-                loop {
-                    let prev = self.segs.headers[id as usize].prev;
-                    if !self.sealed(prev) || self.admission.is_main(prev) {
-                        break;
-                    }
-                    id = prev;
-                }
+            Some(id) => {
+                let id = self.oldest_in_run(id);
                 self.evict_segment(id);
                 true
             }
             None => false,
+        }
+    }
+
+    /// The oldest segment of the run of sealed small segments that ends
+    /// at `id` in its TTL bucket's chain. Segments created in the same
+    /// second tie on `create_at`; the chain order says which is oldest.
+    fn oldest_in_run(&self, mut id: u32) -> u32 {
+        loop {
+            let prev = self.segs.headers[id as usize].prev;
+            if !self.sealed(prev) || self.admission.is_main(prev) {
+                return id;
+            }
+            id = prev;
         }
     }
 
@@ -406,17 +411,11 @@ impl Segcache {
     /// `must_free`, a segment is freed even if read items must go (the
     /// least read first).
     fn evaluate_small(&mut self, now: u32, must_free: bool) -> bool {
-        let Some(mut first) = self.oldest_small() else {
+        let Some(first) = self.oldest_small() else {
             return false;
         };
         // The bucket's oldest small segment (they are usually contiguous).
-        loop {
-            let prev = self.segs.headers[first as usize].prev;
-            if !self.sealed(prev) || self.admission.is_main(prev) {
-                break;
-            }
-            first = prev;
-        }
+        let first = self.oldest_in_run(first);
         let header = &self.segs.headers[first as usize];
         let bucket = header.ttl_bucket as usize;
         if header.expire_at != 0 && header.expire_at <= now + NEAR_EXPIRY_SECS {
@@ -1090,6 +1089,7 @@ fn pack(
 #[cfg(test)]
 mod tests {
     use super::{pack, scratch_items, LiveItem, COMPACT_MAX_MAIN, MERGE_MAX, PROMOTE_FREQ};
+    use crate::builder::small_cache;
     use crate::hashtable::{self, Location};
     use crate::segments::SegState;
     use crate::segments::NONE;
@@ -1098,14 +1098,7 @@ mod tests {
     use std::time::Duration;
 
     fn cache(policy: Eviction) -> Segcache {
-        Segcache::builder()
-            .heap_size(256 << 10)
-            .segment_size(8 << 10)
-            .hash_power(10)
-            .eviction(policy)
-            .clock(ManualClock::new())
-            .build()
-            .unwrap()
+        small_cache(256 << 10, 8 << 10, 10, policy, &ManualClock::new())
     }
 
     #[test]
@@ -1136,13 +1129,7 @@ mod tests {
     #[test]
     fn overwrites_within_the_heap_are_compacted_not_evicted() {
         let clock = ManualClock::new();
-        let mut c = Segcache::builder()
-            .heap_size(64 << 10)
-            .segment_size(4 << 10)
-            .hash_power(8)
-            .clock(clock.clone())
-            .build()
-            .unwrap();
+        let mut c = small_cache(64 << 10, 4 << 10, 8, Eviction::default(), &clock);
         // 300 keys x ~91 bytes = ~27 KiB live in a 64 KiB heap, rewritten
         // ten times over: dead versions fill segments, compaction frees them.
         let mut rng = 1u64;
@@ -1168,13 +1155,7 @@ mod tests {
     #[test]
     fn merge_keeps_read_items_and_drops_unread_ones() {
         let clock = ManualClock::new();
-        let mut c = Segcache::builder()
-            .heap_size(64 << 10)
-            .segment_size(4 << 10)
-            .hash_power(8)
-            .clock(clock.clone())
-            .build()
-            .unwrap();
+        let mut c = small_cache(64 << 10, 4 << 10, 8, Eviction::default(), &clock);
         // 16 segments of ~46 items. Every 20th of the first 400 keys is
         // read every second; the rest are written once and never read.
         let hot = |i: u32| i < 400 && i % 20 == 0;
@@ -1203,13 +1184,7 @@ mod tests {
     }
 
     fn merge_cache(heap: usize, segment: usize, clock: &ManualClock) -> Segcache {
-        Segcache::builder()
-            .heap_size(heap)
-            .segment_size(segment)
-            .hash_power(12)
-            .clock(clock.clone())
-            .build()
-            .unwrap()
+        small_cache(heap, segment, 12, Eviction::default(), clock)
     }
 
     /// Where a key's item is and its access count.
@@ -1747,13 +1722,7 @@ mod tests {
         // a compaction and an evaluation run: every key reads back its
         // value (or is gone as it should be), the counters add up.
         let clock = ManualClock::new();
-        let mut c = Segcache::builder()
-            .heap_size(1 << 20)
-            .segment_size(1 << 10)
-            .hash_power(3)
-            .clock(clock.clone())
-            .build()
-            .unwrap();
+        let mut c = small_cache(1 << 20, 1 << 10, 3, Eviction::default(), &clock);
         let value = |k: u32| (k * 7).to_le_bytes().repeat(1 + k as usize % 5);
         let mut keys = 0u32;
         while !(c.table.is_growing() && c.table.slots() >= 7 * 2048) {
