@@ -25,12 +25,14 @@
 //!    accesses (the write path sets them), so a key written again while
 //!    cached is promoted and kept by its first main merge.
 //! 3. Otherwise the main pool *merges*: from a TTL bucket's cursor, take
-//!    main segments until they hold [`MERGE_RATIO`] segments' worth of live
-//!    bytes (at most [`MERGE_MAX`]), keep every item read since its last
-//!    move, in as few segments as that takes (at least one fewer than the
-//!    run; if they do not fit, the most-read ones, by a frequency cutoff),
-//!    halve the survivors' counts and evict the rest (CLOCK with decay, as
-//!    in S3-FIFO's main queue).
+//!    up to [`MERGE_MAX`] main segments, keep every item read since its
+//!    last move (if they do not fit in one segment fewer than the run, the
+//!    most-read ones, by a frequency cutoff), halve the survivors' counts
+//!    and evict the rest (CLOCK with decay, as in S3-FIFO's main queue).
+//!    In a heap of [`FREE_ONE_SEGMENTS`] segments or more a main merge
+//!    frees exactly one segment: the room the read items leave is filled
+//!    with unread ones, in order, so main drops only its coldest segment's
+//!    worth per merge and an item has a whole lap of the pool to be read.
 //!
 //! A segment this close to its deadline ([`NEAR_EXPIRY_SECS`]) is evicted
 //! whole instead. The simple policies evict one whole segment. Nothing here
@@ -55,16 +57,32 @@ pub(crate) const MERGE_MAX: usize = 8;
 /// younger probation items into older segments shortens their probation.
 pub(crate) const COMPACT_MAX_MAIN: usize = 12;
 const _: () = assert!(COMPACT_MAX_MAIN >= MERGE_MAX, "a merge's outputs fit");
-/// A main-pool merge reads about this many segments' worth of live bytes.
-pub(crate) const MERGE_RATIO: usize = 4;
+/// The scratch's floor: a run of this many full segments of
+/// [`SCRATCH_ITEM_BYTES`] items (see [`scratch_floor`]).
+const SCRATCH_FLOOR_SEGMENTS: usize = 4;
+/// From this many heap segments on, a main merge frees exactly one
+/// segment, keeping unread items in the rest of its outputs (before: the
+/// run was four segments' worth of live bytes, and every segment its read
+/// items did not need was freed, dropping every unread item of the run).
+/// Main then evicts only what one segment needs per merge, and a run of
+/// [`MERGE_MAX`] drops about its coldest eighth: items get a longer lap of
+/// the pool to be read again (CLOCK decays more slowly). On the 19 rows
+/// of BENCHMARKS §1 this missed less on 8 (the block trace at 16 and
+/// 4 MiB by 0.0020 / 0.0013, Twitter-like cluster 19 at 2 TTL spans by
+/// 0.0015, cluster 7 there by 0.0010) and more on one (cluster 7 at real
+/// rate, +0.0001), with merges copying about as many bytes (+1.4% on
+/// cluster 7). In a heap of a few segments (the block trace at 1 MiB:
+/// three) freeing one at a time missed 0.0036 more: there a merge frees
+/// what its read items leave.
+pub(crate) const FREE_ONE_SEGMENTS: usize = 16;
 /// Average item size (bytes) down to which a run of [`COMPACT_MAX_MAIN`]
 /// full segments fits the merge scratch (see [`scratch_items`]).
 const SCRATCH_ITEM_BYTES: usize = 64;
 /// Beyond [`scratch_floor`], the merge scratch takes at most this share
 /// of the heap (1/512: 0.2 bytes per ~100-byte item held, BENCHMARKS §4a).
 const SCRATCH_HEAP_SHARE: usize = 512;
-/// Whatever the share, the scratch holds a main merge's run of
-/// [`MERGE_RATIO`] full segments of [`SCRATCH_ITEM_BYTES`] items, unless
+/// Whatever the share, the scratch holds a run of
+/// [`SCRATCH_FLOOR_SEGMENTS`] full segments of [`SCRATCH_ITEM_BYTES`] items, unless
 /// that is more than 1/[`SCRATCH_FLOOR_SHARE`] of the heap (a heap of a
 /// few segments).
 const SCRATCH_FLOOR_SHARE: usize = 16;
@@ -78,7 +96,7 @@ fn compaction_run_items(segment_size: usize) -> usize {
 
 /// The scratch's least capacity, in live items (see [`scratch_items`]).
 fn scratch_floor(segments: usize, segment_size: usize) -> usize {
-    let run = MERGE_RATIO * segment_size / SCRATCH_ITEM_BYTES;
+    let run = SCRATCH_FLOOR_SEGMENTS * segment_size / SCRATCH_ITEM_BYTES;
     run.min(segments * segment_size / SCRATCH_FLOOR_SHARE / std::mem::size_of::<LiveItem>())
 }
 
@@ -86,7 +104,7 @@ fn scratch_floor(segments: usize, segment_size: usize) -> usize {
 /// segments of `segment_size` bytes: enough for [`COMPACT_MAX_MAIN`]
 /// segments of items averaging [`SCRATCH_ITEM_BYTES`], but at most
 /// 1/[`SCRATCH_HEAP_SHARE`] of the heap's bytes beyond a floor of
-/// [`MERGE_RATIO`] such segments ([`scratch_floor`]). The scratch is
+/// [`SCRATCH_FLOOR_SEGMENTS`] such segments ([`scratch_floor`]). The scratch is
 /// allocated once, when the cache is built, counted in
 /// `Stats::admission_bytes`, and never grows: the run of an evaluation or
 /// a main merge is cut to what it holds (a run of smaller items is
@@ -216,6 +234,10 @@ struct Plan {
     /// main merge, a compaction); an evaluation keeps only what was read
     /// and frees every segment it does not need.
     fill: bool,
+    /// Free exactly one segment (a main merge in a heap of
+    /// [`FREE_ONE_SEGMENTS`] or more): as many outputs as allowed, the
+    /// room read items leave filled.
+    frees_one: bool,
 }
 
 impl Segcache {
@@ -477,6 +499,7 @@ impl Segcache {
                 ghosts: Some(false),
                 main: true,
                 fill: false,
+                frees_one: false,
             },
         )
     }
@@ -575,6 +598,7 @@ impl Segcache {
                         ghosts: None,
                         main,
                         fill: true,
+                        frees_one: false,
                     };
                     if compacts(n, live) && self.merge_chain(bucket, &run[..n], plan) {
                         return true;
@@ -590,7 +614,6 @@ impl Segcache {
     fn merge_bucket(&mut self, bucket: usize, now: u32) -> bool {
         let head = self.ttl.buckets[bucket].head;
         let cursor = self.ttl.buckets[bucket].merge_cursor;
-        let seg_size = self.segs.segment_size();
         for start in [cursor, head] {
             if !self.sealed(start) || !self.admission.is_main(start) {
                 continue;
@@ -604,12 +627,10 @@ impl Segcache {
             }
             let mut chain = [NONE; MERGE_MAX];
             let mut len = 0;
-            let mut total = 0;
             let mut items = 0;
             let mut at = start;
             let mut range = (0, 0);
             while len < MERGE_MAX
-                && (len < 2 || total < MERGE_RATIO * seg_size)
                 && self.sealed(at)
                 && self.admission.is_main(at)
                 && self.scratch_holds(items, at)
@@ -619,7 +640,6 @@ impl Segcache {
                 };
                 range = wider;
                 chain[len] = at;
-                total += self.segs.headers[at as usize].live_bytes as usize;
                 items += self.segs.headers[at as usize].live_items as usize;
                 len += 1;
                 at = self.segs.headers[at as usize].next;
@@ -632,6 +652,7 @@ impl Segcache {
                     ghosts: Some(true),
                     main: true,
                     fill: true,
+                    frees_one: self.segs.count() >= FREE_ONE_SEGMENTS,
                 };
                 if self.merge_chain(bucket, &chain[..len], plan) {
                     return true;
@@ -692,6 +713,7 @@ impl Segcache {
         let mut forced_bytes = 0usize;
         // Records of the forced segments (the first ones of the chain).
         let mut forced_items = 0usize;
+        let mut largest = 0usize;
         for (index, &src) in chain.iter().enumerate() {
             for (offset, item) in self.segs.item_offsets(src) {
                 let hash = self.table.hash(item.key());
@@ -705,6 +727,7 @@ impl Segcache {
                     } else {
                         histogram[freq as usize] += item.size();
                     }
+                    largest = largest.max(item.size());
                     live.push(LiveItem::new(bucket, slot, item.size(), freq));
                 }
             }
@@ -732,6 +755,8 @@ impl Segcache {
         // Nothing to keep and no fill: the segment is freed.
         let mut outputs = if nothing_kept {
             0
+        } else if plan.frees_one {
+            max_outputs
         } else {
             wanted.div_ceil(usable).clamp(1, max_outputs)
         };
@@ -745,6 +770,7 @@ impl Segcache {
             cutoff += 1;
         }
         let mut borderline_room = if plan.fill { room - kept_bytes } else { 0 };
+        let mut slack_left = true;
         // Items do not split across segments: check that packing in order
         // really keeps every item it must (forced ones, those at or above
         // the cutoff); if not, no borderline items, then more outputs, then
@@ -762,7 +788,15 @@ impl Segcache {
             if fits {
                 break;
             }
-            if borderline_room > 0 {
+            if borderline_room > 0 && slack_left {
+                // Packing in order leaves less than the largest item unused
+                // at each output's end: fill only what then surely fits, so
+                // that fillers do not push out items that must stay (with
+                // no fill at all, a merge freeing one segment left the
+                // room of its unread items empty).
+                borderline_room = borderline_room.saturating_sub(outputs * largest);
+                slack_left = false;
+            } else if borderline_room > 0 {
                 borderline_room = 0;
             } else if outputs < max_outputs {
                 outputs += 1;
@@ -1088,7 +1122,9 @@ fn pack(
 
 #[cfg(test)]
 mod tests {
-    use super::{pack, scratch_items, LiveItem, COMPACT_MAX_MAIN, MERGE_MAX, PROMOTE_FREQ};
+    use super::{
+        pack, scratch_items, LiveItem, COMPACT_MAX_MAIN, FREE_ONE_SEGMENTS, MERGE_MAX, PROMOTE_FREQ,
+    };
     use crate::builder::small_cache;
     use crate::hashtable::{self, Location};
     use crate::segments::SegState;
@@ -1281,6 +1317,69 @@ mod tests {
             );
         }
         c.check_invariants();
+    }
+
+    /// A cache of `heap` bytes in 4 KiB segments whose sealed segments are
+    /// all main, every fourth key read once; its keys.
+    fn main_pool_a_quarter_read(heap: usize, clock: &ManualClock) -> (Segcache, u32) {
+        let mut c = merge_cache(heap, 4 << 10, clock);
+        let mut keys = 0u32;
+        while c.stats().segments_used < 11 {
+            c.set(format!("k{keys:04}"), [1u8; 80], 0, None).unwrap();
+            keys += 1;
+        }
+        for id in 0..c.segs.count() as u32 {
+            if c.segs.headers[id as usize].state != SegState::Free {
+                c.admission.set_main(id, true);
+            }
+        }
+        clock.advance(Duration::from_secs(1));
+        for k in (0..keys).step_by(4) {
+            assert!(c.get(format!("k{k:04}")).is_some());
+        }
+        (c, keys)
+    }
+
+    #[test]
+    fn a_main_merge_frees_one_segment_and_keeps_unread_items_in_the_rest() {
+        // A quarter of main was read: its read items need two of the run's
+        // eight segments. The merge frees one segment only, keeping unread
+        // items in the room the read ones leave (before, it freed every
+        // segment the read items did not need: all unread items of the run
+        // went at once).
+        let clock = ManualClock::new();
+        let (mut c, keys) = main_pool_a_quarter_read(128 << 10, &clock);
+        assert!(c.segs.count() >= FREE_ONE_SEGMENTS);
+        let per_segment = (0..c.segs.count())
+            .map(|id| c.segs.headers[id].live_items)
+            .max()
+            .unwrap() as u64;
+        let (used, items) = (c.stats().segments_used, c.stats().items);
+        assert!(c.merge_main(0), "a main merge ran");
+        assert_eq!(c.stats().segments_used, used - 1, "exactly one freed");
+        let evicted = items - c.stats().items;
+        // One segment's worth, plus at most an item per output: packing
+        // in order may leave up to an item's room at each output's end.
+        assert!(
+            evicted > 0 && evicted <= per_segment + MERGE_MAX as u64,
+            "one segment's worth of unread items went: {evicted} (a segment holds {per_segment})"
+        );
+        for k in (0..keys).step_by(4) {
+            assert!(c.contains(format!("k{k:04}").as_bytes()), "read k{k} kept");
+        }
+        c.check_invariants();
+        // In a heap of a few segments a merge frees what its read items
+        // leave: there the small pool needs whole segments back.
+        let (mut few, _) = main_pool_a_quarter_read(48 << 10, &clock);
+        assert!(few.segs.count() < FREE_ONE_SEGMENTS);
+        let used = few.stats().segments_used;
+        assert!(few.merge_main(0));
+        assert!(
+            few.stats().segments_used + 1 < used,
+            "more than one freed: {} of {used} left",
+            few.stats().segments_used
+        );
+        few.check_invariants();
     }
 
     #[test]
