@@ -339,10 +339,21 @@ pub(crate) fn prefetch(data: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     if (PREFETCH_AT..=PREFETCH_MAX).contains(&data.len()) {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        for line in (0..data.len()).step_by(64) {
-            // SAFETY: a prefetch is only a hint: it never faults, and
-            // `line` is inside `data` anyway.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(data.as_ptr().add(line).cast()) };
+        // Four lines a turn (~1.5 instructions a line, against ~3 for
+        // one a turn); the last turn may ask for up to three lines past
+        // the end, the next item's, which costs nothing but bandwidth.
+        let p = data.as_ptr();
+        let mut at = 0;
+        while at < data.len() {
+            // SAFETY: a prefetch is only a hint: it never faults, whatever
+            // the address (computed with `wrapping_add`: never dereferenced).
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(at).cast());
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(at + 64).cast());
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(at + 128).cast());
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(at + 192).cast());
+            }
+            at += 256;
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
