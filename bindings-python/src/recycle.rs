@@ -221,9 +221,12 @@ unsafe fn second_reference(obj: *mut ffi::PyObject) {
     }
 }
 
-/// A new `bytes` holding `data` (NULL with the exception set on failure).
+/// A new `bytes` holding `data` (NULL with the exception set on failure),
+/// a long value's lines prefetched first so that the allocation overlaps
+/// their loads (see `value::prefetch`).
 #[inline(always)]
 fn new_bytes(data: &[u8]) -> *mut ffi::PyObject {
+    crate::value::prefetch(data);
     // SAFETY: `data` is valid for its length; the call copies it.
     unsafe { ffi::PyBytes_FromStringAndSize(data.as_ptr().cast(), data.len() as ffi::Py_ssize_t) }
 }
@@ -240,8 +243,6 @@ fn keep(kept: &mut Kept, data: &[u8]) -> *mut ffi::PyObject {
         kept.misses = 0;
         kept.paused = PAUSE;
     }
-    // The allocation overlaps the loads of a long value.
-    crate::value::prefetch(data);
     let obj = new_bytes(data);
     if obj.is_null() {
         return obj;
