@@ -191,9 +191,11 @@ unsafe fn call(
         // The commonest call: the required arguments, positionally, as
         // `hot` reads them; it returns `None` to go the general way.
         if kwnames.is_null() && nargs == method.required as ffi::Py_ssize_t {
-            // SAFETY: the descriptor checked `slf`'s type; `slf` is
-            // borrowed for the call.
+            // SAFETY: the descriptor checked `slf`'s type (so it is not
+            // NULL: told to the compiler, which then drops `from_ptr`'s
+            // NULL check); `slf` is borrowed for the call.
             let cache = unsafe {
+                std::hint::assert_unchecked(!slf.is_null());
                 &*(Borrowed::from_ptr(py, slf)
                     .cast_unchecked::<PyCache>()
                     .get() as *const PyCache)

@@ -149,7 +149,8 @@ pub unsafe fn refill_bytes(obj: *mut ffi::PyObject, data: &[u8]) {
 
 /// Copies `src` to `dst`: inline (two overlapping word moves) up to 64
 /// bytes, where a call to `memcpy` costs more than the copy (~15
-/// instructions with the call, against 4 to 6 here); `memcpy` above.
+/// instructions with the call, against 4 to 6 here); above, `memcpy`
+/// after a prefetch of a long value's lines (`value::prefetch`).
 ///
 /// # Safety
 /// `dst` is valid for `src.len()` bytes of writes and does not overlap
@@ -176,6 +177,9 @@ pub(crate) unsafe fn copy_short(src: &[u8], dst: *mut u8) {
     // second word of each pair ends at `n`); the caller's contract.
     unsafe {
         if n > 64 {
+            // A long value is usually not in the CPU cache: its lines
+            // requested at once, not one by one as `memcpy` asks for them.
+            crate::value::prefetch(src);
             std::ptr::copy_nonoverlapping(s, dst, n);
         } else if n > 32 {
             word::<32>(s, dst, 0);

@@ -182,7 +182,7 @@ impl Recycler {
                         // bytes, no reference but ours, the GIL held.
                         unsafe {
                             crate::layout::refill_bytes(slot.obj, data);
-                            ffi::Py_IncRef(slot.obj);
+                            second_reference(slot.obj);
                         }
                         kept.misses = 0;
                         return slot.obj;
@@ -195,9 +195,38 @@ impl Recycler {
     }
 }
 
-/// A new `bytes` holding `data` (NULL with the exception set on failure).
+/// Takes a second reference to `obj`, a kept object whose only reference
+/// is the recycler's: its count goes from 1 to 2 in place.
+///
+/// The increment the stable ABI's own `Py_INCREF` of CPython 3.10 (the ABI
+/// this extension is built for) compiles to in every abi3 C extension:
+/// `ob_refcnt`, the first word of every object, plus one. Later CPythons
+/// keep that increment valid for abi3 extensions; the one case it would
+/// not handle, an immortal object, cannot be a kept object (a `bytes` of
+/// at least [`MIN_LEN`] bytes made by `PyBytes_FromStringAndSize`). pyo3's
+/// `Py_IncRef` is a call into libpython instead (~5 instructions more per
+/// refilled read).
+///
+/// # Safety
+/// The GIL held; `obj` a kept object whose reference count is 1.
+#[cfg(not(Py_GIL_DISABLED))]
+#[inline(always)]
+unsafe fn second_reference(obj: *mut ffi::PyObject) {
+    // SAFETY: the caller's contract: a live object of ours, a count of 1
+    // (so not immortal: its count word is a plain count), the GIL held.
+    unsafe {
+        debug_assert_eq!(ffi::Py_REFCNT(obj), 1);
+        *obj.cast::<ffi::Py_ssize_t>() += 1;
+        debug_assert_eq!(ffi::Py_REFCNT(obj), 2);
+    }
+}
+
+/// A new `bytes` holding `data` (NULL with the exception set on failure),
+/// a long value's lines prefetched first so that the allocation overlaps
+/// their loads (see `value::prefetch`).
 #[inline(always)]
 fn new_bytes(data: &[u8]) -> *mut ffi::PyObject {
+    crate::value::prefetch(data);
     // SAFETY: `data` is valid for its length; the call copies it.
     unsafe { ffi::PyBytes_FromStringAndSize(data.as_ptr().cast(), data.len() as ffi::Py_ssize_t) }
 }
@@ -214,9 +243,6 @@ fn keep(kept: &mut Kept, data: &[u8]) -> *mut ffi::PyObject {
         kept.misses = 0;
         kept.paused = PAUSE;
     }
-    // The allocation overlaps the loads of a long value (a refill reads
-    // it at once: no prefetch there).
-    crate::value::prefetch(data);
     let obj = new_bytes(data);
     if obj.is_null() {
         return obj;

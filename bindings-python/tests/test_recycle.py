@@ -133,6 +133,35 @@ def test_every_short_length_refills_byte_for_byte():
 
 
 @pytest.mark.skipif(not ON, reason="recycling is off here")
+def test_long_values_refill_byte_for_byte_around_the_prefetch():
+    """Values over 64 bytes are copied by memcpy, those of 256 B to 4 KiB
+    after a prefetch of their cache lines: lengths on either side of
+    both bounds, from items at eight different offsets within a cache
+    line (keys of 1 to 8 bytes shift them), refill an object of the same
+    length and read back byte for byte, with the NUL after them."""
+    def pattern(n, salt):
+        return bytes((salt * 31 + i * 7 + 1) % 251 + 1 for i in range(n))
+
+    for n in (65, 255, 256, 257, 1000, 1024, 4095, 4096, 4097, 8 << 10):
+        # A cache of its own, one key length: nothing kept but the
+        # objects read below.
+        cache = segcache.Cache(heap_size=1 << 20)
+        for shift in range(1, 9):
+            key = "k" * shift
+            cache["room"] = pattern(n, shift)
+            cache[key] = pattern(n, shift + 1)
+            got = cache["room"]
+            room_id = id(got)
+            del got
+            got = cache[key]
+            assert id(got) == room_id  # refilled, not a new object
+            assert got == pattern(n, shift + 1)
+            assert bytes(bytearray(got)) == pattern(n, shift + 1)
+            assert hash(got) == hash(pattern(n, shift + 1))
+            del got
+
+
+@pytest.mark.skipif(not ON, reason="recycling is off here")
 def test_a_refilled_object_is_complete(cache):
     """Shorter values refilled into a longer object (up to 1/8 of room
     left) read back with their own length, hash, NUL end and size."""
