@@ -35,10 +35,11 @@ pub enum Eviction {
     /// segments in place, the others are evicted and their keys kept as
     /// ghosts (about 2 bytes each, in [`Stats::admission_bytes`]); a key
     /// written again while a ghost is promoted at its next evaluation.
-    /// Otherwise a few consecutive main segments (4 segments' worth of
-    /// live bytes, at most 8) are merged: items read since their last move
-    /// stay, in at least one segment fewer, their access counts halved;
-    /// the rest are evicted. Runs thinned out by deletes and overwrites are
+    /// Otherwise up to 8 consecutive main segments are merged: items read
+    /// since their last move stay, their access counts halved, and one
+    /// segment is freed, unread items filling the room they leave (in a
+    /// heap of fewer than 16 segments every segment they do not need is
+    /// freed); the rest are evicted. Runs thinned out by deletes and overwrites are
     /// compacted first, evicting nothing. Merges never let an item expire
     /// earlier than its bucket's precision allows.
     ///
