@@ -306,6 +306,9 @@ impl Segcache {
         if self.eviction == Eviction::Merge {
             let main = self.admission.is_main(id);
             for (offset, item) in self.segs.item_offsets(id) {
+                if item.is_unlinked() {
+                    continue;
+                }
                 let hash = self.table.hash(item.key());
                 if self
                     .table
@@ -785,6 +788,9 @@ impl Segcache {
         let mut forced_items = 0usize;
         for (index, &src) in chain.iter().enumerate() {
             for (offset, item) in self.segs.item_offsets(src) {
+                if item.is_unlinked() {
+                    continue;
+                }
                 let hash = self.table.hash(item.key());
                 let loc = Location { seg: src, offset };
                 if let Some((bucket, slot, info)) = self.table.locate(hash, loc) {
@@ -1043,6 +1049,9 @@ impl Segcache {
             assert!(next > start, "every segment of the run fits the scratch");
             for &src in &chain[start..next] {
                 for (offset, item) in self.segs.item_offsets(src) {
+                    if item.is_unlinked() {
+                        continue;
+                    }
                     let hash = self.table.hash(item.key());
                     let loc = Location { seg: src, offset };
                     if let Some((bucket, slot, info)) = self.table.locate(hash, loc) {
