@@ -1668,9 +1668,16 @@ impl Segcache {
         }
         let segs = &self.segs;
         let mut size = 0;
-        let removed = self
-            .table
-            .remove(hash, |at| key_is_sized(segs, at, key, &mut size));
+        // The likeliest entry first, as `link` does.
+        let removed = match self.table.first_candidate(hash) {
+            Some((at, info)) if key_is_sized(segs, hashtable::location(info), key, &mut size) => {
+                self.table.remove_first(at);
+                Some(info)
+            }
+            _ => self
+                .table
+                .remove(hash, |at| key_is_sized(segs, at, key, &mut size)),
+        };
         let Some(info) = removed else {
             return false;
         };
@@ -2022,9 +2029,20 @@ impl Segcache {
         };
         let segs = &self.segs;
         let mut old_size = 0;
-        let replaced = self.table.replace(hash, loc, rewrite_floor, |at| {
-            key_is_sized(segs, at, key, &mut old_size)
-        });
+        // The likeliest entry first, its key compared inline; any other
+        // through the table's search (whose compare is a call).
+        let first = self.table.first_candidate(hash);
+        let replaced = match first {
+            Some((at, info))
+                if key_is_sized(segs, hashtable::location(info), key, &mut old_size) =>
+            {
+                self.table.replace_first(at, info, loc, rewrite_floor);
+                Some(info)
+            }
+            _ => self.table.replace(hash, loc, rewrite_floor, |at| {
+                key_is_sized(segs, at, key, &mut old_size)
+            }),
+        };
         let Some(old) = replaced else {
             return self.link_new(hash, loc, size, ttl, now);
         };
@@ -2413,6 +2431,42 @@ mod tests {
                 39u32.to_le_bytes().repeat(20)
             );
         }
+        c.check_invariants();
+    }
+
+    /// Two keys whose entries share a home bucket, a tag and check bits:
+    /// the write path's first candidate for the second is the first's
+    /// entry, which must be told apart by the key, on overwrite and delete.
+    #[test]
+    fn writes_tell_apart_keys_whose_entries_look_alike() {
+        // Eight homes: a look-alike is one key in ~65,000.
+        let clock = ManualClock::new();
+        let mut c = small_cache(64 << 10, 4 << 10, 3, Eviction::Merge, &clock);
+        let homes = c.table.homes() as u64;
+        assert_eq!(homes, 8);
+        // Home, tag and check bits of the table's layout (hashtable.rs).
+        let looks = |key: &[u8]| {
+            let h = hash_key(key);
+            ((h as u32 as u64 * homes) >> 32, h >> 51)
+        };
+        let a = b"collide-0".to_vec();
+        let b = (1..)
+            .map(|i| format!("collide-{i}").into_bytes())
+            .take(4_000_000)
+            .find(|k| looks(k) == looks(&a))
+            .expect("a look-alike key");
+        c.set(&a, b"a1", 0, None).unwrap();
+        c.set(&b, b"b1", 0, None).unwrap();
+        c.set(&b, b"b2", 0, None).unwrap();
+        assert_eq!(c.get(&a).unwrap().value(), b"a1");
+        assert_eq!(c.get(&b).unwrap().value(), b"b2");
+        assert!(c.delete(&b));
+        assert_eq!(c.get(&a).unwrap().value(), b"a1");
+        assert!(c.get(&b).is_none());
+        c.set(&b, b"b3", 0, None).unwrap();
+        assert!(c.delete(&a));
+        assert_eq!(c.get(&b).unwrap().value(), b"b3");
+        assert_eq!(c.len(), 1);
         c.check_invariants();
     }
 
