@@ -1668,14 +1668,24 @@ impl Segcache {
         }
         let segs = &self.segs;
         let mut size = 0;
-        let removed = self
-            .table
-            .remove(hash, |at| key_is_sized(segs, at, key, &mut size));
+        // The likeliest entry first, as `link` does.
+        let removed = match self.table.first_candidate(hash) {
+            Some((at, info)) if key_is_sized(segs, hashtable::location(info), key, &mut size) => {
+                self.table.remove_first(at);
+                Some(info)
+            }
+            _ => self
+                .table
+                .remove(hash, |at| key_is_sized(segs, at, key, &mut size)),
+        };
         let Some(info) = removed else {
             return false;
         };
         let loc = hashtable::location(info);
         debug_assert_eq!(size, self.segs.item(loc).size());
+        // SAFETY: the key compare of `remove` read the item at `loc` (its
+        // header included) through `item`; nothing moved since.
+        unsafe { self.segs.mark_unlinked(loc) };
         let header = &mut self.segs.headers[loc.seg as usize];
         header.live_bytes -= size as u32;
         header.live_items -= 1;
@@ -2019,14 +2029,28 @@ impl Segcache {
         };
         let segs = &self.segs;
         let mut old_size = 0;
-        let replaced = self.table.replace(hash, loc, rewrite_floor, |at| {
-            key_is_sized(segs, at, key, &mut old_size)
-        });
+        // The likeliest entry first, its key compared inline; any other
+        // through the table's search (whose compare is a call).
+        let first = self.table.first_candidate(hash);
+        let replaced = match first {
+            Some((at, info))
+                if key_is_sized(segs, hashtable::location(info), key, &mut old_size) =>
+            {
+                self.table.replace_first(at, info, loc, rewrite_floor);
+                Some(info)
+            }
+            _ => self.table.replace(hash, loc, rewrite_floor, |at| {
+                key_is_sized(segs, at, key, &mut old_size)
+            }),
+        };
         let Some(old) = replaced else {
             return self.link_new(hash, loc, size, ttl, now);
         };
         let old = hashtable::location(old);
         debug_assert_eq!(old_size, self.segs.item(old).size());
+        // SAFETY: the key compare of `replace` read the item at `old` (its
+        // header included) through `item`; nothing moved since.
+        unsafe { self.segs.mark_unlinked(old) };
         let old_header = &mut self.segs.headers[old.seg as usize];
         old_header.live_bytes -= old_size as u32;
         old_header.live_items -= 1;
@@ -2238,6 +2262,9 @@ impl Segcache {
             if left == 0 {
                 break;
             }
+            if item.is_unlinked() {
+                continue;
+            }
             let hash = table.hash(item.key());
             if table
                 .remove_at(hash, Location { seg: id, offset })
@@ -2308,6 +2335,10 @@ impl Segcache {
                     .info_at(hash, Location { seg: id, offset })
                     .is_some()
                 {
+                    assert!(
+                        !item.is_unlinked(),
+                        "segment {id}: a linked item marked unlinked"
+                    );
                     live += 1;
                     live_bytes += item.size() as u32;
                 }
@@ -2357,6 +2388,85 @@ mod tests {
         assert_eq!(c.get(b"b").unwrap().value(), b"2");
         let s = c.stats();
         assert_eq!((s.items, s.hits, s.misses), (1, 2, 1));
+        c.check_invariants();
+    }
+
+    /// An overwrite and a delete mark the item they unlink, and nothing
+    /// else; walks that skip marked items (compaction here) keep every
+    /// live item and the counters right.
+    #[test]
+    fn overwrites_and_deletes_mark_what_they_unlink() {
+        let (mut c, _) = small(Eviction::Merge);
+        let at = |c: &Segcache, key: &[u8]| {
+            let hash = hash_key(key);
+            let (_, _, info) = c
+                .table
+                .lookup(hash, |at| c.segs.item(at).key() == key)
+                .unwrap();
+            hashtable::location(info)
+        };
+        c.set(b"a", b"1", 0, None).unwrap();
+        c.set(b"b", b"2", 7, None).unwrap();
+        let (a1, b) = (at(&c, b"a"), at(&c, b"b"));
+        c.set(b"a", b"11", 0, None).unwrap();
+        let a2 = at(&c, b"a");
+        assert!(c.segs.item(a1).is_unlinked(), "the overwritten copy");
+        assert!(!c.segs.item(a2).is_unlinked() && !c.segs.item(b).is_unlinked());
+        assert_eq!(c.segs.item(a2).marks(), 0, "not a mark a rewrite carries");
+        assert!(c.delete(b"b"));
+        assert!(c.segs.item(b).is_unlinked(), "the deleted item");
+        // Overwrite a working set many times over the heap: compaction
+        // walks segments full of marked copies.
+        for round in 0..40u32 {
+            for k in 0..40u32 {
+                c.set(format!("k{k}"), round.to_le_bytes().repeat(20), 0, None)
+                    .unwrap();
+            }
+        }
+        assert!(c.stats().merges > 0, "compaction ran");
+        assert_eq!(c.stats().evictions, 0);
+        for k in 0..40u32 {
+            assert_eq!(
+                c.get(format!("k{k}")).unwrap().value(),
+                39u32.to_le_bytes().repeat(20)
+            );
+        }
+        c.check_invariants();
+    }
+
+    /// Two keys whose entries share a home bucket, a tag and check bits:
+    /// the write path's first candidate for the second is the first's
+    /// entry, which must be told apart by the key, on overwrite and delete.
+    #[test]
+    fn writes_tell_apart_keys_whose_entries_look_alike() {
+        // Eight homes: a look-alike is one key in ~65,000.
+        let clock = ManualClock::new();
+        let mut c = small_cache(64 << 10, 4 << 10, 3, Eviction::Merge, &clock);
+        let homes = c.table.homes() as u64;
+        assert_eq!(homes, 8);
+        // Home, tag and check bits of the table's layout (hashtable.rs).
+        let looks = |key: &[u8]| {
+            let h = hash_key(key);
+            ((h as u32 as u64 * homes) >> 32, h >> 51)
+        };
+        let a = b"collide-0".to_vec();
+        let b = (1..)
+            .map(|i| format!("collide-{i}").into_bytes())
+            .take(4_000_000)
+            .find(|k| looks(k) == looks(&a))
+            .expect("a look-alike key");
+        c.set(&a, b"a1", 0, None).unwrap();
+        c.set(&b, b"b1", 0, None).unwrap();
+        c.set(&b, b"b2", 0, None).unwrap();
+        assert_eq!(c.get(&a).unwrap().value(), b"a1");
+        assert_eq!(c.get(&b).unwrap().value(), b"b2");
+        assert!(c.delete(&b));
+        assert_eq!(c.get(&a).unwrap().value(), b"a1");
+        assert!(c.get(&b).is_none());
+        c.set(&b, b"b3", 0, None).unwrap();
+        assert!(c.delete(&a));
+        assert_eq!(c.get(&b).unwrap().value(), b"b3");
+        assert_eq!(c.len(), 1);
         c.check_invariants();
     }
 

@@ -137,6 +137,14 @@ pub(crate) struct Inserted {
     pub evicted: Option<u64>,
 }
 
+/// A slot position handed out by [`HashTable::first_candidate`], valid
+/// until the table next changes.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FirstCandidate {
+    bucket: usize,
+    slot: usize,
+}
+
 /// One read of a key's home control word: the home, and in one word the
 /// slots whose tag matches the key's (bits 0..SLOTS) and the home's reach
 /// (the control word's reach bits), so that "no tag and no reach" is a
@@ -885,6 +893,67 @@ impl HashTable {
         // read, so `b < t.buckets()` and `s < SLOTS`.
         unsafe { *t.slots.get_unchecked_mut(b * SLOTS + s) = new };
         Some(old)
+    }
+
+    /// The entry of `hash`'s key most likely to be its own: the first in
+    /// its home bucket whose tag and check bits match, as (position for
+    /// [`replace_first`](Self::replace_first), item info); `None` if there
+    /// is none or while the table grows. The caller compares the key; a
+    /// mismatch says nothing (another entry may hold it: search with
+    /// [`replace`](Self::replace)). Lets the one-probe write compare the
+    /// likeliest candidate inline.
+    #[inline(always)]
+    pub(crate) fn first_candidate(&self, hash: u64) -> Option<(FirstCandidate, u64)> {
+        if self.drain.is_some() {
+            return None;
+        }
+        let t = &self.table;
+        let home = t.home(hash);
+        debug_assert!(home < t.homes);
+        // SAFETY: `home < homes <= buckets()` (`home` scales a 32-bit value
+        // by homes / 2^32).
+        let hits = match_byte(unsafe { t.ctrl_unchecked(home) }, tag_of(hash));
+        if hits == 0 {
+            return None;
+        }
+        let slot = hits.trailing_zeros() as usize;
+        // SAFETY: `home < buckets()` as above; `match_byte` only sets bits
+        // 0..SLOTS.
+        let info = unsafe { t.slot_unchecked(home, slot) };
+        const ID_MASK: u64 = (0x1f << CHECK_SHIFT) | (DISP_MASK << DISP_SHIFT);
+        // Displacement 0: an entry of this home, not a displaced one of
+        // an earlier home.
+        let at = FirstCandidate { bucket: home, slot };
+        (info & ID_MASK == check_of(hash) << CHECK_SHIFT).then_some((at, info))
+    }
+
+    /// [`replace`](Self::replace) of the entry `first_candidate` returned
+    /// (`info` its item info), whose key the caller found to match, with
+    /// the table unchanged since: no search.
+    #[inline(always)]
+    pub(crate) fn replace_first(
+        &mut self,
+        at: FirstCandidate,
+        info: u64,
+        loc: Location,
+        rewrite_floor: u8,
+    ) {
+        debug_assert!(self.drain.is_none());
+        let i = at.bucket * SLOTS + at.slot;
+        debug_assert_eq!(self.table.slots[i], info);
+        let new = Self::moved_info(info, loc, rewrite_floor);
+        // SAFETY: `first_candidate` read slot `i` of this table (a home
+        // bucket below `homes`, a slot below SLOTS), unchanged since.
+        unsafe { *self.table.slots.get_unchecked_mut(i) = new };
+    }
+
+    /// [`remove`](Self::remove) of the entry `first_candidate` returned,
+    /// whose key the caller found to match, with the table unchanged
+    /// since: no search.
+    #[inline(always)]
+    pub(crate) fn remove_first(&mut self, at: FirstCandidate) {
+        debug_assert!(self.drain.is_none());
+        self.table.clear_slot(at.bucket, at.slot);
     }
 
     /// [`replace`](Self::replace) while a table drains (the key may be in

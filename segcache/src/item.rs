@@ -11,7 +11,8 @@
 //! flags, stored only when nonzero; bit 1: a CAS token the item keeps when
 //! it is rewritten by a touch) and holds three marks the meta protocol
 //! reads and sets in place: fetched (`h`), stale (`X`) and win token sent
-//! (`Z`). Items are packed back to back with no padding (the hash table
+//! (`Z`); bit 5 says the item was unlinked (a hint for walks over a
+//! segment, [`UNLINKED`]). Items are packed back to back with no padding (the hash table
 //! addresses them by byte offset), so the header is the whole per-item
 //! cost in the segment. This module owns that layout and nothing else: it
 //! never decides where an item goes, nor whether it is live.
@@ -34,6 +35,14 @@ pub(crate) const STALE: u8 = 0x08;
 pub(crate) const WIN_SENT: u8 = 0x10;
 /// The marks a rewrite may carry over.
 pub(crate) const MARKS: u8 = FETCHED | STALE | WIN_SENT;
+/// The hash table stopped pointing at the item (overwritten or deleted).
+/// A hint only: set when the write path unlinks an item whose header it
+/// has just read, never on an item the table points at, so a walk over a
+/// segment (compaction, eviction) skips the item without hashing its key
+/// and probing the table; an unlinked item without it is found dead by
+/// that probe, as before. A new item's header is written whole, so the
+/// bit never outlives the item it was set on.
+pub(crate) const UNLINKED: u8 = 0x20;
 
 /// What an item carries besides its key and value.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -242,6 +251,12 @@ impl<'a> RawItem<'a> {
         let mut b = [0u8; 8];
         b.copy_from_slice(&self.bytes[at..at + 8]);
         Some(u64::from_le_bytes(b))
+    }
+
+    /// True if the write path marked the item [`UNLINKED`].
+    #[inline]
+    pub(crate) fn is_unlinked(&self) -> bool {
+        self.bits() & UNLINKED != 0
     }
 
     /// The meta-protocol marks ([`FETCHED`], [`STALE`], [`WIN_SENT`]).

@@ -257,6 +257,25 @@ impl Segments {
         crate::item::mark(&mut self.data[start..end], bits);
     }
 
+    /// Marks the item at `loc` [`UNLINKED`](crate::item::UNLINKED): the
+    /// caller has just unlinked it from the table, whose entry pointed
+    /// there.
+    ///
+    /// # Safety
+    /// `self.item(loc)` read the item's header (a key compare of the
+    /// lookup that found it) with no change to the segments since: the
+    /// header lies inside the heap.
+    #[inline(always)]
+    pub(crate) unsafe fn mark_unlinked(&mut self, loc: Location) {
+        let (start, end) = self.item_span(loc);
+        let at = start + crate::item::META_AT;
+        debug_assert!(at < end && end <= self.data.len());
+        // SAFETY: the caller's `item(loc)` sliced `start..end` with bounds
+        // checks and read the whole header there, meta byte included.
+        let meta = unsafe { self.data.get_unchecked_mut(at) };
+        *meta |= crate::item::UNLINKED;
+    }
+
     /// The item at `loc` as a plain read returns it, with its segment's
     /// header and the marks it had before this read: sets the item's
     /// `fetched` mark first if it is missing (the byte is written only
