@@ -324,8 +324,10 @@ mod tests {
             let key = [b'k', round];
             cache.set(key, b"v", 0, Some(ttl)).unwrap();
             let stored = Instant::now();
-            let mut gone = false;
-            while stored.elapsed() < Duration::from_secs(4) {
+            // Ends at the first miss, or at the first read asked after
+            // the deadline, which must miss: a slow or descheduled run
+            // (valgrind on a loaded machine) only takes longer.
+            loop {
                 assert!(cache.get("forever").is_some());
                 let asked = Instant::now();
                 let served = cache.get(key).is_some();
@@ -333,12 +335,10 @@ mod tests {
                     assert!(!served, "served {:?} after the store", asked - stored);
                 }
                 if !served {
-                    gone = true;
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
-            assert!(gone, "still served 4 s after a 1 s TTL");
         }
     }
 
