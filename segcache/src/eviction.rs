@@ -786,7 +786,7 @@ impl Segcache {
     /// cannot free a segment and may not keep everything.
     fn merge_chain(&mut self, bucket: usize, chain: &[u32], plan: Plan) -> bool {
         let seg_size = self.segs.segment_size();
-        let usable = seg_size - seg_size / 32;
+        let usable = usable(seg_size);
         // Pass 1: the live items with their hashes and access counts, and
         // the bytes at each count.
         // The run builders cut runs to the scratch; one that still does
@@ -1056,7 +1056,7 @@ impl Segcache {
     /// items move only into earlier segments or forward in their own.
     fn compact_in_windows(&mut self, bucket: usize, chain: &[u32], main: bool, live: usize) {
         let seg_size = self.segs.segment_size();
-        let usable = seg_size - seg_size / 32;
+        let usable = usable(seg_size);
         let outputs = live.div_ceil(usable).max(1);
         debug_assert!(outputs < chain.len());
         let deadlines = self.chain_deadlines(chain);
@@ -1323,6 +1323,26 @@ mod tests {
         small_cache(heap, segment, 12, Eviction::default(), clock)
     }
 
+    /// Writes keys `k0000`, `k0001`… (80-byte values, no TTL) until
+    /// `segments` segments are in use; how many keys were written.
+    fn fill_segments(c: &mut Segcache, segments: u64) -> u32 {
+        let mut keys = 0u32;
+        while c.stats().segments_used < segments {
+            c.set(format!("k{keys:04}"), [1u8; 80], 0, None).unwrap();
+            keys += 1;
+        }
+        keys
+    }
+
+    /// Moves every segment in use to the main pool.
+    fn all_main(c: &mut Segcache) {
+        for id in 0..c.segs.count() as u32 {
+            if c.segs.headers[id as usize].state != SegState::Free {
+                c.admission.set_main(id, true);
+            }
+        }
+    }
+
     /// Where a key's item is and its access count.
     fn entry(c: &Segcache, key: &str) -> Option<(Location, u8)> {
         let hash = c.table.hash(key.as_bytes());
@@ -1377,16 +1397,8 @@ mod tests {
         // without evicting anything.
         let clock = ManualClock::new();
         let mut c = merge_cache(128 << 10, 4 << 10, &clock);
-        let mut keys = 0u32;
-        while c.stats().segments_used < 14 {
-            c.set(format!("k{keys:04}"), [1u8; 80], 0, None).unwrap();
-            keys += 1;
-        }
-        for id in 0..c.segs.count() as u32 {
-            if c.segs.headers[id as usize].state != SegState::Free {
-                c.admission.set_main(id, true);
-            }
-        }
+        let keys = fill_segments(&mut c, 14);
+        all_main(&mut c);
         for k in (0..keys).step_by(8) {
             assert!(c.delete(format!("k{k:04}")));
         }
@@ -1395,7 +1407,7 @@ mod tests {
             .filter(|h| h.state == SegState::Sealed)
             .collect();
         let seg = c.segs.segment_size();
-        let usable = seg - seg / 32;
+        let usable = super::usable(seg);
         let live_of =
             |n: usize| -> usize { sealed[..n].iter().map(|h| h.live_bytes as usize).sum() };
         assert!(sealed.len() >= COMPACT_MAX_MAIN);
@@ -1423,16 +1435,8 @@ mod tests {
     /// all main, every fourth key read once; its keys.
     fn main_pool_a_quarter_read(heap: usize, clock: &ManualClock) -> (Segcache, u32) {
         let mut c = merge_cache(heap, 4 << 10, clock);
-        let mut keys = 0u32;
-        while c.stats().segments_used < 11 {
-            c.set(format!("k{keys:04}"), [1u8; 80], 0, None).unwrap();
-            keys += 1;
-        }
-        for id in 0..c.segs.count() as u32 {
-            if c.segs.headers[id as usize].state != SegState::Free {
-                c.admission.set_main(id, true);
-            }
-        }
+        let keys = fill_segments(&mut c, 11);
+        all_main(&mut c);
         clock.advance(Duration::from_secs(1));
         for k in (0..keys).step_by(4) {
             assert!(c.get(format!("k{k:04}")).is_some());
@@ -1491,11 +1495,7 @@ mod tests {
         // so it is compacted and the oldest items stay where they are.
         let clock = ManualClock::new();
         let mut c = merge_cache(128 << 10, 4 << 10, &clock);
-        let mut keys = 0u32;
-        while c.stats().segments_used < 14 {
-            c.set(format!("k{keys:04}"), [1u8; 80], 0, None).unwrap();
-            keys += 1;
-        }
+        let keys = fill_segments(&mut c, 14);
         let bucket = crate::ttl::bucket_for(0);
         let mut chain = vec![];
         let mut id = c.ttl.buckets[bucket].head;
@@ -1557,11 +1557,7 @@ mod tests {
         for k in 0..60u32 {
             c.set(format!("a{k}"), [1u8; 80], 0, ttl).unwrap();
         }
-        for id in 0..c.segs.count() as u32 {
-            if c.segs.headers[id as usize].state != SegState::Free {
-                c.admission.set_main(id, true);
-            }
-        }
+        all_main(&mut c);
         // 100 s later (deadlines 100 s apart, the bucket allows 9): new
         // segments, small, never read.
         clock.advance(Duration::from_secs(100));
@@ -2055,11 +2051,7 @@ mod tests {
             }
             clock.advance(Duration::from_secs(1));
             for c in [&mut windows, &mut whole] {
-                for id in 0..c.segs.count() as u32 {
-                    if c.segs.headers[id as usize].state != SegState::Free {
-                        c.admission.set_main(id, true);
-                    }
-                }
+                all_main(c);
                 for k in 0..keys {
                     let key = format!("k{k:05}");
                     let mix = (k as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (32 + round);
