@@ -668,6 +668,14 @@ impl HashTable {
         self.table.homes
     }
 
+    /// What [`first_candidate`](Self::first_candidate) matches of `hash`
+    /// before the key: its home bucket, tag and check bits (tests make
+    /// keys whose entries look alike with it).
+    #[cfg(test)]
+    pub(crate) fn entry_look(&self, hash: u64) -> (usize, u8, u64) {
+        (self.table.home(hash), tag_of(hash), check_of(hash))
+    }
+
     /// Item slots of the current table (homes only).
     pub(crate) fn slots(&self) -> usize {
         self.table.homes * SLOTS
