@@ -184,6 +184,16 @@ fn check_of(hash: u64) -> u64 {
     (hash >> 51) & 0x1f
 }
 
+/// The bits of an entry that, with its tag, tell a key's entry in a
+/// bucket apart before the key is compared: check bits and displacement.
+const ID_MASK: u64 = (0x1f << CHECK_SHIFT) | (DISP_MASK << DISP_SHIFT);
+
+/// The [`ID_MASK`] bits of an entry of `hash` at displacement `d`.
+#[inline(always)]
+fn entry_id(hash: u64, d: usize) -> u64 {
+    check_of(hash) << CHECK_SHIFT | (d as u64) << DISP_SHIFT
+}
+
 #[inline]
 fn pack(check: u64, freq: u64, disp: usize, loc: Location) -> u64 {
     debug_assert!((loc.seg as u64) <= SEG_MASK && (loc.offset as u64) <= OFFSET_MASK);
@@ -479,8 +489,7 @@ impl Table {
     ) -> Option<(usize, usize, u64)> {
         // The check bits and the displacement an entry of this key has in
         // this bucket, compared in one masked test.
-        const ID_MASK: u64 = (0x1f << CHECK_SHIFT) | (DISP_MASK << DISP_SHIFT);
-        let want = check_of(hash) << CHECK_SHIFT | (d as u64) << DISP_SHIFT;
+        let want = entry_id(hash, d);
         let b = home + d;
         debug_assert_eq!(hits & !TAG_BITS, 0);
         while hits != 0 {
@@ -928,11 +937,10 @@ impl HashTable {
         // SAFETY: `home < buckets()` as above; `match_byte` only sets bits
         // 0..SLOTS.
         let info = unsafe { t.slot_unchecked(home, slot) };
-        const ID_MASK: u64 = (0x1f << CHECK_SHIFT) | (DISP_MASK << DISP_SHIFT);
         // Displacement 0: an entry of this home, not a displaced one of
         // an earlier home.
         let at = FirstCandidate { bucket: home, slot };
-        (info & ID_MASK == check_of(hash) << CHECK_SHIFT).then_some((at, info))
+        (info & ID_MASK == entry_id(hash, 0)).then_some((at, info))
     }
 
     /// [`replace`](Self::replace) of the entry `first_candidate` returned
