@@ -360,17 +360,29 @@ impl std::fmt::Debug for Segcache {
     }
 }
 
-/// Whether the item at `at` has `key`; if so, `size` gets its size, read
-/// from the header the compare just loaded (the one-probe writes use it to
-/// account the bytes they unlink without reading the item again).
+/// Whether the item at `at`, a location the table holds, has `key`; if
+/// so, `size` gets its size, read from the header the compare just loaded
+/// (the one-probe writes use it to account the bytes they unlink without
+/// reading the item again).
 #[inline(always)]
 fn key_is_sized(segs: &Segments, at: Location, key: &[u8], size: &mut usize) -> bool {
-    let item = segs.item(at);
-    let found = item.key_is(key);
-    if found {
-        *size = item.size();
+    // SAFETY: `at` comes from the table, whose every location names a
+    // whole item inside its segment.
+    match unsafe { segs.size_if_key(at, key) } {
+        Some(found) => {
+            *size = found;
+            true
+        }
+        None => false,
     }
-    found
+}
+
+/// Whether the item at `at`, a location the table holds, has `key`: the
+/// key compare of every lookup.
+#[inline(always)]
+fn key_is(segs: &Segments, at: Location, key: &[u8]) -> bool {
+    // SAFETY: as in `key_is_sized`.
+    unsafe { segs.size_if_key(at, key) }.is_some()
 }
 
 fn check_key(key: &[u8]) -> Result<(), Error> {
@@ -604,7 +616,7 @@ impl Segcache {
             self.grow_step(hashtable::GROW_STEP_READ);
         }
         let segs = &self.segs;
-        let (bucket, slot, info) = self.table.lookup(hash, |at| segs.item(at).key_is(key))?;
+        let (bucket, slot, info) = self.table.lookup(hash, |at| key_is(segs, at, key))?;
         Some((bucket, slot, hashtable::location(info)))
     }
 
@@ -714,9 +726,9 @@ impl Segcache {
     #[inline(never)]
     fn get_found(&mut self, key: &[u8], hash: u64, probe: HomeProbe) -> Option<Item<'_>> {
         let (loc, now) = self.hit_probed(key, hash, probe)?;
-        // SAFETY: `hit_probed` found the key by comparing it with
-        // `self.segs.item(loc)` and changed no segment since (a hit only
-        // bumps the table's counter; an expired item returned `None`).
+        // SAFETY: `hit_probed` found `loc` in the table (whose locations
+        // name whole items) and changed no segment since (a hit only bumps
+        // the table's counter; an expired item returned `None`).
         let (raw, header) = unsafe { self.segs.fetch_compared(loc) };
         Some(Item {
             raw,
@@ -835,7 +847,7 @@ impl Segcache {
         let segs = &self.segs;
         let Some((bucket, slot, info)) = self
             .table
-            .lookup_probed(hash, probe, move |at| segs.item(at).key_is(key))
+            .lookup_probed(hash, probe, move |at| key_is(segs, at, key))
         else {
             self.counters.misses += 1;
             return None;
@@ -917,8 +929,7 @@ impl Segcache {
             self.grow_step(hashtable::GROW_STEP_READ);
         }
         let segs = &self.segs;
-        let Some((bucket, slot, info)) = self.table.lookup(hash, |at| segs.item(at).key_is(key))
-        else {
+        let Some((bucket, slot, info)) = self.table.lookup(hash, |at| key_is(segs, at, key)) else {
             self.counters.misses += 1;
             return None;
         };
@@ -1683,8 +1694,8 @@ impl Segcache {
         };
         let loc = hashtable::location(info);
         debug_assert_eq!(size, self.segs.item(loc).size());
-        // SAFETY: the key compare of `remove` read the item at `loc` (its
-        // header included) through `item`; nothing moved since.
+        // SAFETY: the table held `loc` (a whole item) until `remove`
+        // cleared it just now; nothing moved since.
         unsafe { self.segs.mark_unlinked(loc) };
         let header = &mut self.segs.headers[loc.seg as usize];
         header.live_bytes -= size as u32;
@@ -2048,8 +2059,8 @@ impl Segcache {
         };
         let old = hashtable::location(old);
         debug_assert_eq!(old_size, self.segs.item(old).size());
-        // SAFETY: the key compare of `replace` read the item at `old` (its
-        // header included) through `item`; nothing moved since.
+        // SAFETY: the table held `old` (a whole item) until `replace`
+        // repointed it just now; nothing moved since.
         unsafe { self.segs.mark_unlinked(old) };
         let old_header = &mut self.segs.headers[old.seg as usize];
         old_header.live_bytes -= old_size as u32;

@@ -202,29 +202,6 @@ impl<'a> RawItem<'a> {
         &self.bytes[start..start + self.key_len()]
     }
 
-    /// True if this item's key is `key` (lengths first: most mismatches
-    /// end at the length byte).
-    ///
-    /// The header is read through one bounds check and the stored key
-    /// sliced through one more; a key of 8 to 32 bytes (the common sizes)
-    /// is then four 8-byte compares at offsets that depend on its length
-    /// alone, so a lookup tests that length once, not per candidate.
-    #[inline(always)]
-    pub(crate) fn key_is(&self, key: &[u8]) -> bool {
-        let n = key.len();
-        let header: &[u8; HEADER_LEN] = self.bytes[..HEADER_LEN].try_into().unwrap();
-        if header[0] as usize != n {
-            return false;
-        }
-        let start = HEADER_LEN + (header[META_AT] & (HAS_FLAGS | HAS_CAS)) as usize * 4;
-        let stored = &self.bytes[start..start + n];
-        if (8..=32).contains(&n) {
-            eq_8_to_32(stored, key)
-        } else {
-            bytes_eq(stored, key)
-        }
-    }
-
     #[inline]
     pub(crate) fn value(&self) -> &'a [u8] {
         let start = HEADER_LEN + self.optional_len() + self.key_len();
@@ -286,21 +263,67 @@ impl<'a> RawItem<'a> {
     }
 }
 
-/// `a == b` for slices of an equal length of 8 to 32 bytes: the 8-byte
-/// words at 0, `min(8, n - 8)`, `n - 16` (0 below 16 bytes) and `n - 8`
-/// cover every byte, and each offset leaves 8 bytes in both slices, so
-/// the compiler checks no bounds.
+/// The size of the item at `item` if its key is `key`, else `None`.
+///
+/// Lengths first (most mismatches end at the length byte). The header is
+/// read once, as the lengths' word and the meta byte, and gives both where
+/// the key starts and, on a match, the item's size, so a write that
+/// unlinks the item it found needs no second read. A key of 8 to 32 bytes
+/// (the common sizes) is then four 8-byte compares at offsets that depend
+/// on its length alone, so a lookup tests that length once, not per
+/// candidate. No bounds are checked: the caller vouches for the item.
+///
+/// # Safety
+/// `item` points at a whole item (header, optional fields, key and value)
+/// in readable memory.
 #[inline(always)]
-fn eq_8_to_32(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    debug_assert!((8..=32).contains(&n) && b.len() == n);
-    let b = &b[..n];
-    let w = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().unwrap());
+pub(crate) unsafe fn size_if_key(item: *const u8, key: &[u8]) -> Option<usize> {
+    let n = key.len();
+    // SAFETY: a whole item starts with its HEADER_LEN-byte header: the
+    // lengths' word at 0 and the meta byte at META_AT.
+    let (lens, bits) = unsafe {
+        (
+            u32::from_le(item.cast::<u32>().read_unaligned()),
+            *item.add(META_AT),
+        )
+    };
+    if lens as u8 as usize != n {
+        return None;
+    }
+    let start = HEADER_LEN + (bits & (HAS_FLAGS | HAS_CAS)) as usize * 4;
+    // SAFETY: the key follows the header and the optional fields the meta
+    // byte names, and its length byte says it is `n` bytes long; the
+    // caller guarantees the whole item is readable.
+    let stored = unsafe { item.add(start) };
+    let same = if (8..=32).contains(&n) {
+        // SAFETY: as above, `n` bytes at `stored`.
+        unsafe { eq_8_to_32(stored, key) }
+    } else {
+        // SAFETY: as above.
+        bytes_eq(unsafe { std::slice::from_raw_parts(stored, n) }, key)
+    };
+    same.then(|| start + n + (lens >> 8) as usize)
+}
+
+/// `stored[..n] == key` for a key of `n` = 8 to 32 bytes: the 8-byte
+/// words at 0, `min(8, n - 8)`, `n - 16` (0 below 16 bytes) and `n - 8`
+/// cover every byte, and each offset leaves 8 bytes in both.
+///
+/// # Safety
+/// `stored` points at `key.len()` readable bytes.
+#[inline(always)]
+unsafe fn eq_8_to_32(stored: *const u8, key: &[u8]) -> bool {
+    let n = key.len();
+    debug_assert!((8..=32).contains(&n));
     let (mid, late) = (8.min(n - 8), n.saturating_sub(16));
-    let diff = (w(a, 0) ^ w(b, 0))
-        | (w(a, mid) ^ w(b, mid))
-        | (w(a, late) ^ w(b, late))
-        | (w(a, n - 8) ^ w(b, n - 8));
+    // SAFETY: every offset below is at most `n - 8`, so each read stays
+    // inside the `n` bytes of `key` and (the caller guarantees) `stored`.
+    let w = |p: *const u8, at: usize| unsafe { p.add(at).cast::<u64>().read_unaligned() };
+    let k = key.as_ptr();
+    let diff = (w(stored, 0) ^ w(k, 0))
+        | (w(stored, mid) ^ w(k, mid))
+        | (w(stored, late) ^ w(k, late))
+        | (w(stored, n - 8) ^ w(k, n - 8));
     diff == 0
 }
 
@@ -385,7 +408,7 @@ mod tests {
     }
 
     #[test]
-    fn key_compare_agrees_with_slice_equality() {
+    fn key_compare_agrees_with_slice_equality_and_sizes_the_item() {
         let plain = Meta::default();
         let flagged = Meta { flags: 7, ..plain };
         let both = Meta {
@@ -399,18 +422,19 @@ mod tests {
             let size = item_size(len, 3, &meta);
             let mut buf = vec![0u8; size];
             write(&mut buf, &key, [b"val", b""], &meta);
-            let item = RawItem::at(&buf);
-            assert!(item.key_is(&key), "len {len}");
+            // SAFETY: `buf` is exactly the item just written: whole.
+            let found = |k: &[u8]| unsafe { size_if_key(buf.as_ptr(), k) };
+            assert_eq!(found(&key), Some(size), "len {len}");
             // A difference at every position, and a different length.
             for at in 0..len {
                 let mut other = key.clone();
                 other[at] ^= 0x80;
-                assert!(!item.key_is(&other), "len {len}, byte {at}");
+                assert_eq!(found(&other), None, "len {len}, byte {at}");
             }
-            assert!(!item.key_is(&key[..len - 1]));
+            assert_eq!(found(&key[..len - 1]), None);
             let mut longer = key.clone();
             longer.push(0);
-            assert!(!item.key_is(&longer));
+            assert_eq!(found(&longer), None);
         }
     }
 
