@@ -571,7 +571,7 @@ impl Segcache {
                 segments: self.segs.count() as u64,
             },
             segs: &self.segs,
-            ttl: &self.ttl.buckets,
+            ttl: &self.ttl.buckets[..],
             table: &self.table,
             counters: &self.counters,
             now,
@@ -2062,10 +2062,12 @@ impl Segcache {
         // SAFETY: the table held `old` (a whole item) until `replace`
         // repointed it just now; nothing moved since.
         unsafe { self.segs.mark_unlinked(old) };
-        let old_header = &mut self.segs.headers[old.seg as usize];
+        // SAFETY: `old` came from the table, which points only into
+        // segments that exist.
+        let old_header = unsafe { self.segs.header_unchecked_mut(old.seg) };
         old_header.live_bytes -= old_size as u32;
         old_header.live_items -= 1;
-        self.count_written(loc, size, ttl, now);
+        self.count_deadline(loc, ttl, now);
         // One item out, one in: the item count stays.
         self.counters.live_bytes = self.counters.live_bytes + size as u64 - old_size as u64;
         if self.table.is_growing() {
@@ -2117,16 +2119,19 @@ impl Segcache {
                     self.account_unlinked(hashtable::location(victim));
                     self.counters.evictions += 1;
                 }
-                self.count_written(loc, size, ttl, now);
+                self.count_deadline(loc, ttl, now);
                 self.counters.items += 1;
                 self.counters.live_bytes += size as u64;
                 Ok(loc)
             }
             Err(TableFull) => {
-                // Give the reserved space back: it was the segment's last write.
+                // Give the reserved space back (it was the segment's last
+                // write) with the count `reserve` made of it.
                 let header = &mut self.segs.headers[loc.seg as usize];
                 debug_assert_eq!(header.write_offset, loc.offset + size as u32);
                 header.write_offset = loc.offset;
+                header.live_bytes -= size as u32;
+                header.live_items -= 1;
                 Err(Error::HashTableFull)
             }
         };
@@ -2138,15 +2143,15 @@ impl Segcache {
         result
     }
 
-    /// Counts a linked item of `size` bytes and TTL `ttl` (seconds, 0:
-    /// never) in its segment's header (the cache-wide counters are the
-    /// caller's).
+    /// Counts the deadline of a linked item of TTL `ttl` (seconds, 0:
+    /// never) in its segment's header; its bytes were counted there by
+    /// [`reserve`](Self::reserve), the cache-wide counters are the caller's.
     #[inline(always)]
-    fn count_written(&mut self, loc: Location, size: usize, ttl: u32, now: u32) {
-        let header = &mut self.segs.headers[loc.seg as usize];
-        header.live_bytes += size as u32;
-        header.live_items += 1;
+    fn count_deadline(&mut self, loc: Location, ttl: u32, now: u32) {
         if ttl != 0 {
+            // SAFETY: `loc` is where `reserve` just put the item: a
+            // segment that exists.
+            let header = unsafe { self.segs.header_unchecked_mut(loc.seg) };
             let deadline = now.saturating_add(ttl);
             if header.expire_at == 0 || deadline < header.expire_at {
                 header.expire_at = deadline;
@@ -2160,13 +2165,18 @@ impl Segcache {
     /// a new segment goes out of line ([`reserve_slow`](Self::reserve_slow)).
     /// `now` is the time of the write; for `ttl` 0 it is not read (0 will
     /// do: never-expiring segments have no deadline).
+    ///
+    /// The item is counted in the segment's live bytes and items here,
+    /// with the header at hand; a write that then fails gives both back
+    /// with the space ([`link_new`](Self::link_new)).
     #[inline(always)]
     fn reserve(&mut self, size: usize, ttl: u32, now: u32) -> Result<Location, Error> {
         let bucket = ttl::bucket_for(ttl);
         let tail = self.ttl.buckets[bucket].tail;
         if tail != NONE {
             let segment_size = self.segs.segment_size();
-            let header = &mut self.segs.headers[tail as usize];
+            // SAFETY: a TTL bucket's tail is a segment that exists.
+            let header = unsafe { self.segs.header_unchecked_mut(tail) };
             debug_assert!(
                 ttl != 0 || header.expire_at == 0,
                 "a deadline in the never bucket"
@@ -2174,6 +2184,8 @@ impl Segcache {
             if Self::takes(header, bucket, segment_size, size, ttl, now) {
                 let offset = header.write_offset;
                 header.write_offset += size as u32;
+                header.live_bytes += size as u32;
+                header.live_items += 1;
                 return Ok(Location { seg: tail, offset });
             }
         }
@@ -2201,7 +2213,9 @@ impl Segcache {
                 header.expire_last,
                 now.saturating_add(ttl),
             );
-        header.state == SegState::Active && fits && close && !header.is_expired(now)
+        // A never-expiring segment has no deadline (`reserve` asserts it):
+        // only a TTL needs the expiry test.
+        header.state == SegState::Active && fits && close && (ttl == 0 || !header.is_expired(now))
     }
 
     /// [`reserve`](Self::reserve) when the bucket's tail cannot take the
@@ -2221,7 +2235,10 @@ impl Segcache {
         }
         let id = self.alloc_segment(bucket, now)?;
         self.ttl.push_tail(&mut self.segs.headers, bucket, id);
-        self.segs.headers[id as usize].write_offset = size as u32;
+        let header = &mut self.segs.headers[id as usize];
+        header.write_offset = size as u32;
+        header.live_bytes = size as u32;
+        header.live_items = 1;
         Ok(Location { seg: id, offset: 0 })
     }
 

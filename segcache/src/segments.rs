@@ -139,6 +139,19 @@ impl Segments {
         h.generation = h.generation.wrapping_add(self.gen_step);
     }
 
+    /// The header of segment `id`, without a bounds check (for the write
+    /// path, whose ids come from a TTL bucket's tail or the table).
+    ///
+    /// # Safety
+    /// `id < self.count()`: true of every TTL bucket's tail and of every
+    /// segment the table points into (a restore checks both).
+    #[inline(always)]
+    pub(crate) unsafe fn header_unchecked_mut(&mut self, id: u32) -> &mut SegmentHeader {
+        debug_assert!((id as usize) < self.headers.len());
+        // SAFETY: the caller guarantees `id` is in range.
+        unsafe { self.headers.get_unchecked_mut(id as usize) }
+    }
+
     #[inline]
     pub(crate) fn segment_size(&self) -> usize {
         self.segment_size
