@@ -2004,13 +2004,9 @@ impl Segcache {
             self.check_size(key.len(), value[0].len() + value[1].len(), meta)
         );
         let loc = self.reserve(size, ttl, now)?;
-        let start = loc.offset as usize;
-        item::write(
-            &mut self.segs.data_mut(loc.seg)[start..start + size],
-            key,
-            value,
-            meta,
-        );
+        // SAFETY: `reserve` just handed out `size` bytes at `loc`, and
+        // `size` is this item's size (the caller checked it).
+        unsafe { item::write_at(self.segs.reserved_ptr(loc, size), key, value, meta) };
         self.link(key, hash, loc, size, ttl, now)
     }
 

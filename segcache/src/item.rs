@@ -69,79 +69,113 @@ pub(crate) fn item_size(key_len: usize, value_len: usize, meta: &Meta) -> usize 
     HEADER_LEN + meta.optional_len() + key_len + value_len
 }
 
-/// Writes an item whose value is the concatenation of `value_parts` into the
-/// front of `dst`, which must be exactly `item_size(..)` bytes long.
-/// Always inline: most callers pass a `meta` known at compile time, and
-/// its branches then fold away.
-#[inline(always)]
+/// Writes an item whose value is the concatenation of `value_parts` into
+/// `dst`, which must be exactly `item_size(..)` bytes long (checked: the
+/// write path itself, which reserved the bytes, calls [`write_at`]).
+#[cfg(test)]
 pub(crate) fn write(dst: &mut [u8], key: &[u8], value_parts: [&[u8]; 2], meta: &Meta) {
     let value_len = value_parts[0].len() + value_parts[1].len();
+    assert!(key.len() <= MAX_KEY_LEN && value_len <= MAX_VALUE_FIELD);
+    assert_eq!(dst.len(), item_size(key.len(), value_len, meta));
+    // SAFETY: `dst` holds exactly the item's bytes (checked above).
+    unsafe { write_at(dst.as_mut_ptr(), key, value_parts, meta) }
+}
+
+/// [`write`] to raw memory, with no bounds checked. Always inline: most
+/// callers pass a `meta` known at compile time, and its branches then
+/// fold away.
+///
+/// # Safety
+/// `dst` points at `item_size(key.len(), value length, meta)` writable
+/// bytes that no live reference covers; the key is at most
+/// [`MAX_KEY_LEN`] bytes and the value at most [`MAX_VALUE_FIELD`].
+#[inline(always)]
+pub(crate) unsafe fn write_at(dst: *mut u8, key: &[u8], value_parts: [&[u8]; 2], meta: &Meta) {
+    let value_len = value_parts[0].len() + value_parts[1].len();
     debug_assert!(key.len() <= MAX_KEY_LEN && value_len <= MAX_VALUE_FIELD);
-    debug_assert_eq!(dst.len(), item_size(key.len(), value_len, meta));
     debug_assert_eq!(meta.marks & !MARKS, 0);
     // Key length and value length in one store, then the meta byte.
     let lens = key.len() as u32 | (value_len as u32) << 8;
-    dst[..4].copy_from_slice(&lens.to_le_bytes());
     let mut bits = meta.marks;
     let mut at = HEADER_LEN;
-    if meta.flags != 0 {
-        bits |= HAS_FLAGS;
-        dst[at..at + 4].copy_from_slice(&meta.flags.to_le_bytes());
-        at += 4;
-    }
-    if let Some(cas) = meta.cas {
-        bits |= HAS_CAS;
-        dst[at..at + 8].copy_from_slice(&cas.to_le_bytes());
-        at += 8;
-    }
-    dst[META_AT] = bits;
-    copy_bytes(&mut dst[at..at + key.len()], key);
-    at += key.len();
-    for part in value_parts {
-        if !part.is_empty() {
-            copy_bytes(&mut dst[at..at + part.len()], part);
-            at += part.len();
+    // SAFETY (every write below): each lies inside the item's bytes, which
+    // are laid out as `item_size` counts them: header, the optional fields
+    // `meta` names, key, value.
+    unsafe {
+        dst.cast::<u32>().write_unaligned(lens.to_le());
+        if meta.flags != 0 {
+            bits |= HAS_FLAGS;
+            dst.add(at)
+                .cast::<u32>()
+                .write_unaligned(meta.flags.to_le());
+            at += 4;
+        }
+        if let Some(cas) = meta.cas {
+            bits |= HAS_CAS;
+            dst.add(at).cast::<u64>().write_unaligned(cas.to_le());
+            at += 8;
+        }
+        *dst.add(META_AT) = bits;
+        copy_to(dst.add(at), key);
+        at += key.len();
+        for part in value_parts {
+            if !part.is_empty() {
+                copy_to(dst.add(at), part);
+                at += part.len();
+            }
         }
     }
-    debug_assert_eq!(at, dst.len());
+    debug_assert_eq!(at, item_size(key.len(), value_len, meta));
 }
 
-/// `dst.copy_from_slice(src)`, inline up to 64 bytes (a few overlapping
-/// word moves cost less than a call to `memcpy` for keys and small
-/// values); longer copies go to `memcpy`.
+/// `dst.copy_from_slice(src)` (see [`copy_to`]).
 #[inline(always)]
 pub(crate) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    let dst = &mut dst[..src.len()];
+    // SAFETY: `dst` is exactly `src.len()` writable bytes, apart from `src`
+    // (a `&mut` and a `&` never overlap).
+    unsafe { copy_to(dst.as_mut_ptr(), src) }
+}
+
+/// Copies `src` to `dst`, inline up to 64 bytes (a few overlapping word
+/// moves cost less than a call to `memcpy` for keys and small values);
+/// longer copies go to `memcpy`.
+///
+/// # Safety
+/// `dst` points at `src.len()` writable bytes that do not overlap `src`.
+#[inline(always)]
+unsafe fn copy_to(dst: *mut u8, src: &[u8]) {
     let n = src.len();
-    let dst = &mut dst[..n];
-    // Copies the `N` bytes at `at` (in bounds: every caller below keeps
-    // `at + N <= n`).
-    #[inline(always)]
-    fn chunk<const N: usize>(dst: &mut [u8], src: &[u8], at: usize) {
-        let word: [u8; N] = src[at..at + N].try_into().unwrap();
-        dst[at..at + N].copy_from_slice(&word);
-    }
+    let from = src.as_ptr();
+    // Copies the `N` bytes at `at`: every call below keeps `at + N <= n`,
+    // inside both buffers.
+    let chunk = |len: usize, at: usize| {
+        // SAFETY: as above; `len` is a constant at every call, so this is
+        // one or two unaligned moves.
+        unsafe { std::ptr::copy_nonoverlapping(from.add(at), dst.add(at), len) }
+    };
     // Tested longest first: keys and small values (17 to 64 bytes) are
     // the common case and take two compares.
     if n > 16 {
         if n <= 32 {
-            chunk::<16>(dst, src, 0);
-            chunk::<16>(dst, src, n - 16);
+            chunk(16, 0);
+            chunk(16, n - 16);
         } else if n <= 64 {
-            chunk::<32>(dst, src, 0);
-            chunk::<32>(dst, src, n - 32);
+            chunk(32, 0);
+            chunk(32, n - 32);
         } else {
-            dst.copy_from_slice(src);
+            chunk(n, 0);
         }
     } else if n >= 8 {
-        chunk::<8>(dst, src, 0);
-        chunk::<8>(dst, src, n - 8);
+        chunk(8, 0);
+        chunk(8, n - 8);
     } else if n >= 4 {
-        chunk::<4>(dst, src, 0);
-        chunk::<4>(dst, src, n - 4);
+        chunk(4, 0);
+        chunk(4, n - 4);
     } else if n > 0 {
-        dst[0] = src[0];
-        dst[n / 2] = src[n / 2];
-        dst[n - 1] = src[n - 1];
+        chunk(1, 0);
+        chunk(1, n / 2);
+        chunk(1, n - 1);
     }
 }
 

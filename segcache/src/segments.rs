@@ -230,7 +230,7 @@ impl Segments {
         &self.data[start..start + self.segment_size]
     }
 
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn data_mut(&mut self, id: u32) -> &mut [u8] {
         let start = id as usize * self.segment_size;
         &mut self.data[start..start + self.segment_size]
@@ -242,6 +242,22 @@ impl Segments {
     pub(crate) fn item(&self, loc: Location) -> RawItem<'_> {
         let (start, end) = self.item_span(loc);
         RawItem::at(&self.data[start..end])
+    }
+
+    /// Where a new item of `size` bytes goes at `loc`, as a raw pointer
+    /// (the write path's item copy checks no bounds).
+    ///
+    /// # Safety
+    /// `loc` and `size` are what the cache's `reserve` just handed out:
+    /// `loc.offset + size` bytes fit in segment `loc.seg`, which exists.
+    #[inline(always)]
+    pub(crate) unsafe fn reserved_ptr(&mut self, loc: Location, size: usize) -> *mut u8 {
+        let start = loc.seg as usize * self.segment_size + loc.offset as usize;
+        debug_assert!((loc.seg as usize) < self.headers.len());
+        debug_assert!(loc.offset as usize + size <= self.segment_size);
+        debug_assert!(start + size <= self.data.len());
+        // SAFETY: the caller guarantees `start..start + size` is in the heap.
+        unsafe { self.data.as_mut_ptr().add(start) }
     }
 
     /// The size of the item at `loc` if its key is `key`, else `None` (see
