@@ -1677,27 +1677,36 @@ impl Segcache {
         if key.is_empty() || key.len() > MAX_KEY_LEN {
             return false;
         }
-        let segs = &self.segs;
-        let mut size = 0;
-        // The likeliest entry first, as `link` does.
-        let removed = match self.table.first_candidate(hash) {
-            Some((at, info)) if key_is_sized(segs, hashtable::location(info), key, &mut size) => {
-                self.table.remove_first(at);
-                Some(info)
-            }
-            _ => self
-                .table
-                .remove(hash, |at| key_is_sized(segs, at, key, &mut size)),
+        // The likeliest entry first, as `link` does; any other through the
+        // table's search, out of line.
+        let first = match self.table.first_candidate(hash) {
+            // SAFETY: `info` is an entry of the table, whose every location
+            // names a whole item inside its segment.
+            Some((at, info)) => unsafe { self.segs.size_if_key(hashtable::location(info), key) }
+                .map(|size| (at, info, size)),
+            None => None,
         };
-        let Some(info) = removed else {
-            return false;
+        let (info, size) = match first {
+            Some((at, info, size)) => {
+                self.table.remove_first(at);
+                (info, size)
+            }
+            // An absent key the home's tags rule out returns here, without
+            // the call.
+            None if self.table.absent_by_tags(hash) => return false,
+            None => match self.remove_searched(key, hash) {
+                Some(found) => found,
+                None => return false,
+            },
         };
         let loc = hashtable::location(info);
         debug_assert_eq!(size, self.segs.item(loc).size());
         // SAFETY: the table held `loc` (a whole item) until `remove`
         // cleared it just now; nothing moved since.
         unsafe { self.segs.mark_unlinked(loc) };
-        let header = &mut self.segs.headers[loc.seg as usize];
+        // SAFETY: `loc` came from the table, which points only into
+        // segments that exist.
+        let header = unsafe { self.segs.header_unchecked_mut(loc.seg) };
         header.live_bytes -= size as u32;
         header.live_items -= 1;
         let expire_at = header.expire_at;
@@ -1709,6 +1718,20 @@ impl Segcache {
             return false;
         }
         true
+    }
+
+    /// The entry of `key` removed from the table by a full search, with
+    /// its item's size: [`remove_hashed`](Self::remove_hashed) when the
+    /// first candidate is not the key (out of line, so the common delete
+    /// keeps its state in registers).
+    #[inline(never)]
+    fn remove_searched(&mut self, key: &[u8], hash: u64) -> Option<(u64, usize)> {
+        let segs = &self.segs;
+        let mut size = 0;
+        let info = self
+            .table
+            .remove(hash, |at| key_is_sized(segs, at, key, &mut size))?;
+        Some((info, size))
     }
 
     /// Removes a key with memcache's delete options (`md` with `C`, `I`,
@@ -2483,6 +2506,9 @@ mod tests {
         assert!(c.delete(&b));
         assert_eq!(c.get(&a).unwrap().value(), b"a1");
         assert!(c.get(&b).is_none());
+        // Absent, with a present look-alike: the search finds nothing.
+        assert!(!c.delete(&b));
+        assert_eq!(c.len(), 1);
         c.set(&b, b"b3", 0, None).unwrap();
         assert!(c.delete(&a));
         assert_eq!(c.get(&b).unwrap().value(), b"b3");

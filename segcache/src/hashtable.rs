@@ -1029,7 +1029,18 @@ impl HashTable {
     #[inline(always)]
     pub(crate) fn remove_first(&mut self, at: FirstCandidate) {
         debug_assert!(self.drain.is_none());
-        self.table.clear_slot(at.bucket, at.slot);
+        let t = &mut self.table;
+        let (b, s) = (at.bucket, at.slot);
+        debug_assert!(b < t.buckets() && s < SLOTS);
+        // A first candidate sits in its home (displacement 0): no reach
+        // to shrink, so the slot and its tag are simply cleared.
+        debug_assert_eq!(displacement(t.slots[b * SLOTS + s]), 0);
+        // SAFETY: `first_candidate` read slot `s` of bucket `b` of this
+        // table (a home below `homes`, a slot below SLOTS), unchanged since.
+        unsafe {
+            *t.slots.get_unchecked_mut(b * SLOTS + s) = 0;
+            *t.ctrl.get_unchecked_mut(b) &= !(0xff << (8 * s));
+        }
     }
 
     /// [`replace`](Self::replace) while a table drains (the key may be in
