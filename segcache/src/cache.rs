@@ -2057,24 +2057,28 @@ impl Segcache {
             Eviction::Merge => crate::eviction::REWRITE_FREQ,
             _ => 0,
         };
-        let segs = &self.segs;
-        let mut old_size = 0;
         // The likeliest entry first, its key compared inline; any other
-        // through the table's search (whose compare is a call).
-        let first = self.table.first_candidate(hash);
-        let replaced = match first {
-            Some((at, info))
-                if key_is_sized(segs, hashtable::location(info), key, &mut old_size) =>
-            {
-                self.table.replace_first(at, info, loc, rewrite_floor);
-                Some(info)
-            }
-            _ => self.table.replace(hash, loc, rewrite_floor, |at| {
-                key_is_sized(segs, at, key, &mut old_size)
-            }),
+        // through the table's search, out of line; a key the home's tags
+        // rule out goes straight to `link_new`.
+        let first = match self.table.first_candidate(hash) {
+            // SAFETY: `info` is an entry of the table, whose every location
+            // names a whole item inside its segment.
+            Some((at, info)) => unsafe { self.segs.size_if_key(hashtable::location(info), key) }
+                .map(|size| (at, info, size)),
+            None => None,
         };
-        let Some(old) = replaced else {
-            return self.link_new(hash, loc, size, ttl, now);
+        let (old, old_size) = match first {
+            Some((at, info, old_size)) => {
+                self.table.replace_first(at, info, loc, rewrite_floor);
+                (info, old_size)
+            }
+            None if self.table.absent_by_tags(hash) => {
+                return self.link_new(hash, loc, size, ttl, now);
+            }
+            None => match self.replace_searched(key, hash, loc, rewrite_floor) {
+                Some(found) => found,
+                None => return self.link_new(hash, loc, size, ttl, now),
+            },
         };
         let old = hashtable::location(old);
         debug_assert_eq!(old_size, self.segs.item(old).size());
@@ -2093,6 +2097,26 @@ impl Segcache {
             self.grow_step(hashtable::GROW_STEP_WRITE);
         }
         Ok(loc)
+    }
+
+    /// [`link`](Self::link) when the first candidate is not the key: the
+    /// table's search repoints the key's entry, if any, at `loc` and
+    /// returns its previous item info and the old item's size (out of
+    /// line, so the common overwrite keeps its state in registers).
+    #[inline(never)]
+    fn replace_searched(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        loc: Location,
+        rewrite_floor: u8,
+    ) -> Option<(u64, usize)> {
+        let segs = &self.segs;
+        let mut old_size = 0;
+        let old = self.table.replace(hash, loc, rewrite_floor, |at| {
+            key_is_sized(segs, at, key, &mut old_size)
+        })?;
+        Some((old, old_size))
     }
 
     /// [`link`](Self::link) for a key the table does not hold: a new entry
