@@ -857,7 +857,9 @@ impl Segcache {
         // reading; one without needs the time only for the access stamp
         // (counted at most once per second), which tolerates a reading a
         // few hits old.
-        let expire_at = self.segs.headers[loc.seg as usize].expire_at;
+        // SAFETY: `loc` came from the table, which points only into
+        // segments that exist.
+        let expire_at = unsafe { self.segs.header_unchecked(loc.seg) }.expire_at;
         let now = if expire_at != 0 {
             let now = self.clock.now();
             if expire_at <= now {

@@ -139,6 +139,18 @@ impl Segments {
         h.generation = h.generation.wrapping_add(self.gen_step);
     }
 
+    /// The header of segment `id`, without a bounds check (for a read
+    /// whose id comes from the table).
+    ///
+    /// # Safety
+    /// `id < self.count()`, as for [`header_unchecked_mut`](Self::header_unchecked_mut).
+    #[inline(always)]
+    pub(crate) unsafe fn header_unchecked(&self, id: u32) -> &SegmentHeader {
+        debug_assert!((id as usize) < self.headers.len());
+        // SAFETY: the caller guarantees `id` is in range.
+        unsafe { self.headers.get_unchecked(id as usize) }
+    }
+
     /// The header of segment `id`, without a bounds check (for the write
     /// path, whose ids come from a TTL bucket's tail or the table).
     ///
