@@ -360,17 +360,29 @@ impl std::fmt::Debug for Segcache {
     }
 }
 
-/// Whether the item at `at` has `key`; if so, `size` gets its size, read
-/// from the header the compare just loaded (the one-probe writes use it to
-/// account the bytes they unlink without reading the item again).
+/// Whether the item at `at`, a location the table holds, has `key`; if
+/// so, `size` gets its size, read from the header the compare just loaded
+/// (the one-probe writes use it to account the bytes they unlink without
+/// reading the item again).
 #[inline(always)]
 fn key_is_sized(segs: &Segments, at: Location, key: &[u8], size: &mut usize) -> bool {
-    let item = segs.item(at);
-    let found = item.key_is(key);
-    if found {
-        *size = item.size();
+    // SAFETY: `at` comes from the table, whose every location names a
+    // whole item inside its segment.
+    match unsafe { segs.size_if_key(at, key) } {
+        Some(found) => {
+            *size = found;
+            true
+        }
+        None => false,
     }
-    found
+}
+
+/// Whether the item at `at`, a location the table holds, has `key`: the
+/// key compare of every lookup.
+#[inline(always)]
+fn key_is(segs: &Segments, at: Location, key: &[u8]) -> bool {
+    // SAFETY: as in `key_is_sized`.
+    unsafe { segs.size_if_key(at, key) }.is_some()
 }
 
 fn check_key(key: &[u8]) -> Result<(), Error> {
@@ -559,7 +571,7 @@ impl Segcache {
                 segments: self.segs.count() as u64,
             },
             segs: &self.segs,
-            ttl: &self.ttl.buckets,
+            ttl: &self.ttl.buckets[..],
             table: &self.table,
             counters: &self.counters,
             now,
@@ -604,7 +616,7 @@ impl Segcache {
             self.grow_step(hashtable::GROW_STEP_READ);
         }
         let segs = &self.segs;
-        let (bucket, slot, info) = self.table.lookup(hash, |at| segs.item(at).key_is(key))?;
+        let (bucket, slot, info) = self.table.lookup(hash, |at| key_is(segs, at, key))?;
         Some((bucket, slot, hashtable::location(info)))
     }
 
@@ -714,9 +726,9 @@ impl Segcache {
     #[inline(never)]
     fn get_found(&mut self, key: &[u8], hash: u64, probe: HomeProbe) -> Option<Item<'_>> {
         let (loc, now) = self.hit_probed(key, hash, probe)?;
-        // SAFETY: `hit_probed` found the key by comparing it with
-        // `self.segs.item(loc)` and changed no segment since (a hit only
-        // bumps the table's counter; an expired item returned `None`).
+        // SAFETY: `hit_probed` found `loc` in the table (whose locations
+        // name whole items) and changed no segment since (a hit only bumps
+        // the table's counter; an expired item returned `None`).
         let (raw, header) = unsafe { self.segs.fetch_compared(loc) };
         Some(Item {
             raw,
@@ -835,7 +847,7 @@ impl Segcache {
         let segs = &self.segs;
         let Some((bucket, slot, info)) = self
             .table
-            .lookup_probed(hash, probe, move |at| segs.item(at).key_is(key))
+            .lookup_probed(hash, probe, move |at| key_is(segs, at, key))
         else {
             self.counters.misses += 1;
             return None;
@@ -845,7 +857,9 @@ impl Segcache {
         // reading; one without needs the time only for the access stamp
         // (counted at most once per second), which tolerates a reading a
         // few hits old.
-        let expire_at = self.segs.headers[loc.seg as usize].expire_at;
+        // SAFETY: `loc` came from the table, which points only into
+        // segments that exist.
+        let expire_at = unsafe { self.segs.header_unchecked(loc.seg) }.expire_at;
         let now = if expire_at != 0 {
             let now = self.clock.now();
             if expire_at <= now {
@@ -917,8 +931,7 @@ impl Segcache {
             self.grow_step(hashtable::GROW_STEP_READ);
         }
         let segs = &self.segs;
-        let Some((bucket, slot, info)) = self.table.lookup(hash, |at| segs.item(at).key_is(key))
-        else {
+        let Some((bucket, slot, info)) = self.table.lookup(hash, |at| key_is(segs, at, key)) else {
             self.counters.misses += 1;
             return None;
         };
@@ -1666,27 +1679,36 @@ impl Segcache {
         if key.is_empty() || key.len() > MAX_KEY_LEN {
             return false;
         }
-        let segs = &self.segs;
-        let mut size = 0;
-        // The likeliest entry first, as `link` does.
-        let removed = match self.table.first_candidate(hash) {
-            Some((at, info)) if key_is_sized(segs, hashtable::location(info), key, &mut size) => {
-                self.table.remove_first(at);
-                Some(info)
-            }
-            _ => self
-                .table
-                .remove(hash, |at| key_is_sized(segs, at, key, &mut size)),
+        // The likeliest entry first, as `link` does; any other through the
+        // table's search, out of line.
+        let first = match self.table.first_candidate(hash) {
+            // SAFETY: `info` is an entry of the table, whose every location
+            // names a whole item inside its segment.
+            Some((at, info)) => unsafe { self.segs.size_if_key(hashtable::location(info), key) }
+                .map(|size| (at, info, size)),
+            None => None,
         };
-        let Some(info) = removed else {
-            return false;
+        let (info, size) = match first {
+            Some((at, info, size)) => {
+                self.table.remove_first(at);
+                (info, size)
+            }
+            // An absent key the home's tags rule out returns here, without
+            // the call.
+            None if self.table.absent_by_tags(hash) => return false,
+            None => match self.remove_searched(key, hash) {
+                Some(found) => found,
+                None => return false,
+            },
         };
         let loc = hashtable::location(info);
         debug_assert_eq!(size, self.segs.item(loc).size());
-        // SAFETY: the key compare of `remove` read the item at `loc` (its
-        // header included) through `item`; nothing moved since.
+        // SAFETY: the table held `loc` (a whole item) until `remove`
+        // cleared it just now; nothing moved since.
         unsafe { self.segs.mark_unlinked(loc) };
-        let header = &mut self.segs.headers[loc.seg as usize];
+        // SAFETY: `loc` came from the table, which points only into
+        // segments that exist.
+        let header = unsafe { self.segs.header_unchecked_mut(loc.seg) };
         header.live_bytes -= size as u32;
         header.live_items -= 1;
         let expire_at = header.expire_at;
@@ -1698,6 +1720,20 @@ impl Segcache {
             return false;
         }
         true
+    }
+
+    /// The entry of `key` removed from the table by a full search, with
+    /// its item's size: [`remove_hashed`](Self::remove_hashed) when the
+    /// first candidate is not the key (out of line, so the common delete
+    /// keeps its state in registers).
+    #[inline(never)]
+    fn remove_searched(&mut self, key: &[u8], hash: u64) -> Option<(u64, usize)> {
+        let segs = &self.segs;
+        let mut size = 0;
+        let info = self
+            .table
+            .remove(hash, |at| key_is_sized(segs, at, key, &mut size))?;
+        Some((info, size))
     }
 
     /// Removes a key with memcache's delete options (`md` with `C`, `I`,
@@ -1993,13 +2029,9 @@ impl Segcache {
             self.check_size(key.len(), value[0].len() + value[1].len(), meta)
         );
         let loc = self.reserve(size, ttl, now)?;
-        let start = loc.offset as usize;
-        item::write(
-            &mut self.segs.data_mut(loc.seg)[start..start + size],
-            key,
-            value,
-            meta,
-        );
+        // SAFETY: `reserve` just handed out `size` bytes at `loc`, and
+        // `size` is this item's size (the caller checked it).
+        unsafe { item::write_at(self.segs.reserved_ptr(loc, size), key, value, meta) };
         self.link(key, hash, loc, size, ttl, now)
     }
 
@@ -2027,40 +2059,66 @@ impl Segcache {
             Eviction::Merge => crate::eviction::REWRITE_FREQ,
             _ => 0,
         };
-        let segs = &self.segs;
-        let mut old_size = 0;
         // The likeliest entry first, its key compared inline; any other
-        // through the table's search (whose compare is a call).
-        let first = self.table.first_candidate(hash);
-        let replaced = match first {
-            Some((at, info))
-                if key_is_sized(segs, hashtable::location(info), key, &mut old_size) =>
-            {
-                self.table.replace_first(at, info, loc, rewrite_floor);
-                Some(info)
-            }
-            _ => self.table.replace(hash, loc, rewrite_floor, |at| {
-                key_is_sized(segs, at, key, &mut old_size)
-            }),
+        // through the table's search, out of line; a key the home's tags
+        // rule out goes straight to `link_new`.
+        let first = match self.table.first_candidate(hash) {
+            // SAFETY: `info` is an entry of the table, whose every location
+            // names a whole item inside its segment.
+            Some((at, info)) => unsafe { self.segs.size_if_key(hashtable::location(info), key) }
+                .map(|size| (at, info, size)),
+            None => None,
         };
-        let Some(old) = replaced else {
-            return self.link_new(hash, loc, size, ttl, now);
+        let (old, old_size) = match first {
+            Some((at, info, old_size)) => {
+                self.table.replace_first(at, info, loc, rewrite_floor);
+                (info, old_size)
+            }
+            None if self.table.absent_by_tags(hash) => {
+                return self.link_new(hash, loc, size, ttl, now);
+            }
+            None => match self.replace_searched(key, hash, loc, rewrite_floor) {
+                Some(found) => found,
+                None => return self.link_new(hash, loc, size, ttl, now),
+            },
         };
         let old = hashtable::location(old);
         debug_assert_eq!(old_size, self.segs.item(old).size());
-        // SAFETY: the key compare of `replace` read the item at `old` (its
-        // header included) through `item`; nothing moved since.
+        // SAFETY: the table held `old` (a whole item) until `replace`
+        // repointed it just now; nothing moved since.
         unsafe { self.segs.mark_unlinked(old) };
-        let old_header = &mut self.segs.headers[old.seg as usize];
+        // SAFETY: `old` came from the table, which points only into
+        // segments that exist.
+        let old_header = unsafe { self.segs.header_unchecked_mut(old.seg) };
         old_header.live_bytes -= old_size as u32;
         old_header.live_items -= 1;
-        self.count_written(loc, size, ttl, now);
+        self.count_deadline(loc, ttl, now);
         // One item out, one in: the item count stays.
         self.counters.live_bytes = self.counters.live_bytes + size as u64 - old_size as u64;
         if self.table.is_growing() {
             self.grow_step(hashtable::GROW_STEP_WRITE);
         }
         Ok(loc)
+    }
+
+    /// [`link`](Self::link) when the first candidate is not the key: the
+    /// table's search repoints the key's entry, if any, at `loc` and
+    /// returns its previous item info and the old item's size (out of
+    /// line, so the common overwrite keeps its state in registers).
+    #[inline(never)]
+    fn replace_searched(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        loc: Location,
+        rewrite_floor: u8,
+    ) -> Option<(u64, usize)> {
+        let segs = &self.segs;
+        let mut old_size = 0;
+        let old = self.table.replace(hash, loc, rewrite_floor, |at| {
+            key_is_sized(segs, at, key, &mut old_size)
+        })?;
+        Some((old, old_size))
     }
 
     /// [`link`](Self::link) for a key the table does not hold: a new entry
@@ -2106,16 +2164,19 @@ impl Segcache {
                     self.account_unlinked(hashtable::location(victim));
                     self.counters.evictions += 1;
                 }
-                self.count_written(loc, size, ttl, now);
+                self.count_deadline(loc, ttl, now);
                 self.counters.items += 1;
                 self.counters.live_bytes += size as u64;
                 Ok(loc)
             }
             Err(TableFull) => {
-                // Give the reserved space back: it was the segment's last write.
+                // Give the reserved space back (it was the segment's last
+                // write) with the count `reserve` made of it.
                 let header = &mut self.segs.headers[loc.seg as usize];
                 debug_assert_eq!(header.write_offset, loc.offset + size as u32);
                 header.write_offset = loc.offset;
+                header.live_bytes -= size as u32;
+                header.live_items -= 1;
                 Err(Error::HashTableFull)
             }
         };
@@ -2127,15 +2188,15 @@ impl Segcache {
         result
     }
 
-    /// Counts a linked item of `size` bytes and TTL `ttl` (seconds, 0:
-    /// never) in its segment's header (the cache-wide counters are the
-    /// caller's).
+    /// Counts the deadline of a linked item of TTL `ttl` (seconds, 0:
+    /// never) in its segment's header; its bytes were counted there by
+    /// [`reserve`](Self::reserve), the cache-wide counters are the caller's.
     #[inline(always)]
-    fn count_written(&mut self, loc: Location, size: usize, ttl: u32, now: u32) {
-        let header = &mut self.segs.headers[loc.seg as usize];
-        header.live_bytes += size as u32;
-        header.live_items += 1;
+    fn count_deadline(&mut self, loc: Location, ttl: u32, now: u32) {
         if ttl != 0 {
+            // SAFETY: `loc` is where `reserve` just put the item: a
+            // segment that exists.
+            let header = unsafe { self.segs.header_unchecked_mut(loc.seg) };
             let deadline = now.saturating_add(ttl);
             if header.expire_at == 0 || deadline < header.expire_at {
                 header.expire_at = deadline;
@@ -2149,13 +2210,18 @@ impl Segcache {
     /// a new segment goes out of line ([`reserve_slow`](Self::reserve_slow)).
     /// `now` is the time of the write; for `ttl` 0 it is not read (0 will
     /// do: never-expiring segments have no deadline).
+    ///
+    /// The item is counted in the segment's live bytes and items here,
+    /// with the header at hand; a write that then fails gives both back
+    /// with the space ([`link_new`](Self::link_new)).
     #[inline(always)]
     fn reserve(&mut self, size: usize, ttl: u32, now: u32) -> Result<Location, Error> {
         let bucket = ttl::bucket_for(ttl);
         let tail = self.ttl.buckets[bucket].tail;
         if tail != NONE {
             let segment_size = self.segs.segment_size();
-            let header = &mut self.segs.headers[tail as usize];
+            // SAFETY: a TTL bucket's tail is a segment that exists.
+            let header = unsafe { self.segs.header_unchecked_mut(tail) };
             debug_assert!(
                 ttl != 0 || header.expire_at == 0,
                 "a deadline in the never bucket"
@@ -2163,6 +2229,8 @@ impl Segcache {
             if Self::takes(header, bucket, segment_size, size, ttl, now) {
                 let offset = header.write_offset;
                 header.write_offset += size as u32;
+                header.live_bytes += size as u32;
+                header.live_items += 1;
                 return Ok(Location { seg: tail, offset });
             }
         }
@@ -2190,7 +2258,9 @@ impl Segcache {
                 header.expire_last,
                 now.saturating_add(ttl),
             );
-        header.state == SegState::Active && fits && close && !header.is_expired(now)
+        // A never-expiring segment has no deadline (`reserve` asserts it):
+        // only a TTL needs the expiry test.
+        header.state == SegState::Active && fits && close && (ttl == 0 || !header.is_expired(now))
     }
 
     /// [`reserve`](Self::reserve) when the bucket's tail cannot take the
@@ -2210,7 +2280,10 @@ impl Segcache {
         }
         let id = self.alloc_segment(bucket, now)?;
         self.ttl.push_tail(&mut self.segs.headers, bucket, id);
-        self.segs.headers[id as usize].write_offset = size as u32;
+        let header = &mut self.segs.headers[id as usize];
+        header.write_offset = size as u32;
+        header.live_bytes = size as u32;
+        header.live_items = 1;
         Ok(Location { seg: id, offset: 0 })
     }
 
@@ -2459,6 +2532,9 @@ mod tests {
         assert!(c.delete(&b));
         assert_eq!(c.get(&a).unwrap().value(), b"a1");
         assert!(c.get(&b).is_none());
+        // Absent, with a present look-alike: the search finds nothing.
+        assert!(!c.delete(&b));
+        assert_eq!(c.len(), 1);
         c.set(&b, b"b3", 0, None).unwrap();
         assert!(c.delete(&a));
         assert_eq!(c.get(&b).unwrap().value(), b"b3");

@@ -69,79 +69,113 @@ pub(crate) fn item_size(key_len: usize, value_len: usize, meta: &Meta) -> usize 
     HEADER_LEN + meta.optional_len() + key_len + value_len
 }
 
-/// Writes an item whose value is the concatenation of `value_parts` into the
-/// front of `dst`, which must be exactly `item_size(..)` bytes long.
-/// Always inline: most callers pass a `meta` known at compile time, and
-/// its branches then fold away.
-#[inline(always)]
+/// Writes an item whose value is the concatenation of `value_parts` into
+/// `dst`, which must be exactly `item_size(..)` bytes long (checked: the
+/// write path itself, which reserved the bytes, calls [`write_at`]).
+#[cfg(test)]
 pub(crate) fn write(dst: &mut [u8], key: &[u8], value_parts: [&[u8]; 2], meta: &Meta) {
     let value_len = value_parts[0].len() + value_parts[1].len();
+    assert!(key.len() <= MAX_KEY_LEN && value_len <= MAX_VALUE_FIELD);
+    assert_eq!(dst.len(), item_size(key.len(), value_len, meta));
+    // SAFETY: `dst` holds exactly the item's bytes (checked above).
+    unsafe { write_at(dst.as_mut_ptr(), key, value_parts, meta) }
+}
+
+/// [`write`] to raw memory, with no bounds checked. Always inline: most
+/// callers pass a `meta` known at compile time, and its branches then
+/// fold away.
+///
+/// # Safety
+/// `dst` points at `item_size(key.len(), value length, meta)` writable
+/// bytes that no live reference covers; the key is at most
+/// [`MAX_KEY_LEN`] bytes and the value at most [`MAX_VALUE_FIELD`].
+#[inline(always)]
+pub(crate) unsafe fn write_at(dst: *mut u8, key: &[u8], value_parts: [&[u8]; 2], meta: &Meta) {
+    let value_len = value_parts[0].len() + value_parts[1].len();
     debug_assert!(key.len() <= MAX_KEY_LEN && value_len <= MAX_VALUE_FIELD);
-    debug_assert_eq!(dst.len(), item_size(key.len(), value_len, meta));
     debug_assert_eq!(meta.marks & !MARKS, 0);
     // Key length and value length in one store, then the meta byte.
     let lens = key.len() as u32 | (value_len as u32) << 8;
-    dst[..4].copy_from_slice(&lens.to_le_bytes());
     let mut bits = meta.marks;
     let mut at = HEADER_LEN;
-    if meta.flags != 0 {
-        bits |= HAS_FLAGS;
-        dst[at..at + 4].copy_from_slice(&meta.flags.to_le_bytes());
-        at += 4;
-    }
-    if let Some(cas) = meta.cas {
-        bits |= HAS_CAS;
-        dst[at..at + 8].copy_from_slice(&cas.to_le_bytes());
-        at += 8;
-    }
-    dst[META_AT] = bits;
-    copy_bytes(&mut dst[at..at + key.len()], key);
-    at += key.len();
-    for part in value_parts {
-        if !part.is_empty() {
-            copy_bytes(&mut dst[at..at + part.len()], part);
-            at += part.len();
+    // SAFETY (every write below): each lies inside the item's bytes, which
+    // are laid out as `item_size` counts them: header, the optional fields
+    // `meta` names, key, value.
+    unsafe {
+        dst.cast::<u32>().write_unaligned(lens.to_le());
+        if meta.flags != 0 {
+            bits |= HAS_FLAGS;
+            dst.add(at)
+                .cast::<u32>()
+                .write_unaligned(meta.flags.to_le());
+            at += 4;
+        }
+        if let Some(cas) = meta.cas {
+            bits |= HAS_CAS;
+            dst.add(at).cast::<u64>().write_unaligned(cas.to_le());
+            at += 8;
+        }
+        *dst.add(META_AT) = bits;
+        copy_to(dst.add(at), key);
+        at += key.len();
+        for part in value_parts {
+            if !part.is_empty() {
+                copy_to(dst.add(at), part);
+                at += part.len();
+            }
         }
     }
-    debug_assert_eq!(at, dst.len());
+    debug_assert_eq!(at, item_size(key.len(), value_len, meta));
 }
 
-/// `dst.copy_from_slice(src)`, inline up to 64 bytes (a few overlapping
-/// word moves cost less than a call to `memcpy` for keys and small
-/// values); longer copies go to `memcpy`.
+/// `dst.copy_from_slice(src)` (see [`copy_to`]).
 #[inline(always)]
 pub(crate) fn copy_bytes(dst: &mut [u8], src: &[u8]) {
+    let dst = &mut dst[..src.len()];
+    // SAFETY: `dst` is exactly `src.len()` writable bytes, apart from `src`
+    // (a `&mut` and a `&` never overlap).
+    unsafe { copy_to(dst.as_mut_ptr(), src) }
+}
+
+/// Copies `src` to `dst`, inline up to 64 bytes (a few overlapping word
+/// moves cost less than a call to `memcpy` for keys and small values);
+/// longer copies go to `memcpy`.
+///
+/// # Safety
+/// `dst` points at `src.len()` writable bytes that do not overlap `src`.
+#[inline(always)]
+unsafe fn copy_to(dst: *mut u8, src: &[u8]) {
     let n = src.len();
-    let dst = &mut dst[..n];
-    // Copies the `N` bytes at `at` (in bounds: every caller below keeps
-    // `at + N <= n`).
-    #[inline(always)]
-    fn chunk<const N: usize>(dst: &mut [u8], src: &[u8], at: usize) {
-        let word: [u8; N] = src[at..at + N].try_into().unwrap();
-        dst[at..at + N].copy_from_slice(&word);
-    }
+    let from = src.as_ptr();
+    // Copies the `N` bytes at `at`: every call below keeps `at + N <= n`,
+    // inside both buffers.
+    let chunk = |len: usize, at: usize| {
+        // SAFETY: as above; `len` is a constant at every call, so this is
+        // one or two unaligned moves.
+        unsafe { std::ptr::copy_nonoverlapping(from.add(at), dst.add(at), len) }
+    };
     // Tested longest first: keys and small values (17 to 64 bytes) are
     // the common case and take two compares.
     if n > 16 {
         if n <= 32 {
-            chunk::<16>(dst, src, 0);
-            chunk::<16>(dst, src, n - 16);
+            chunk(16, 0);
+            chunk(16, n - 16);
         } else if n <= 64 {
-            chunk::<32>(dst, src, 0);
-            chunk::<32>(dst, src, n - 32);
+            chunk(32, 0);
+            chunk(32, n - 32);
         } else {
-            dst.copy_from_slice(src);
+            chunk(n, 0);
         }
     } else if n >= 8 {
-        chunk::<8>(dst, src, 0);
-        chunk::<8>(dst, src, n - 8);
+        chunk(8, 0);
+        chunk(8, n - 8);
     } else if n >= 4 {
-        chunk::<4>(dst, src, 0);
-        chunk::<4>(dst, src, n - 4);
+        chunk(4, 0);
+        chunk(4, n - 4);
     } else if n > 0 {
-        dst[0] = src[0];
-        dst[n / 2] = src[n / 2];
-        dst[n - 1] = src[n - 1];
+        chunk(1, 0);
+        chunk(1, n / 2);
+        chunk(1, n - 1);
     }
 }
 
@@ -200,29 +234,6 @@ impl<'a> RawItem<'a> {
     pub(crate) fn key(&self) -> &'a [u8] {
         let start = HEADER_LEN + self.optional_len();
         &self.bytes[start..start + self.key_len()]
-    }
-
-    /// True if this item's key is `key` (lengths first: most mismatches
-    /// end at the length byte).
-    ///
-    /// The header is read through one bounds check and the stored key
-    /// sliced through one more; a key of 8 to 32 bytes (the common sizes)
-    /// is then four 8-byte compares at offsets that depend on its length
-    /// alone, so a lookup tests that length once, not per candidate.
-    #[inline(always)]
-    pub(crate) fn key_is(&self, key: &[u8]) -> bool {
-        let n = key.len();
-        let header: &[u8; HEADER_LEN] = self.bytes[..HEADER_LEN].try_into().unwrap();
-        if header[0] as usize != n {
-            return false;
-        }
-        let start = HEADER_LEN + (header[META_AT] & (HAS_FLAGS | HAS_CAS)) as usize * 4;
-        let stored = &self.bytes[start..start + n];
-        if (8..=32).contains(&n) {
-            eq_8_to_32(stored, key)
-        } else {
-            bytes_eq(stored, key)
-        }
     }
 
     #[inline]
@@ -286,21 +297,67 @@ impl<'a> RawItem<'a> {
     }
 }
 
-/// `a == b` for slices of an equal length of 8 to 32 bytes: the 8-byte
-/// words at 0, `min(8, n - 8)`, `n - 16` (0 below 16 bytes) and `n - 8`
-/// cover every byte, and each offset leaves 8 bytes in both slices, so
-/// the compiler checks no bounds.
+/// The size of the item at `item` if its key is `key`, else `None`.
+///
+/// Lengths first (most mismatches end at the length byte). The header is
+/// read once, as the lengths' word and the meta byte, and gives both where
+/// the key starts and, on a match, the item's size, so a write that
+/// unlinks the item it found needs no second read. A key of 8 to 32 bytes
+/// (the common sizes) is then four 8-byte compares at offsets that depend
+/// on its length alone, so a lookup tests that length once, not per
+/// candidate. No bounds are checked: the caller vouches for the item.
+///
+/// # Safety
+/// `item` points at a whole item (header, optional fields, key and value)
+/// in readable memory.
 #[inline(always)]
-fn eq_8_to_32(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    debug_assert!((8..=32).contains(&n) && b.len() == n);
-    let b = &b[..n];
-    let w = |s: &[u8], at: usize| u64::from_ne_bytes(s[at..at + 8].try_into().unwrap());
+pub(crate) unsafe fn size_if_key(item: *const u8, key: &[u8]) -> Option<usize> {
+    let n = key.len();
+    // SAFETY: a whole item starts with its HEADER_LEN-byte header: the
+    // lengths' word at 0 and the meta byte at META_AT.
+    let (lens, bits) = unsafe {
+        (
+            u32::from_le(item.cast::<u32>().read_unaligned()),
+            *item.add(META_AT),
+        )
+    };
+    if lens as u8 as usize != n {
+        return None;
+    }
+    let start = HEADER_LEN + (bits & (HAS_FLAGS | HAS_CAS)) as usize * 4;
+    // SAFETY: the key follows the header and the optional fields the meta
+    // byte names, and its length byte says it is `n` bytes long; the
+    // caller guarantees the whole item is readable.
+    let stored = unsafe { item.add(start) };
+    let same = if (8..=32).contains(&n) {
+        // SAFETY: as above, `n` bytes at `stored`.
+        unsafe { eq_8_to_32(stored, key) }
+    } else {
+        // SAFETY: as above.
+        bytes_eq(unsafe { std::slice::from_raw_parts(stored, n) }, key)
+    };
+    same.then(|| start + n + (lens >> 8) as usize)
+}
+
+/// `stored[..n] == key` for a key of `n` = 8 to 32 bytes: the 8-byte
+/// words at 0, `min(8, n - 8)`, `n - 16` (0 below 16 bytes) and `n - 8`
+/// cover every byte, and each offset leaves 8 bytes in both.
+///
+/// # Safety
+/// `stored` points at `key.len()` readable bytes.
+#[inline(always)]
+unsafe fn eq_8_to_32(stored: *const u8, key: &[u8]) -> bool {
+    let n = key.len();
+    debug_assert!((8..=32).contains(&n));
     let (mid, late) = (8.min(n - 8), n.saturating_sub(16));
-    let diff = (w(a, 0) ^ w(b, 0))
-        | (w(a, mid) ^ w(b, mid))
-        | (w(a, late) ^ w(b, late))
-        | (w(a, n - 8) ^ w(b, n - 8));
+    // SAFETY: every offset below is at most `n - 8`, so each read stays
+    // inside the `n` bytes of `key` and (the caller guarantees) `stored`.
+    let w = |p: *const u8, at: usize| unsafe { p.add(at).cast::<u64>().read_unaligned() };
+    let k = key.as_ptr();
+    let diff = (w(stored, 0) ^ w(k, 0))
+        | (w(stored, mid) ^ w(k, mid))
+        | (w(stored, late) ^ w(k, late))
+        | (w(stored, n - 8) ^ w(k, n - 8));
     diff == 0
 }
 
@@ -385,7 +442,7 @@ mod tests {
     }
 
     #[test]
-    fn key_compare_agrees_with_slice_equality() {
+    fn key_compare_agrees_with_slice_equality_and_sizes_the_item() {
         let plain = Meta::default();
         let flagged = Meta { flags: 7, ..plain };
         let both = Meta {
@@ -399,18 +456,19 @@ mod tests {
             let size = item_size(len, 3, &meta);
             let mut buf = vec![0u8; size];
             write(&mut buf, &key, [b"val", b""], &meta);
-            let item = RawItem::at(&buf);
-            assert!(item.key_is(&key), "len {len}");
+            // SAFETY: `buf` is exactly the item just written: whole.
+            let found = |k: &[u8]| unsafe { size_if_key(buf.as_ptr(), k) };
+            assert_eq!(found(&key), Some(size), "len {len}");
             // A difference at every position, and a different length.
             for at in 0..len {
                 let mut other = key.clone();
                 other[at] ^= 0x80;
-                assert!(!item.key_is(&other), "len {len}, byte {at}");
+                assert_eq!(found(&other), None, "len {len}, byte {at}");
             }
-            assert!(!item.key_is(&key[..len - 1]));
+            assert_eq!(found(&key[..len - 1]), None);
             let mut longer = key.clone();
             longer.push(0);
-            assert!(!item.key_is(&longer));
+            assert_eq!(found(&longer), None);
         }
     }
 

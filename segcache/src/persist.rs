@@ -374,10 +374,13 @@ impl Snapshot {
             return Err("heap file does not match the metadata (checksum)".into());
         }
         let headers = &self.headers;
+        // Every entry must name a whole item in its segment's written bytes:
+        // lookups compare keys there without checking bounds.
+        let seg_data = &*segs;
         *table = HashTable::from_words(self.table_homes, &self.table_words, |loc: Location| {
-            headers
-                .get(loc.seg as usize)
-                .is_some_and(|h| h.state != SegState::Free && loc.offset < h.write_offset)
+            headers.get(loc.seg as usize).is_some_and(|h| {
+                h.state != SegState::Free && seg_data.holds_item(loc, h.write_offset)
+            })
         })?;
         segs.headers = self.headers.into_boxed_slice();
         segs.rebuild_free_list();

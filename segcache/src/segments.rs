@@ -139,6 +139,31 @@ impl Segments {
         h.generation = h.generation.wrapping_add(self.gen_step);
     }
 
+    /// The header of segment `id`, without a bounds check (for a read
+    /// whose id comes from the table).
+    ///
+    /// # Safety
+    /// `id < self.count()`, as for [`header_unchecked_mut`](Self::header_unchecked_mut).
+    #[inline(always)]
+    pub(crate) unsafe fn header_unchecked(&self, id: u32) -> &SegmentHeader {
+        debug_assert!((id as usize) < self.headers.len());
+        // SAFETY: the caller guarantees `id` is in range.
+        unsafe { self.headers.get_unchecked(id as usize) }
+    }
+
+    /// The header of segment `id`, without a bounds check (for the write
+    /// path, whose ids come from a TTL bucket's tail or the table).
+    ///
+    /// # Safety
+    /// `id < self.count()`: true of every TTL bucket's tail and of every
+    /// segment the table points into (a restore checks both).
+    #[inline(always)]
+    pub(crate) unsafe fn header_unchecked_mut(&mut self, id: u32) -> &mut SegmentHeader {
+        debug_assert!((id as usize) < self.headers.len());
+        // SAFETY: the caller guarantees `id` is in range.
+        unsafe { self.headers.get_unchecked_mut(id as usize) }
+    }
+
     #[inline]
     pub(crate) fn segment_size(&self) -> usize {
         self.segment_size
@@ -217,7 +242,7 @@ impl Segments {
         &self.data[start..start + self.segment_size]
     }
 
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn data_mut(&mut self, id: u32) -> &mut [u8] {
         let start = id as usize * self.segment_size;
         &mut self.data[start..start + self.segment_size]
@@ -229,6 +254,55 @@ impl Segments {
     pub(crate) fn item(&self, loc: Location) -> RawItem<'_> {
         let (start, end) = self.item_span(loc);
         RawItem::at(&self.data[start..end])
+    }
+
+    /// Where a new item of `size` bytes goes at `loc`, as a raw pointer
+    /// (the write path's item copy checks no bounds).
+    ///
+    /// # Safety
+    /// `loc` and `size` are what the cache's `reserve` just handed out:
+    /// `loc.offset + size` bytes fit in segment `loc.seg`, which exists.
+    #[inline(always)]
+    pub(crate) unsafe fn reserved_ptr(&mut self, loc: Location, size: usize) -> *mut u8 {
+        let start = loc.seg as usize * self.segment_size + loc.offset as usize;
+        debug_assert!((loc.seg as usize) < self.headers.len());
+        debug_assert!(loc.offset as usize + size <= self.segment_size);
+        debug_assert!(start + size <= self.data.len());
+        // SAFETY: the caller guarantees `start..start + size` is in the heap.
+        unsafe { self.data.as_mut_ptr().add(start) }
+    }
+
+    /// The size of the item at `loc` if its key is `key`, else `None` (see
+    /// [`item::size_if_key`](crate::item::size_if_key)): the lookups' key
+    /// compare, with no bounds checked.
+    ///
+    /// # Safety
+    /// `loc` names a whole item inside its segment. Every location the
+    /// hash table holds does: the write path links only items it wrote
+    /// whole, compaction only items it copied whole, and a restore admits
+    /// only entries that pass [`holds_item`](Self::holds_item).
+    #[inline(always)]
+    pub(crate) unsafe fn size_if_key(&self, loc: Location, key: &[u8]) -> Option<usize> {
+        let (start, end) = self.item_span(loc);
+        debug_assert!(end <= self.data.len() && start + crate::item::HEADER_LEN <= end);
+        debug_assert!(
+            self.item(loc).size() <= end - start,
+            "an item past its segment"
+        );
+        // SAFETY: the caller guarantees a whole item at `loc`, which lies
+        // in the heap at `start`.
+        unsafe { crate::item::size_if_key(self.data.as_ptr().add(start), key) }
+    }
+
+    /// True if a whole item lies at `loc`, inside the first `written`
+    /// bytes of its segment (`written` at most the segment size): the
+    /// check a restore makes of every table entry before trusting it.
+    pub(crate) fn holds_item(&self, loc: Location, written: u32) -> bool {
+        let (offset, written) = (loc.offset as usize, written as usize);
+        (loc.seg as usize) < self.headers.len()
+            && written <= self.segment_size
+            && offset + crate::item::HEADER_LEN <= written
+            && offset + self.item(loc).size() <= written
     }
 
     /// Heap range from the item at `loc` to its segment's end.
@@ -262,16 +336,15 @@ impl Segments {
     /// there.
     ///
     /// # Safety
-    /// `self.item(loc)` read the item's header (a key compare of the
-    /// lookup that found it) with no change to the segments since: the
-    /// header lies inside the heap.
+    /// `loc` names a whole item inside its segment (as every location the
+    /// table holds does, see [`size_if_key`](Self::size_if_key)).
     #[inline(always)]
     pub(crate) unsafe fn mark_unlinked(&mut self, loc: Location) {
         let (start, end) = self.item_span(loc);
         let at = start + crate::item::META_AT;
         debug_assert!(at < end && end <= self.data.len());
-        // SAFETY: the caller's `item(loc)` sliced `start..end` with bounds
-        // checks and read the whole header there, meta byte included.
+        // SAFETY: the caller guarantees a whole item, so its header (the
+        // meta byte included) lies in the heap.
         let meta = unsafe { self.data.get_unchecked_mut(at) };
         *meta |= crate::item::UNLINKED;
     }
@@ -288,22 +361,20 @@ impl Segments {
         (RawItem::at(bytes), &self.headers[loc.seg as usize], before)
     }
 
-    /// [`fetch`](Self::fetch) of an item whose key a lookup has just
-    /// compared (through [`item`](Self::item) at the same `loc`, with no
-    /// change to the segments since): that compare already checked the
-    /// bounds, so none is checked again, and the marks are not returned.
+    /// [`fetch`](Self::fetch) of an item a lookup has just found: no
+    /// bounds are checked, and the marks are not returned.
     ///
     /// # Safety
-    /// `self.item(loc)` returned since the last change to the segments and
-    /// the item there is whole (its header at least lies inside it).
+    /// `loc` names a whole item inside its segment (as every location the
+    /// table holds does, see [`size_if_key`](Self::size_if_key)).
     #[inline(always)]
     pub(crate) unsafe fn fetch_compared(&mut self, loc: Location) -> (RawItem<'_>, &SegmentHeader) {
         let (start, end) = self.item_span(loc);
         let seg = loc.seg as usize;
         debug_assert!(start + crate::item::HEADER_LEN <= end && end <= self.data.len());
         debug_assert!(seg < self.headers.len());
-        // SAFETY: the caller's `item(loc)` sliced `start..end` with bounds
-        // checks and read the item's header there; nothing moved since.
+        // SAFETY: the caller guarantees a whole item at `loc`, so
+        // `start..end` (from it to its segment's end) is in the heap.
         // The heap holds `headers.len()` segments back to back, so a
         // segment whose end is in bounds has a header.
         let (bytes, header) = unsafe {
@@ -417,6 +488,49 @@ mod tests {
             assert_eq!(k, format!("k{i}").into_bytes());
             assert_eq!((vlen, flags), (i, i as u32));
         }
+    }
+
+    #[test]
+    fn a_restore_admits_only_whole_items_in_written_bytes() {
+        let mut segs = Segments::new(4096, 2);
+        let id = segs.alloc(0, 0).unwrap();
+        let meta = item::Meta::default();
+        let size = item::item_size(32, 300, &meta);
+        let at = 4096 - size - 10;
+        item::write(
+            &mut segs.data_mut(id)[at..at + size],
+            &[b'k'; 32],
+            [&[b'v'; 300], &[]],
+            &meta,
+        );
+        let loc = Location {
+            seg: id,
+            offset: at as u32,
+        };
+        let end = (at + size) as u32;
+        assert!(segs.holds_item(loc, end));
+        assert!(segs.holds_item(loc, 4096));
+        // SAFETY: a whole item lies at `loc` (just checked).
+        assert_eq!(unsafe { segs.size_if_key(loc, &[b'k'; 32]) }, Some(size));
+        assert_eq!(unsafe { segs.size_if_key(loc, &[b'j'; 32]) }, None);
+        // Cut short by the written bytes, past them, or past the segment.
+        assert!(!segs.holds_item(loc, end - 1));
+        assert!(!segs.holds_item(
+            Location {
+                offset: end - 2,
+                ..loc
+            },
+            end
+        ));
+        assert!(!segs.holds_item(loc, 4097));
+        // Inside the item (its value bytes read as a header claiming 118
+        // key and 0x767676 value bytes), and a segment that does not exist.
+        let inner = Location {
+            offset: at as u32 + 100,
+            ..loc
+        };
+        assert!(!segs.holds_item(inner, 4096));
+        assert!(!segs.holds_item(Location { seg: 2, ..loc }, 4096));
     }
 
     #[test]

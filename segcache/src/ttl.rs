@@ -93,7 +93,9 @@ pub(crate) struct TtlBucket {
 }
 
 pub(crate) struct TtlBuckets {
-    pub(crate) buckets: Box<[TtlBucket]>,
+    /// A fixed-size array: a bucket index from [`bucket_for`] needs no
+    /// bounds check.
+    pub(crate) buckets: Box<[TtlBucket; BUCKETS]>,
 }
 
 impl TtlBuckets {
@@ -105,15 +107,17 @@ impl TtlBuckets {
             merge_cursor: NONE,
         };
         TtlBuckets {
-            buckets: vec![empty; BUCKETS].into_boxed_slice(),
+            buckets: Box::new([empty; BUCKETS]),
         }
     }
 
-    /// Bucket lists from a snapshot.
+    /// Bucket lists from a snapshot (which reads exactly [`BUCKETS`]).
     pub(crate) fn from_buckets(buckets: Vec<TtlBucket>) -> Self {
-        debug_assert_eq!(buckets.len(), BUCKETS);
         TtlBuckets {
-            buckets: buckets.into_boxed_slice(),
+            buckets: buckets
+                .into_boxed_slice()
+                .try_into()
+                .expect("a snapshot holds every TTL bucket"),
         }
     }
 
