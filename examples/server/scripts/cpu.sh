@@ -21,7 +21,9 @@
 # (128), WORKERS (1), PELIKAN_SEGCACHE (unset: skipped), PELIKAN_NODELAY (1: also
 # Pelikan with TCP_NODELAY, see common.sh), PIN (0/1: pin
 # servers with --pin / taskset to cores 0-WORKERS), SERVER_ARGS (more flags
-# for segcache-server, e.g. --shared-cache).
+# for segcache-server, e.g. --shared-cache), SEGCACHE_BINS (several
+# segcache-server binaries to measure in the same rounds, as segcache1,
+# segcache2...: a change against its base beside memcached).
 # Prints markdown to stdout.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
@@ -52,7 +54,8 @@ start_target() { # NAME -> T_PORT, T_PID
     local cores=""
     if [ "$PIN" = 1 ]; then cores="0-$WORKERS"; fi
     case "$1" in
-    segcache)
+    segcache*)
+        if [ "$1" != segcache ]; then SERVER_BIN="${BINS[${1#segcache} - 1]}"; fi
         local pin=()
         if [ -n "$cores" ]; then pin=(--pin "$cores"); fi
         # shellcheck disable=SC2086 # SERVER_ARGS is a list of flags
@@ -65,6 +68,15 @@ start_target() { # NAME -> T_PORT, T_PID
 }
 
 SERVERS="segcache memcached"
+read -r -a BINS <<<"${SEGCACHE_BINS:-}"
+if [ "${#BINS[@]}" -gt 0 ]; then
+    SERVERS=""
+    for i in "${!BINS[@]}"; do
+        SERVERS="$SERVERS segcache$((i + 1))"
+        echo "segcache$((i + 1)): ${BINS[$i]}" >&2
+    done
+    SERVERS="${SERVERS# } memcached"
+fi
 add_pelikan_servers
 
 RESULTS="$(mktemp)"

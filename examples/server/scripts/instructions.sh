@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# User-space instructions per request: segcache-server (one worker) and,
-# when PELIKAN_SEGCACHE names a built `pelikan-segcache` binary, Pelikan's
-# own segcache server (one worker thread), each under valgrind's callgrind
+# User-space instructions per request: segcache-server (WORKERS workers,
+# default one) and, when PELIKAN_SEGCACHE names a built `pelikan-segcache`
+# binary, Pelikan's own segcache server (as many worker threads), each under valgrind's callgrind
 # (every thread counted) while the load generator runs at a fixed, low
 # rate. A count, not a time: it does not move with the machine's other
 # load. Kernel work (the syscalls and TCP, most of every server's CPU at
@@ -15,7 +15,7 @@
 #
 # Env: RATE (default 3000: slow enough for a server under valgrind to keep
 # up, so each request is read and answered on its own), SHORT (2), LONG
-# (5), CONNS (128), SEGCACHE_BIN (a segcache-server binary to measure
+# (5), CONNS (128), WORKERS (1), SEGCACHE_BIN (a segcache-server binary to measure
 # instead of this tree's), PELIKAN_SEGCACHE. Prints markdown to stdout.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
@@ -24,6 +24,7 @@ RATE="${RATE:-3000}"
 SHORT="${SHORT:-2}"
 LONG="${LONG:-5}"
 CONNS="${CONNS:-128}"
+WORKERS="${WORKERS:-1}"
 LOADGEN="$CARGO_TARGET_DIR/release/loadgen"
 
 need_pkg valgrind valgrind
@@ -39,11 +40,11 @@ run() {
     local grind=(valgrind --tool=callgrind -q --callgrind-out-file="$out/cg.%p")
     case "$name" in
     segcache)
-        "${grind[@]}" "$SERVER_BIN" --port "$port" --admin-port 0 --workers 1 \
+        "${grind[@]}" "$SERVER_BIN" --port "$port" --admin-port 0 --workers "$WORKERS" \
             --heap-size 256MiB >/dev/null 2>&1 &
         ;;
     pelikan)
-        pelikan_conf "$out/pelikan.toml" 1 "$port"
+        pelikan_conf "$out/pelikan.toml" "$WORKERS" "$port"
         "${grind[@]}" "$PELIKAN_SEGCACHE" "$out/pelikan.toml" >/dev/null 2>&1 &
         ;;
     esac
@@ -66,9 +67,9 @@ run() {
 SERVERS="segcache"
 if [ -n "${PELIKAN_SEGCACHE:-}" ]; then SERVERS="$SERVERS pelikan"; fi
 
-echo "## User-space instructions per request (callgrind, all threads, one worker)"
+echo "## User-space instructions per request (callgrind, all threads, $WORKERS worker(s))"
 echo
-echo "Command: \`RATE=$RATE SHORT=$SHORT LONG=$LONG CONNS=$CONNS bash examples/server/scripts/instructions.sh\`"
+echo "Command: \`RATE=$RATE SHORT=$SHORT LONG=$LONG CONNS=$CONNS WORKERS=$WORKERS bash examples/server/scripts/instructions.sh\`"
 echo
 echo "| server | rate (req/s) | instructions/req | runs (instructions requests) |"
 echo "| --- | ---: | ---: | --- |"

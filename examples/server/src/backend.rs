@@ -81,6 +81,10 @@ enum Way {
         answered: bool,
         /// Where the worker sleeps until a batch is answered.
         wait: Box<StorageWait>,
+        /// What the batch kept (`retained_bytes`) when last looked at,
+        /// and the key, value and reply bytes it was given since: see
+        /// [`Retained`].
+        retained: Retained,
     },
     /// The worker's own cache.
     Inline(Box<Inline>),
@@ -128,6 +132,7 @@ impl Backend {
             batch: segcache::Batch::new(),
             answered: false,
             wait: Box::new(wait),
+            retained: Retained::default(),
         })
     }
 
@@ -158,7 +163,12 @@ impl Backend {
     /// next one [`replies`](Self::replies) yields after the earlier ones.
     pub(crate) fn submit(&mut self, request: &Request<&[u8]>) {
         match &mut self.0 {
-            Way::Thread { batch, .. } => batch.push(request),
+            Way::Thread {
+                batch, retained, ..
+            } => {
+                retained.since += request_bytes(request);
+                batch.push(request);
+            }
             Way::Inline(inline) => inline.replies.push(inline.cache.get_mut().execute(request)),
             Way::Shared(shared) => shared.replies.push(shared.cache.execute(request)),
         }
@@ -233,6 +243,7 @@ impl Backend {
             batch,
             answered,
             wait,
+            ..
         } = &mut self.0
         else {
             return Waited::Ready;
@@ -304,12 +315,31 @@ impl Backend {
     /// Starts the next round (buffers are kept).
     pub(crate) fn clear(&mut self) {
         match &mut self.0 {
-            Way::Thread { batch, .. } => {
+            Way::Thread {
+                batch, retained, ..
+            } => {
                 // A round of large keys and values would stay in the
                 // batch's arena and reply buffers (kept for reuse) out of
                 // the memory budget's sight: start over with empty buffers.
-                if batch.retained_bytes() > RETAIN_MAX {
-                    *batch = segcache::Batch::new();
+                retained.since += batch
+                    .responses()
+                    .iter()
+                    .map(|r| match r {
+                        Response::Get(Ok(Some(found))) => {
+                            found.item.key().len() + found.item.value().len()
+                        }
+                        _ => 0,
+                    })
+                    .sum::<usize>();
+                if retained.may_exceed() {
+                    let now = batch.retained_bytes();
+                    if now > RETAIN_MAX {
+                        *batch = segcache::Batch::new();
+                        retained.looked(0);
+                    } else {
+                        batch.clear();
+                        retained.looked(now);
+                    }
                 } else {
                     batch.clear();
                 }
@@ -363,6 +393,53 @@ impl Backend {
                 inline.cache.save()
             }
         }
+    }
+}
+
+/// When a storage-thread batch's kept buffers must be measured.
+///
+/// [`segcache::Batch::retained_bytes`] walks every reply buffer the batch
+/// keeps (as many as its largest round had requests), which at low rates
+/// cost more than the round's own requests when done every round. What it
+/// measures can only grow by what the batch was given: its arena's
+/// capacity at most doubles or grows to what was pushed, and a reply
+/// buffer's key and value are a reply's. So after a look that found
+/// `kept` bytes, it stays at or under `2 * kept + since` (`since`: the
+/// key, value and reply bytes given since), and the batch is measured
+/// only once that bound passes [`RETAIN_MAX`]: the same rounds are
+/// started over as when it was measured every round.
+#[derive(Default)]
+struct Retained {
+    kept: usize,
+    since: usize,
+}
+
+impl Retained {
+    fn may_exceed(&self) -> bool {
+        2 * self.kept + self.since > RETAIN_MAX
+    }
+
+    fn looked(&mut self, kept: usize) {
+        self.kept = kept;
+        self.since = 0;
+    }
+}
+
+/// Key and value bytes a request copies into a batch's arena.
+fn request_bytes(request: &Request<&[u8]>) -> usize {
+    match request {
+        Request::Get { key, .. }
+        | Request::Delete { key, .. }
+        | Request::Arith { key, .. }
+        | Request::Touch { key, .. } => key.len(),
+        Request::Store(store) => store.key.len() + store.value.len(),
+        Request::Flush { .. }
+        | Request::Expire
+        | Request::Clear
+        | Request::Stats
+        | Request::Len => 0,
+        // A kind this function does not know: have the batch measured.
+        _ => RETAIN_MAX + 1,
     }
 }
 
@@ -555,5 +632,118 @@ impl StatsSource {
             StatsSource::Inline(port) => port.ask(),
             StatsSource::Shared(cache) => Some(cache.stats()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use segcache::ops::{GetOpts, Store, StoreMode};
+    use segcache::StorageConfig;
+
+    impl Backend {
+        /// What the storage-thread batch keeps for reuse.
+        fn retained_now(&self) -> usize {
+            match &self.0 {
+                Way::Thread { batch, .. } => batch.retained_bytes(),
+                _ => 0,
+            }
+        }
+    }
+
+    fn borrowed(r: &Request) -> Request<&[u8]> {
+        match r {
+            Request::Store(s) => Request::Store(Store::new(
+                StoreMode::Set,
+                s.key.as_slice(),
+                s.value.as_slice(),
+            )),
+            Request::Get { key, opts } => Request::Get {
+                key: key.as_slice(),
+                opts: *opts,
+            },
+            _ => unreachable!("the test sends sets and gets"),
+        }
+    }
+
+    /// One round: the requests, sent, answered, rendered (here: dropped).
+    fn round(backend: &mut Backend, requests: &[Request<&[u8]>]) -> usize {
+        for r in requests {
+            backend.submit(r);
+        }
+        if backend.start() {
+            backend.wait();
+        }
+        let answered = backend.replies().len();
+        backend.clear();
+        answered
+    }
+
+    /// Whatever its rounds look like (large values read back in one round,
+    /// one at a time over many rounds, small rounds in between), a
+    /// worker's batch never keeps more than `RETAIN_MAX` past a round's
+    /// end, though it is no longer measured every round. Fails if the
+    /// bound that skips the measuring undercounts what a round adds.
+    #[test]
+    fn a_batch_never_keeps_more_than_retain_max_between_rounds() {
+        let (handle, storage) = Segcache::builder()
+            .heap_size(64 << 20)
+            .segment_size(1 << 20)
+            .spawn_storage(StorageConfig::default())
+            .unwrap();
+        let mut backend = Backend::thread(&handle, StorageWait::new().unwrap());
+        let keys: Vec<Vec<u8>> = (0..64).map(|i| format!("key-{i}").into_bytes()).collect();
+        let value = vec![b'v'; 24 << 10];
+        let small = vec![b's'; 16];
+        let sets: Vec<Request> = keys
+            .iter()
+            .map(|k| Request::Store(Store::new(StoreMode::Set, k.clone(), value.clone())))
+            .collect();
+        let gets: Vec<Request> = keys
+            .iter()
+            .map(|k| Request::Get {
+                key: k.clone(),
+                opts: GetOpts::default(),
+            })
+            .collect();
+        let tiny = Request::Store(Store::new(StoreMode::Set, b"tiny".to_vec(), small.clone()));
+        let mut worst = 0;
+        let mut check = |backend: &Backend| {
+            let kept = backend.retained_now();
+            worst = worst.max(kept);
+            assert!(kept <= RETAIN_MAX, "a batch kept {kept} bytes past a round");
+        };
+        // Every value in the cache, a few per round.
+        for chunk in sets.chunks(4) {
+            let reqs: Vec<_> = chunk.iter().map(borrowed).collect();
+            assert_eq!(round(&mut backend, &reqs), reqs.len());
+            check(&backend);
+        }
+        // All of them read back in one round, then small rounds.
+        let all: Vec<_> = gets.iter().map(borrowed).collect();
+        assert_eq!(round(&mut backend, &all), all.len());
+        check(&backend);
+        for _ in 0..50 {
+            round(&mut backend, &[borrowed(&tiny)]);
+            check(&backend);
+        }
+        // Rounds of 1 to 16 reads (24 to 384 KiB of replies), each
+        // followed by a small round: the kept reply buffers grow a few at
+        // a time across rounds (a bound four times as loose fails here).
+        for width in 1..=16 {
+            for chunk in gets.chunks(width) {
+                let reqs: Vec<_> = chunk.iter().map(borrowed).collect();
+                round(&mut backend, &reqs);
+                check(&backend);
+                round(&mut backend, &[borrowed(&tiny)]);
+                check(&backend);
+            }
+        }
+        // The rounds did fill the batch close to its bound (the test saw
+        // large batches, not only small ones).
+        assert!(worst > RETAIN_MAX / 4, "largest kept: {worst}");
+        drop(backend);
+        handle.shutdown();
+        storage.join().unwrap();
     }
 }

@@ -176,8 +176,13 @@ impl Budget {
     /// Notes a value about to be stored (`None`: its final size is not
     /// known, as for append).
     fn note_value(&self, len: Option<usize>) {
-        self.largest
-            .fetch_max(len.unwrap_or(self.max_value), Ordering::Relaxed);
+        // Every worker shares `largest`: a plain load first, so a store no
+        // larger than the largest (nearly all) takes no locked
+        // read-modify-write of a line the other workers read.
+        let len = len.unwrap_or(self.max_value);
+        if len > self.largest.load(Ordering::Relaxed) {
+            self.largest.fetch_max(len, Ordering::Relaxed);
+        }
     }
 
     /// Bytes charged now (buffers and reservations).
@@ -302,8 +307,7 @@ impl Budget {
             share.reserved += per_value;
             return Admit::Whole(req);
         };
-        let (slice, more) = key_slice(keys, share.keys_done, fit);
-        let count = slice.count();
+        let (slice, count, more) = key_slice(keys, share.keys_done, fit);
         if count == 0 && more.is_some() {
             return Admit::NoRoom;
         }
@@ -388,20 +392,20 @@ pub fn return_freed_memory() {
 }
 
 /// The keys of a get past its first `skip` bytes, at most `take` of
-/// them, and the byte offset after them if keys are left.
-pub fn key_slice(keys: Tokens<'_>, skip: usize, take: usize) -> (Tokens<'_>, Option<usize>) {
+/// them, how many that is, and the byte offset after them if keys are
+/// left (one walk over the keys).
+pub fn key_slice(keys: Tokens<'_>, skip: usize, take: usize) -> (Tokens<'_>, usize, Option<usize>) {
     let all = keys.remainder();
     let start = &all[skip.min(all.len())..];
     let mut after = Tokens::new(start);
-    for _ in 0..take {
-        if after.next().is_none() {
-            break;
-        }
+    let mut count = 0;
+    while count < take && after.next().is_some() {
+        count += 1;
     }
     let tail = after.remainder();
     let slice = &start[..start.len() - tail.len()];
     let next = (!tail.is_empty()).then(|| all.len() - tail.len());
-    (Tokens::new(slice), next)
+    (Tokens::new(slice), count, next)
 }
 
 #[cfg(test)]
@@ -488,8 +492,10 @@ mod tests {
     fn key_slices() {
         let keys = Tokens::new(b"a  bb c dd e");
         let s = |skip, take| {
-            let (t, more) = key_slice(keys, skip, take);
-            (t.map(|k| k.to_vec()).collect::<Vec<_>>(), more)
+            let (t, count, more) = key_slice(keys, skip, take);
+            let got = t.map(|k| k.to_vec()).collect::<Vec<_>>();
+            assert_eq!(count, got.len(), "the count of the slice's keys");
+            (got, more)
         };
         let (first, more) = s(0, 2);
         assert_eq!(first, [b"a".to_vec(), b"bb".to_vec()]);
