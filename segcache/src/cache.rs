@@ -1681,13 +1681,7 @@ impl Segcache {
         }
         // The likeliest entry first, as `link` does; any other through the
         // table's search, out of line.
-        let first = match self.table.first_candidate(hash) {
-            // SAFETY: `info` is an entry of the table, whose every location
-            // names a whole item inside its segment.
-            Some((at, info)) => unsafe { self.segs.size_if_key(hashtable::location(info), key) }
-                .map(|size| (at, info, size)),
-            None => None,
-        };
+        let first = self.first_match(key, hash);
         let (info, size) = match first {
             Some((at, info, size)) => {
                 self.table.remove_first(at);
@@ -1720,6 +1714,23 @@ impl Segcache {
             return false;
         }
         true
+    }
+
+    /// The home's first entry whose tag and check bits match `hash`, if
+    /// its item's key is `key`: its slot, the entry and the item's size
+    /// (the likeliest entry, compared inline by set and delete before
+    /// any call to the table's search).
+    #[inline(always)]
+    fn first_match(
+        &self,
+        key: &[u8],
+        hash: u64,
+    ) -> Option<(hashtable::FirstCandidate, u64, usize)> {
+        let (at, info) = self.table.first_candidate(hash)?;
+        // SAFETY: `info` is an entry of the table, whose every location
+        // names a whole item inside its segment.
+        let size = unsafe { self.segs.size_if_key(hashtable::location(info), key) }?;
+        Some((at, info, size))
     }
 
     /// The entry of `key` removed from the table by a full search, with
@@ -2062,13 +2073,7 @@ impl Segcache {
         // The likeliest entry first, its key compared inline; any other
         // through the table's search, out of line; a key the home's tags
         // rule out goes straight to `link_new`.
-        let first = match self.table.first_candidate(hash) {
-            // SAFETY: `info` is an entry of the table, whose every location
-            // names a whole item inside its segment.
-            Some((at, info)) => unsafe { self.segs.size_if_key(hashtable::location(info), key) }
-                .map(|size| (at, info, size)),
-            None => None,
-        };
+        let first = self.first_match(key, hash);
         let (old, old_size) = match first {
             Some((at, info, old_size)) => {
                 self.table.replace_first(at, info, loc, rewrite_floor);
