@@ -1703,8 +1703,7 @@ impl Segcache {
         // SAFETY: `loc` came from the table, which points only into
         // segments that exist.
         let header = unsafe { self.segs.header_unchecked_mut(loc.seg) };
-        header.live_bytes -= size as u32;
-        header.live_items -= 1;
+        header.uncount_item(size);
         let expire_at = header.expire_at;
         self.counters.items -= 1;
         self.counters.live_bytes -= size as u64;
@@ -2095,8 +2094,7 @@ impl Segcache {
         // SAFETY: `old` came from the table, which points only into
         // segments that exist.
         let old_header = unsafe { self.segs.header_unchecked_mut(old.seg) };
-        old_header.live_bytes -= old_size as u32;
-        old_header.live_items -= 1;
+        old_header.uncount_item(old_size);
         self.count_deadline(loc, ttl, now);
         // One item out, one in: the item count stays.
         self.counters.live_bytes = self.counters.live_bytes + size as u64 - old_size as u64;
@@ -2180,8 +2178,7 @@ impl Segcache {
                 let header = &mut self.segs.headers[loc.seg as usize];
                 debug_assert_eq!(header.write_offset, loc.offset + size as u32);
                 header.write_offset = loc.offset;
-                header.live_bytes -= size as u32;
-                header.live_items -= 1;
+                header.uncount_item(size);
                 Err(Error::HashTableFull)
             }
         };
@@ -2234,8 +2231,7 @@ impl Segcache {
             if Self::takes(header, bucket, segment_size, size, ttl, now) {
                 let offset = header.write_offset;
                 header.write_offset += size as u32;
-                header.live_bytes += size as u32;
-                header.live_items += 1;
+                header.count_item(size);
                 return Ok(Location { seg: tail, offset });
             }
         }
@@ -2322,10 +2318,8 @@ impl Segcache {
     /// points at.
     #[inline]
     pub(crate) fn account_unlinked(&mut self, loc: Location) {
-        let size = self.segs.item(loc).size() as u32;
-        let header = &mut self.segs.headers[loc.seg as usize];
-        header.live_bytes -= size;
-        header.live_items -= 1;
+        let size = self.segs.item(loc).size();
+        self.segs.headers[loc.seg as usize].uncount_item(size);
         self.counters.items -= 1;
         self.counters.live_bytes -= size as u64;
     }

@@ -53,6 +53,21 @@ pub(crate) struct SegmentHeader {
 }
 
 impl SegmentHeader {
+    /// Counts an item of `size` bytes written into the segment as live.
+    #[inline(always)]
+    pub(crate) fn count_item(&mut self, size: usize) {
+        self.live_bytes += size as u32;
+        self.live_items += 1;
+    }
+
+    /// Takes an item of `size` bytes the table no longer points at out of
+    /// the segment's live counts.
+    #[inline(always)]
+    pub(crate) fn uncount_item(&mut self, size: usize) {
+        self.live_bytes -= size as u32;
+        self.live_items -= 1;
+    }
+
     fn free(generation: u32) -> Self {
         SegmentHeader {
             create_at: 0,
