@@ -325,7 +325,7 @@ impl Segcache {
     /// eviction its items are remembered as ghosts of its pool, as those
     /// of a merge are (a warm key evicted whole comes back warm).
     fn evict_segment(&mut self, id: u32) {
-        if self.eviction == Eviction::Merge {
+        if self.eviction == Eviction::Merge && self.segs.headers[id as usize].live_items > 0 {
             let main = self.admission.is_main(id);
             for (offset, item) in self.segs.item_offsets(id) {
                 if item.is_unlinked() {
@@ -809,6 +809,11 @@ impl Segcache {
         let mut forced_items = 0usize;
         let mut largest = 0usize;
         for (index, &src) in chain.iter().enumerate() {
+            // A segment the table no longer points into has nothing to
+            // keep: its items' headers are not read.
+            if self.segs.headers[src as usize].live_items == 0 {
+                continue;
+            }
             for (offset, item) in self.segs.item_offsets(src) {
                 if item.is_unlinked() {
                     continue;
