@@ -12,7 +12,7 @@
 //! merged among themselves. This module only keeps the flags, the count
 //! and the ghosts; it never moves items or frees segments.
 
-use crate::ghost::{DropCounts, Ghosts};
+use crate::ghost::Ghosts;
 
 /// The small pool's initial share of the heap, in percent (its floor).
 pub(crate) const SMALL_PERCENT: u64 = MIN_SMALL_PERCENT;
@@ -40,15 +40,6 @@ const ADAPT_STEP: u64 = 1;
 /// parameter; 22 at 2 TTL spans by 0.0001).
 const SLOW_STEP_SEGMENTS: u64 = 16;
 const MAX_STEP_DIVISOR: u64 = 16;
-/// The drop counts take 1/this of the heap's bytes (0.05%). Half as much
-/// (halved after as many drops) gained less on the block trace; twice as
-/// much cost Twitter-like cluster 19 at 2 TTL spans and the block trace at
-/// 1 MiB (BENCHMARKS §1f, eighth round).
-const DROP_COUNTS_HEAP_SHARE: usize = 2048;
-/// Drops from probation after which an unread item is promoted by its
-/// evaluation while main holds less than its share. Three promoted too
-/// early on the block trace (256 MiB +0.017), five gained less.
-pub(crate) const DROPS_TO_PROMOTE: u8 = 4;
 
 pub(crate) struct Admission {
     /// Per segment id: true if the segment is in the main pool.
@@ -63,8 +54,6 @@ pub(crate) struct Admission {
     /// halved whenever their sum passes the ghosts' capacity: about how
     /// many ghosts of each pool the set holds.
     remembered: [u64; 2],
-    /// How often keys were dropped from probation lately.
-    drops: DropCounts,
 }
 
 impl Admission {
@@ -79,7 +68,6 @@ impl Admission {
             heap_bytes,
             step_divisor: (segments as u64 / SLOW_STEP_SEGMENTS).clamp(1, MAX_STEP_DIVISOR),
             remembered: [1, 1],
-            drops: DropCounts::with_bytes(heap_bytes as usize / DROP_COUNTS_HEAP_SHARE),
         }
     }
 
@@ -116,17 +104,12 @@ impl Admission {
         self.main.fill(false);
         self.mains = 0;
         self.ghosts.clear();
-        self.drops.clear();
     }
 
-    /// Remembers a key evicted from the small pool or from main (and
-    /// counts probation's drops).
+    /// Remembers a key evicted from the small pool or from main.
     #[inline]
     pub(crate) fn remember(&mut self, hash: u64, from_main: bool) {
         self.ghosts.insert(hash, from_main);
-        if !from_main {
-            self.drops.add(hash);
-        }
         let r = &mut self.remembered;
         r[from_main as usize] += 1;
         if r[0] + r[1] > self.ghosts.capacity() as u64 {
@@ -177,32 +160,15 @@ impl Admission {
         }
     }
 
-    /// Whether main holds less than its share of a heap of `heap_bytes`
-    /// (all but the small target) with `main_bytes` in its segments.
-    pub(crate) fn main_has_room(&self, main_bytes: u64, heap_bytes: u64) -> bool {
-        main_bytes + self.small_target < heap_bytes
-    }
-
-    /// True if an unread item of this key was dropped from probation at
-    /// least [`DROPS_TO_PROMOTE`] times lately (a long memory: the ghosts
-    /// forget a key after a quarter of the items held turn over). While
-    /// main has room, its evaluation promotes it: on a trace whose reuse
-    /// is one long gap (the block trace), such keys come back once more
-    /// and find no room in probation; where keys that often dropped are
-    /// rare (the Twitter-like rows) nothing changes.
-    pub(crate) fn dropped_often(&self, hash: u64) -> bool {
-        self.drops.count(hash) >= DROPS_TO_PROMOTE
-    }
-
     /// Bytes the small pool may hold before its oldest segments are
     /// evaluated.
     pub(crate) fn small_target(&self) -> u64 {
         self.small_target
     }
 
-    /// Bytes of the flags, the ghosts and the drop counts.
+    /// Bytes of the flags and the ghosts.
     pub(crate) fn bytes(&self) -> usize {
-        self.main.len() + self.ghosts.bytes() + self.drops.bytes()
+        self.main.len() + self.ghosts.bytes()
     }
 }
 
@@ -226,30 +192,7 @@ mod tests {
         a.clear();
         assert_eq!(a.mains(), 0);
         assert!(!a.readmit(0xdead_beef_0000_1234, 10));
-        assert_eq!(a.bytes(), 8 + a.ghosts.bytes() + a.drops.bytes());
-    }
-
-    #[test]
-    fn keys_dropped_from_probation_often_are_told_apart() {
-        let heap = 64 << 20;
-        let mut a = Admission::new(256, heap);
-        let (often, rarely, from_main) = (0x1111_2222_3333_4444, 0x5555_6666_7777_8888, 0x9999);
-        for _ in 0..DROPS_TO_PROMOTE {
-            a.remember(often, false);
-            a.remember(from_main, true);
-        }
-        for _ in 1..DROPS_TO_PROMOTE {
-            a.remember(rarely, false);
-        }
-        assert!(a.dropped_often(often));
-        assert!(!a.dropped_often(rarely), "one drop short");
-        assert!(!a.dropped_often(from_main), "main's drops are not counted");
-        // Main's room: all of the heap but the small target.
-        let share = heap as u64 - a.small_target();
-        assert!(a.main_has_room(share - 1, heap as u64));
-        assert!(!a.main_has_room(share, heap as u64));
-        a.clear();
-        assert!(!a.dropped_often(often));
+        assert_eq!(a.bytes(), 8 + a.ghosts.bytes());
     }
 
     #[test]

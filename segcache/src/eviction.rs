@@ -289,10 +289,6 @@ struct Plan {
     /// [`FREE_ONE_SEGMENTS`] or more): as many outputs as allowed, the
     /// room read items leave filled.
     frees_one: bool,
-    /// An evaluation while main has room: unread items dropped from
-    /// probation often lately (`Admission::dropped_often`) are promoted
-    /// as if read.
-    promote_dropped: bool,
 }
 
 impl Segcache {
@@ -529,11 +525,6 @@ impl Segcache {
         if forced == 1 {
             range = self.widen(bucket, range, prev).unwrap_or_default();
         }
-        let promote_dropped = !must_free
-            && self.admission.main_has_room(
-                (self.admission.mains() * seg_size) as u64,
-                (self.segs.count() * seg_size) as u64,
-            );
         let mut items: usize = chain[..len]
             .iter()
             .map(|&id| self.segs.headers[id as usize].live_items as usize)
@@ -563,7 +554,6 @@ impl Segcache {
                 main: true,
                 fill: false,
                 frees_one: false,
-                promote_dropped,
             },
         )
     }
@@ -631,7 +621,6 @@ impl Segcache {
                 main,
                 fill: true,
                 frees_one: false,
-                promote_dropped: false,
             };
             if compaction_frees(n, live, seg_size) && self.merge_chain(bucket, &run[..n], plan) {
                 return true;
@@ -758,7 +747,6 @@ impl Segcache {
                     main: true,
                     fill: true,
                     frees_one: self.segs.count() >= FREE_ONE_SEGMENTS,
-                    promote_dropped: false,
                 };
                 if self.merge_chain(bucket, &chain[..len], plan) {
                     return true;
@@ -834,15 +822,7 @@ impl Segcache {
                 let loc = Location { seg: src, offset };
                 if let Some((bucket, slot, info)) = self.table.locate(hash, loc) {
                     debug_assert!(live.len() < live.capacity(), "the scratch never grows");
-                    let mut freq = hashtable::frequency(info);
-                    if plan.promote_dropped
-                        && index >= plan.forced
-                        && (freq as usize) < plan.min_freq
-                        && self.admission.dropped_often(hash)
-                    {
-                        // Judged as read (its count stays 0).
-                        freq = plan.min_freq as u8;
-                    }
+                    let freq = hashtable::frequency(info);
                     if index < plan.forced {
                         forced_bytes += item.size();
                         forced_items += 1;
@@ -1768,53 +1748,6 @@ mod tests {
         assert_eq!(in_main, 10, "only the read keys joined main");
         assert_eq!(c.segs.free_count(), free + 1, "the rest was freed");
         assert_eq!(c.stats().evictions as usize, 2 * 46 - 10);
-        c.check_invariants();
-    }
-
-    #[test]
-    fn an_evaluation_promotes_keys_dropped_often_while_main_has_room() {
-        // A key probation dropped DROPS_TO_PROMOTE times lately is kept
-        // unread by its evaluation while main holds less than its share;
-        // one dropped a time fewer is evicted, and an evaluation that must
-        // free a segment promotes nothing unread.
-        let clock = ManualClock::new();
-        let mut c = merge_cache(128 << 10, 4 << 10, &clock);
-        for k in 0..600u32 {
-            c.set(format!("k{k}"), [1u8; 80], 0, None).unwrap();
-        }
-        let drop = |c: &mut Segcache, key: &str, times: u8| {
-            let hash = c.table.hash(key.as_bytes());
-            for _ in 0..times {
-                c.admission.remember(hash, false);
-            }
-        };
-        drop(&mut c, "k3", crate::admission::DROPS_TO_PROMOTE);
-        drop(&mut c, "k4", crate::admission::DROPS_TO_PROMOTE - 1);
-        let (oldest, _) = entry(&c, "k3").unwrap();
-        assert_eq!(entry(&c, "k4").unwrap().0.seg, oldest.seg);
-        let seg_size = c.segs.segment_size() as u64;
-        assert!(c
-            .admission
-            .main_has_room(0, c.segs.count() as u64 * seg_size));
-        assert!(c.evaluate_small(1, false));
-        let (at, freq) = entry(&c, "k3").expect("dropped often: kept");
-        assert!(c.admission.is_main(at.seg) && freq == 0, "promoted unread");
-        assert!(!c.contains("k4"), "one drop short: evicted");
-        assert!(!c.contains("k5"), "never dropped: evicted");
-        // Must free: the unread go whatever their past.
-        let next = c.segs.headers[oldest.seg as usize].next;
-        let victim = (0..600u32)
-            .map(|k| format!("k{k}"))
-            .find(|k| entry(&c, k).is_some_and(|(l, _)| l.seg == next))
-            .unwrap();
-        drop(&mut c, &victim, crate::admission::DROPS_TO_PROMOTE);
-        let oldest_small = c.oldest_small().unwrap();
-        assert_eq!(c.oldest_in_run(oldest_small), next);
-        assert!(c.evaluate_small(1, true));
-        assert!(
-            !c.contains(&victim),
-            "a forced evaluation keeps nothing unread"
-        );
         c.check_invariants();
     }
 
