@@ -9,10 +9,13 @@
 //! since they were written move on to main segments, the rest are evicted
 //! and remembered as ghosts. A write of a key found among the ghosts starts
 //! with one access, so its next evaluation promotes it. Main segments are
-//! merged among themselves. This module only keeps the flags, the count
+//! merged among themselves. While main holds less than its share, an
+//! evaluation also promotes an unread key that probation dropped often
+//! lately ([`Admission::dropped_often`], counted by a sketch that exists
+//! only where the merge scratch has room to spare). This module only keeps the flags, the count
 //! and the ghosts; it never moves items or frees segments.
 
-use crate::ghost::Ghosts;
+use crate::ghost::{DropCounts, Ghosts};
 
 /// The small pool's initial share of the heap, in percent (its floor).
 pub(crate) const SMALL_PERCENT: u64 = MIN_SMALL_PERCENT;
@@ -40,6 +43,16 @@ const ADAPT_STEP: u64 = 1;
 /// parameter; 22 at 2 TTL spans by 0.0001).
 const SLOW_STEP_SEGMENTS: u64 = 16;
 const MAX_STEP_DIVISOR: u64 = 16;
+/// The drop counts take 1/this of the heap's bytes (0.05%), out of the
+/// merge scratch's room (`eviction`'s `size_drop_counts`). Half as much
+/// (halved after as many drops) gained less on the block trace; twice as
+/// much cost Twitter-like cluster 19 at 2 TTL spans and the block trace at
+/// 1 MiB (BENCHMARKS §1f, eighth round).
+pub(crate) const DROP_COUNTS_HEAP_SHARE: usize = 2048;
+/// Drops from probation after which an unread item is promoted by its
+/// evaluation while main holds less than its share. Three promoted too
+/// early on the block trace (256 MiB +0.017), five gained less.
+pub(crate) const DROPS_TO_PROMOTE: u8 = 4;
 
 pub(crate) struct Admission {
     /// Per segment id: true if the segment is in the main pool.
@@ -54,6 +67,11 @@ pub(crate) struct Admission {
     /// halved whenever their sum passes the ghosts' capacity: about how
     /// many ghosts of each pool the set holds.
     remembered: [u64; 2],
+    /// How often keys were dropped from probation lately (none until
+    /// [`give_drop_counts`](Self::give_drop_counts)).
+    drops: DropCounts,
+    /// The drop counts were sized (once, at the first eviction).
+    drops_sized: bool,
 }
 
 impl Admission {
@@ -68,6 +86,8 @@ impl Admission {
             heap_bytes,
             step_divisor: (segments as u64 / SLOW_STEP_SEGMENTS).clamp(1, MAX_STEP_DIVISOR),
             remembered: [1, 1],
+            drops: DropCounts::with_bytes(0),
+            drops_sized: false,
         }
     }
 
@@ -104,12 +124,17 @@ impl Admission {
         self.main.fill(false);
         self.mains = 0;
         self.ghosts.clear();
+        self.drops.clear();
     }
 
-    /// Remembers a key evicted from the small pool or from main.
+    /// Remembers a key evicted from the small pool or from main (and
+    /// counts probation's drops).
     #[inline]
     pub(crate) fn remember(&mut self, hash: u64, from_main: bool) {
         self.ghosts.insert(hash, from_main);
+        if !from_main {
+            self.drops.add(hash);
+        }
         let r = &mut self.remembered;
         r[from_main as usize] += 1;
         if r[0] + r[1] > self.ghosts.capacity() as u64 {
@@ -160,15 +185,49 @@ impl Admission {
         }
     }
 
+    /// Whether the drop counts were sized yet.
+    pub(crate) fn drop_counts_sized(&self) -> bool {
+        self.drops_sized
+    }
+
+    /// Bytes of the drop counts.
+    #[cfg(test)]
+    pub(crate) fn drop_counts_bytes(&self) -> usize {
+        self.drops.bytes()
+    }
+
+    /// Sizes the drop counts, once: `bytes` (0: none).
+    pub(crate) fn give_drop_counts(&mut self, bytes: usize) {
+        self.drops = DropCounts::with_bytes(bytes);
+        self.drops_sized = true;
+    }
+
+    /// Whether main holds less than its share of a heap of `heap_bytes`
+    /// (all but the small target) with `main_bytes` in its segments.
+    pub(crate) fn main_has_room(&self, main_bytes: u64, heap_bytes: u64) -> bool {
+        main_bytes + self.small_target < heap_bytes
+    }
+
+    /// True if an unread item of this key was dropped from probation at
+    /// least [`DROPS_TO_PROMOTE`] times lately (a long memory: the ghosts
+    /// forget a key after a quarter of the items held turn over). While
+    /// main has room, its evaluation promotes it: on a trace whose reuse
+    /// is one long gap (the block trace), such keys come back once more
+    /// and find no room in probation; where keys that often dropped are
+    /// rare (the Twitter-like rows) nothing changes.
+    pub(crate) fn dropped_often(&self, hash: u64) -> bool {
+        self.drops.count(hash) >= DROPS_TO_PROMOTE
+    }
+
     /// Bytes the small pool may hold before its oldest segments are
     /// evaluated.
     pub(crate) fn small_target(&self) -> u64 {
         self.small_target
     }
 
-    /// Bytes of the flags and the ghosts.
+    /// Bytes of the flags, the ghosts and the drop counts.
     pub(crate) fn bytes(&self) -> usize {
-        self.main.len() + self.ghosts.bytes()
+        self.main.len() + self.ghosts.bytes() + self.drops.bytes()
     }
 }
 
@@ -192,7 +251,32 @@ mod tests {
         a.clear();
         assert_eq!(a.mains(), 0);
         assert!(!a.readmit(0xdead_beef_0000_1234, 10));
-        assert_eq!(a.bytes(), 8 + a.ghosts.bytes());
+        assert_eq!(a.bytes(), 8 + a.ghosts.bytes() + a.drops.bytes());
+    }
+
+    #[test]
+    fn keys_dropped_from_probation_often_are_told_apart() {
+        let heap = 64 << 20;
+        let mut a = Admission::new(256, heap);
+        assert_eq!(a.drops.bytes(), 0, "none until given");
+        a.give_drop_counts(heap / DROP_COUNTS_HEAP_SHARE);
+        let (often, rarely, from_main) = (0x1111_2222_3333_4444, 0x5555_6666_7777_8888, 0x9999);
+        for _ in 0..DROPS_TO_PROMOTE {
+            a.remember(often, false);
+            a.remember(from_main, true);
+        }
+        for _ in 1..DROPS_TO_PROMOTE {
+            a.remember(rarely, false);
+        }
+        assert!(a.dropped_often(often));
+        assert!(!a.dropped_often(rarely), "one drop short");
+        assert!(!a.dropped_often(from_main), "main's drops are not counted");
+        // Main's room: all of the heap but the small target.
+        let share = heap as u64 - a.small_target();
+        assert!(a.main_has_room(share - 1, heap as u64));
+        assert!(!a.main_has_room(share, heap as u64));
+        a.clear();
+        assert!(!a.dropped_often(often));
     }
 
     #[test]

@@ -23,7 +23,10 @@
 //!    fill every segment of the run, and nothing unread is kept: room the
 //!    survivors leave is freed (filling it let a segment of unread items
 //!    skip probation in every run). If nothing was read, only the run's
-//!    oldest segment is evicted. A rewrite counts as [`REWRITE_FREQ`]
+//!    oldest segment is evicted. While main holds less than its share, an
+//!    unread item whose key probation dropped
+//!    [`DROPS_TO_PROMOTE`](crate::admission::DROPS_TO_PROMOTE) times lately
+//!    is promoted too. A rewrite counts as [`REWRITE_FREQ`]
 //!    accesses (the write path sets them), so a key written again while
 //!    cached is promoted and kept by its first main merge.
 //! 3. Otherwise the main pool *merges*: from a TTL bucket's cursor, take
@@ -108,7 +111,8 @@ fn scratch_floor(segments: usize, segment_size: usize) -> usize {
 /// 1/[`SCRATCH_HEAP_SHARE`] of the heap's bytes beyond a floor of
 /// [`SCRATCH_FLOOR_SEGMENTS`] such segments ([`scratch_floor`]). The scratch is
 /// allocated once, when the cache is built, counted in
-/// `Stats::admission_bytes`, and never grows: the run of an evaluation or
+/// `Stats::admission_bytes`, and never grows (it may shrink once, when
+/// runs of the cache's items cannot fill it: `size_drop_counts`): the run of an evaluation or
 /// a main merge is cut to what it holds (a run of smaller items is
 /// shorter); a compaction reads a longer one a window at a time
 /// (`compact_in_windows`). At 1/16 of the heap instead of 1/512, with
@@ -289,6 +293,10 @@ struct Plan {
     /// [`FREE_ONE_SEGMENTS`] or more): as many outputs as allowed, the
     /// room read items leave filled.
     frees_one: bool,
+    /// An evaluation while main has room: unread items dropped from
+    /// probation often lately (`Admission::dropped_often`) are promoted
+    /// as if read.
+    promote_dropped: bool,
 }
 
 impl Segcache {
@@ -398,6 +406,9 @@ impl Segcache {
     /// with at least one freed, else the oldest small segment is evicted
     /// whole; false if there is none.
     fn merge_evict(&mut self, now: u32) -> bool {
+        if !self.admission.drop_counts_sized() {
+            self.size_drop_counts();
+        }
         let free = self.segs.free_count();
         for _ in 0..4 {
             if !self.merge_step(now) {
@@ -417,6 +428,36 @@ impl Segcache {
                 true
             }
             None => false,
+        }
+    }
+
+    /// Gives the drop counts (`Admission::dropped_often`) their bytes, once,
+    /// at the first eviction, out of the merge scratch: sized at build for
+    /// runs of [`SCRATCH_ITEM_BYTES`]-byte items, it holds far more records
+    /// than runs of large items can fill (a run of the block trace's
+    /// ~41 KB objects: about 150 of 32 768). If the scratch holds twice
+    /// what a run of [`COMPACT_MAX_MAIN`] segments of the items held so far
+    /// needs, plus 1/[`DROP_COUNTS_HEAP_SHARE`] of the heap, it shrinks by
+    /// that much and the drop counts take it; else there are none (a cache
+    /// of small items, where they would cost 0.05 B per item and gained
+    /// nothing). Memory never grows: the bytes move from one to the other.
+    fn size_drop_counts(&mut self) {
+        let seg_size = self.segs.segment_size();
+        let average = (self.counters.live_bytes / self.counters.items.max(1)).max(1) as usize;
+        let run = 2 * COMPACT_MAX_MAIN * seg_size / average;
+        let record = std::mem::size_of::<LiveItem>();
+        let records =
+            (self.segs.count() * seg_size / crate::admission::DROP_COUNTS_HEAP_SHARE) / record;
+        let capacity = self.merge_scratch.capacity();
+        if records > 0
+            && capacity >= run + records
+            && self.merge_scratch.len() <= capacity - records
+        {
+            self.merge_scratch.shrink_to(capacity - records);
+            debug_assert_eq!(self.merge_scratch.capacity(), capacity - records);
+            self.admission.give_drop_counts(records * record);
+        } else {
+            self.admission.give_drop_counts(0);
         }
     }
 
@@ -525,6 +566,11 @@ impl Segcache {
         if forced == 1 {
             range = self.widen(bucket, range, prev).unwrap_or_default();
         }
+        let promote_dropped = !must_free
+            && self.admission.main_has_room(
+                (self.admission.mains() * seg_size) as u64,
+                (self.segs.count() * seg_size) as u64,
+            );
         let mut items: usize = chain[..len]
             .iter()
             .map(|&id| self.segs.headers[id as usize].live_items as usize)
@@ -554,6 +600,7 @@ impl Segcache {
                 main: true,
                 fill: false,
                 frees_one: false,
+                promote_dropped,
             },
         )
     }
@@ -621,6 +668,7 @@ impl Segcache {
                 main,
                 fill: true,
                 frees_one: false,
+                promote_dropped: false,
             };
             if compaction_frees(n, live, seg_size) && self.merge_chain(bucket, &run[..n], plan) {
                 return true;
@@ -747,6 +795,7 @@ impl Segcache {
                     main: true,
                     fill: true,
                     frees_one: self.segs.count() >= FREE_ONE_SEGMENTS,
+                    promote_dropped: false,
                 };
                 if self.merge_chain(bucket, &chain[..len], plan) {
                     return true;
@@ -822,7 +871,15 @@ impl Segcache {
                 let loc = Location { seg: src, offset };
                 if let Some((bucket, slot, info)) = self.table.locate(hash, loc) {
                     debug_assert!(live.len() < live.capacity(), "the scratch never grows");
-                    let freq = hashtable::frequency(info);
+                    let mut freq = hashtable::frequency(info);
+                    if plan.promote_dropped
+                        && index >= plan.forced
+                        && (freq as usize) < plan.min_freq
+                        && self.admission.dropped_often(hash)
+                    {
+                        // Judged as read (its count stays 0).
+                        freq = plan.min_freq as u8;
+                    }
                     if index < plan.forced {
                         forced_bytes += item.size();
                         forced_items += 1;
@@ -1748,6 +1805,88 @@ mod tests {
         assert_eq!(in_main, 10, "only the read keys joined main");
         assert_eq!(c.segs.free_count(), free + 1, "the rest was freed");
         assert_eq!(c.stats().evictions as usize, 2 * 46 - 10);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn an_evaluation_promotes_keys_dropped_often_while_main_has_room() {
+        // A key probation dropped DROPS_TO_PROMOTE times lately is kept
+        // unread by its evaluation while main holds less than its share;
+        // one dropped a time fewer is evicted, and an evaluation that must
+        // free a segment promotes nothing unread.
+        let clock = ManualClock::new();
+        let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+        for k in 0..600u32 {
+            c.set(format!("k{k}"), [1u8; 80], 0, None).unwrap();
+        }
+        c.admission.give_drop_counts(1024);
+        let drop = |c: &mut Segcache, key: &str, times: u8| {
+            let hash = c.table.hash(key.as_bytes());
+            for _ in 0..times {
+                c.admission.remember(hash, false);
+            }
+        };
+        drop(&mut c, "k3", crate::admission::DROPS_TO_PROMOTE);
+        drop(&mut c, "k4", crate::admission::DROPS_TO_PROMOTE - 1);
+        let (oldest, _) = entry(&c, "k3").unwrap();
+        assert_eq!(entry(&c, "k4").unwrap().0.seg, oldest.seg);
+        let seg_size = c.segs.segment_size() as u64;
+        assert!(c
+            .admission
+            .main_has_room(0, c.segs.count() as u64 * seg_size));
+        assert!(c.evaluate_small(1, false));
+        let (at, freq) = entry(&c, "k3").expect("dropped often: kept");
+        assert!(c.admission.is_main(at.seg) && freq == 0, "promoted unread");
+        assert!(!c.contains("k4"), "one drop short: evicted");
+        assert!(!c.contains("k5"), "never dropped: evicted");
+        // Must free: the unread go whatever their past.
+        let next = c.segs.headers[oldest.seg as usize].next;
+        let victim = (0..600u32)
+            .map(|k| format!("k{k}"))
+            .find(|k| entry(&c, k).is_some_and(|(l, _)| l.seg == next))
+            .unwrap();
+        drop(&mut c, &victim, crate::admission::DROPS_TO_PROMOTE);
+        let oldest_small = c.oldest_small().unwrap();
+        assert_eq!(c.oldest_in_run(oldest_small), next);
+        assert!(c.evaluate_small(1, true));
+        assert!(
+            !c.contains(&victim),
+            "a forced evaluation keeps nothing unread"
+        );
+        c.check_invariants();
+    }
+
+    #[test]
+    fn drop_counts_take_only_room_the_merge_scratch_cannot_use() {
+        // Large items: runs need a few hundred records of the scratch's
+        // thousands; at the first eviction 1/2048 of the heap moves from
+        // the scratch to the drop counts, and memory does not grow.
+        let clock = ManualClock::new();
+        let heap = 8 << 20;
+        let mut c = small_cache(heap, 64 << 10, 10, Eviction::default(), &clock);
+        let scratch = c.merge_scratch.capacity();
+        let before = c.stats().admission_bytes - c.admission.ghosts.bytes() as u64;
+        assert!(!c.admission.drop_counts_sized());
+        for i in 0..4_000u32 {
+            c.set(format!("big{i}"), vec![7u8; 4_000], 0, None).unwrap();
+        }
+        assert!(c.stats().evictions > 0);
+        assert!(c.admission.drop_counts_sized());
+        let records = heap / crate::admission::DROP_COUNTS_HEAP_SHARE / 8;
+        assert_eq!(c.admission.drop_counts_bytes(), records * 8);
+        assert_eq!(c.merge_scratch.capacity(), scratch - records);
+        let after = c.stats().admission_bytes - c.admission.ghosts.bytes() as u64;
+        assert_eq!(after, before, "bytes moved, none added");
+        c.check_invariants();
+        // Small items: the scratch is needed whole; no drop counts.
+        let mut c = small_cache(1 << 20, 8 << 10, 12, Eviction::default(), &clock);
+        let scratch = c.merge_scratch.capacity();
+        for i in 0..40_000u32 {
+            c.set(format!("key{i}"), [5u8; 60], 0, None).unwrap();
+        }
+        assert!(c.admission.drop_counts_sized());
+        assert_eq!(c.admission.drop_counts_bytes(), 0);
+        assert_eq!(c.merge_scratch.capacity(), scratch);
         c.check_invariants();
     }
 

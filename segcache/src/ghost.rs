@@ -1,5 +1,6 @@
 //! Ghosts: fingerprints of keys that eviction dropped recently, with the
-//! pool (small or main) each was dropped from.
+//! pool (small or main) each was dropped from; and [`DropCounts`], a long,
+//! counted memory of probation's drops.
 //!
 //! A key that comes back soon after such an eviction was not a one-hit
 //! wonder after all: the write path asks [`Ghosts::take`] and, on a match,
@@ -113,6 +114,99 @@ impl Ghosts {
     }
 }
 
+/// A long, counted memory of keys dropped from probation: a count-min
+/// sketch of two 4-bit counters per key (conservative increments: only
+/// the smaller counter goes up), every counter halved after as many drops
+/// as the sketch has bytes. For its memory it remembers drops far longer
+/// than [`Ghosts`], as counts, not names: a key's count is never below its
+/// drops since the last halving, and above them only by collisions.
+pub(crate) struct DropCounts {
+    /// Two counters per byte.
+    nibbles: Box<[u8]>,
+    /// Drops counted since the last halving.
+    drops: usize,
+}
+
+/// Most a counter holds.
+const DROP_COUNT_MAX: u8 = 15;
+
+impl DropCounts {
+    /// A sketch of `bytes` bytes (none at 0: it counts nothing).
+    pub(crate) fn with_bytes(bytes: usize) -> Self {
+        DropCounts {
+            nibbles: vec![0; bytes].into_boxed_slice(),
+            drops: 0,
+        }
+    }
+
+    /// Bytes this sketch occupies.
+    pub(crate) fn bytes(&self) -> usize {
+        self.nibbles.len()
+    }
+
+    /// The key's two counters, among `2 * bytes`: multiply-shift on the
+    /// two halves of a remix of the hash (the table, the ghosts and the
+    /// shards use its raw bits).
+    #[inline]
+    fn positions(&self, hash: u64) -> [usize; 2] {
+        let n = 2 * self.nibbles.len() as u64;
+        let h = hash.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+        [
+            ((h as u32 as u64 * n) >> 32) as usize,
+            (((h >> 32) * n) >> 32) as usize,
+        ]
+    }
+
+    #[inline]
+    fn get(&self, at: usize) -> u8 {
+        (self.nibbles[at / 2] >> (4 * (at % 2))) & 0xf
+    }
+
+    #[inline]
+    fn set(&mut self, at: usize, value: u8) {
+        let byte = &mut self.nibbles[at / 2];
+        let shift = 4 * (at % 2);
+        *byte = (*byte & !(0xf << shift)) | value << shift;
+    }
+
+    /// About how often the key was dropped lately.
+    pub(crate) fn count(&self, hash: u64) -> u8 {
+        if self.nibbles.is_empty() {
+            return 0;
+        }
+        let [a, b] = self.positions(hash);
+        self.get(a).min(self.get(b))
+    }
+
+    /// Counts one more drop of the key.
+    pub(crate) fn add(&mut self, hash: u64) {
+        if self.nibbles.is_empty() {
+            return;
+        }
+        let [a, b] = self.positions(hash);
+        let next = (self.get(a).min(self.get(b)) + 1).min(DROP_COUNT_MAX);
+        for at in [a, b] {
+            if self.get(at) < next {
+                self.set(at, next);
+            }
+        }
+        self.drops += 1;
+        if self.drops >= self.nibbles.len() {
+            self.drops = 0;
+            for byte in self.nibbles.iter_mut() {
+                // Both counters of the byte halved at once.
+                *byte = (*byte >> 1) & 0x77;
+            }
+        }
+    }
+
+    /// Forgets every count.
+    pub(crate) fn clear(&mut self) {
+        self.nibbles.fill(0);
+        self.drops = 0;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,5 +299,42 @@ mod tests {
         assert!(g.capacity() >= 900 && g.capacity() <= 1_200);
         g.fit(10);
         assert!(g.capacity() >= 64 && g.capacity() <= 96);
+    }
+
+    #[test]
+    fn drop_counts_count_each_key_and_halve_with_age() {
+        let mut d = DropCounts::with_bytes(4096);
+        assert_eq!(d.bytes(), 4096);
+        for round in 0..5u8 {
+            for i in 0..200 {
+                assert!(d.count(mix(i)) >= round, "never below the drops");
+                d.add(mix(i));
+            }
+        }
+        let exact = (0..200).filter(|&i| d.count(mix(i)) == 5).count();
+        assert!(exact >= 195, "a sparse sketch counts exactly: {exact}/200");
+        // 400 of 8192 counters are set: both of a stranger's, about 0.24%.
+        let strangers = (1_000..11_000).filter(|&i| d.count(mix(i)) > 0).count();
+        assert!(strangers < 60, "strangers counted: {strangers}/10000");
+        // 1000 drops so far; 3096 more (of other keys) reach the halving.
+        for i in 0..3_096 {
+            d.add(mix(100_000 + i));
+        }
+        let halved = (0..200).filter(|&i| d.count(mix(i)) == 2).count();
+        assert!(
+            halved >= 195,
+            "counts halved after 4096 drops: {halved}/200"
+        );
+        // Saturation at 15.
+        for _ in 0..40 {
+            d.add(mix(7));
+        }
+        assert_eq!(d.count(mix(7)), DROP_COUNT_MAX);
+        d.clear();
+        assert_eq!(d.count(mix(7)), 0);
+        // A sketch of no bytes counts nothing.
+        let mut none = DropCounts::with_bytes(0);
+        none.add(mix(7));
+        assert_eq!((none.count(mix(7)), none.bytes()), (0, 0));
     }
 }
