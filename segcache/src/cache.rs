@@ -2038,6 +2038,12 @@ impl Segcache {
             Ok(size),
             self.check_size(key.len(), value[0].len() + value[1].len(), meta)
         );
+        // Start loading the table lines `link` reads (the home's control
+        // word and first slots) before the copy, so their misses overlap
+        // it: a prefetch, whose address is known now, not a load of the
+        // entry (an early load of the entry and of the old item's header
+        // measured 0.8x: the copy then waits behind it).
+        self.table.prefetch(hash);
         let loc = self.reserve(size, ttl, now)?;
         // SAFETY: `reserve` just handed out `size` bytes at `loc`, and
         // `size` is this item's size (the caller checked it).
