@@ -3108,6 +3108,44 @@ mod tests {
     }
 
     #[test]
+    fn an_overwrite_that_finds_no_room_changes_nothing() {
+        // The write path starts the key's table lines loading before it
+        // reserves room; a reserve that then fails must leave the old item,
+        // the table and every count as they were.
+        let (mut c, _) = small(Eviction::None);
+        let mut n = 0u32;
+        while c
+            .set(format!("k{n}").as_bytes(), [1u8; 100], 7, None)
+            .is_ok()
+        {
+            n += 1;
+        }
+        assert!(n > 10, "{n} items fit");
+        let before = c.stats();
+        let used: Vec<u32> = c.segs.headers.iter().map(|h| h.write_offset).collect();
+        for i in [0, n / 2, n - 1] {
+            let key = format!("k{i}");
+            assert_eq!(
+                c.set(key.as_bytes(), [2u8; 100], 9, None),
+                Err(Error::OutOfMemory)
+            );
+            let item = c.get(key.as_bytes()).expect("the old item stays");
+            assert_eq!((item.value(), item.flags()), (&[1u8; 100][..], 7));
+        }
+        let after = c.stats();
+        assert_eq!(
+            (after.items, after.live_bytes, after.evictions),
+            (before.items, before.live_bytes, before.evictions)
+        );
+        let used_after: Vec<u32> = c.segs.headers.iter().map(|h| h.write_offset).collect();
+        assert_eq!(used, used_after, "no bytes were taken");
+        // The table still finds and removes the old items.
+        assert!(c.delete(b"k0"));
+        assert!(c.get(b"k0").is_none());
+        c.check_invariants();
+    }
+
+    #[test]
     fn counters_parse_as_memcached_reads_them() {
         assert_eq!(parse_counter(b"0"), Some(0));
         assert_eq!(parse_counter(b"18446744073709551615"), Some(u64::MAX));
