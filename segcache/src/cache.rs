@@ -2038,13 +2038,14 @@ impl Segcache {
             Ok(size),
             self.check_size(key.len(), value[0].len() + value[1].len(), meta)
         );
+        let loc = self.reserve(size, ttl, now)?;
         // Start loading the table lines `link` reads (the home's control
         // word and first slots) before the copy, so their misses overlap
         // it: a prefetch, whose address is known now, not a load of the
         // entry (an early load of the entry and of the old item's header
-        // measured 0.8x: the copy then waits behind it).
+        // measured 0.8x: the copy then waits behind it). Here rather than
+        // before `reserve`: as fast, 7 instructions fewer.
         self.table.prefetch(hash);
-        let loc = self.reserve(size, ttl, now)?;
         // SAFETY: `reserve` just handed out `size` bytes at `loc`, and
         // `size` is this item's size (the caller checked it).
         unsafe { item::write_at(self.segs.reserved_ptr(loc, size), key, value, meta) };
@@ -3109,9 +3110,9 @@ mod tests {
 
     #[test]
     fn an_overwrite_that_finds_no_room_changes_nothing() {
-        // The write path starts the key's table lines loading before it
-        // reserves room; a reserve that then fails must leave the old item,
-        // the table and every count as they were.
+        // The write path reads the key's table entry only after it has
+        // reserved room and copied the item in; a reserve that fails must
+        // leave the old item, the table and every count as they were.
         let (mut c, _) = small(Eviction::None);
         let mut n = 0u32;
         while c
