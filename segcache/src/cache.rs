@@ -2039,6 +2039,13 @@ impl Segcache {
             self.check_size(key.len(), value[0].len() + value[1].len(), meta)
         );
         let loc = self.reserve(size, ttl, now)?;
+        // Start loading the table lines `link` reads (the home's control
+        // word and first slots) before the copy, so their misses overlap
+        // it: a prefetch, whose address is known now, not a load of the
+        // entry (an early load of the entry and of the old item's header
+        // measured 0.8x: the copy then waits behind it). Here rather than
+        // before `reserve`: as fast, 7 instructions fewer.
+        self.table.prefetch(hash);
         // SAFETY: `reserve` just handed out `size` bytes at `loc`, and
         // `size` is this item's size (the caller checked it).
         unsafe { item::write_at(self.segs.reserved_ptr(loc, size), key, value, meta) };
@@ -3098,6 +3105,44 @@ mod tests {
         assert_eq!(err, Error::OutOfMemory);
         assert!(c.get(b"k0").is_some(), "nothing was evicted");
         assert_eq!(c.stats().evictions, 0);
+        c.check_invariants();
+    }
+
+    #[test]
+    fn an_overwrite_that_finds_no_room_changes_nothing() {
+        // The write path reads the key's table entry only after it has
+        // reserved room and copied the item in; a reserve that fails must
+        // leave the old item, the table and every count as they were.
+        let (mut c, _) = small(Eviction::None);
+        let mut n = 0u32;
+        while c
+            .set(format!("k{n}").as_bytes(), [1u8; 100], 7, None)
+            .is_ok()
+        {
+            n += 1;
+        }
+        assert!(n > 10, "{n} items fit");
+        let before = c.stats();
+        let used: Vec<u32> = c.segs.headers.iter().map(|h| h.write_offset).collect();
+        for i in [0, n / 2, n - 1] {
+            let key = format!("k{i}");
+            assert_eq!(
+                c.set(key.as_bytes(), [2u8; 100], 9, None),
+                Err(Error::OutOfMemory)
+            );
+            let item = c.get(key.as_bytes()).expect("the old item stays");
+            assert_eq!((item.value(), item.flags()), (&[1u8; 100][..], 7));
+        }
+        let after = c.stats();
+        assert_eq!(
+            (after.items, after.live_bytes, after.evictions),
+            (before.items, before.live_bytes, before.evictions)
+        );
+        let used_after: Vec<u32> = c.segs.headers.iter().map(|h| h.write_offset).collect();
+        assert_eq!(used, used_after, "no bytes were taken");
+        // The table still finds and removes the old items.
+        assert!(c.delete(b"k0"));
+        assert!(c.get(b"k0").is_none());
         c.check_invariants();
     }
 

@@ -987,6 +987,10 @@ impl HashTable {
         let t = &self.table;
         let home = t.home(hash);
         debug_assert!(home < t.homes);
+        // Start the slot line's load beside the control word's: which slot
+        // is read depends on the tags, but its line (the home's first
+        // slots) does not, so the two misses overlap instead of queueing.
+        t.prefetch(home);
         // SAFETY: `home < homes <= buckets()` (`home` scales a 32-bit value
         // by homes / 2^32).
         let hits = match_byte(unsafe { t.ctrl_unchecked(home) }, tag_of(hash));
