@@ -331,15 +331,13 @@ impl Backend {
                         _ => 0,
                     })
                     .sum::<usize>();
-                if retained.may_exceed() {
+                let over = retained.may_exceed() && {
                     let now = batch.retained_bytes();
-                    if now > RETAIN_MAX {
-                        *batch = segcache::Batch::new();
-                        retained.looked(0);
-                    } else {
-                        batch.clear();
-                        retained.looked(now);
-                    }
+                    retained.looked(if now > RETAIN_MAX { 0 } else { now });
+                    now > RETAIN_MAX
+                };
+                if over {
+                    *batch = segcache::Batch::new();
                 } else {
                     batch.clear();
                 }
