@@ -202,10 +202,10 @@ impl Admission {
         self.drops_sized = true;
     }
 
-    /// Whether main holds less than its share of a heap of `heap_bytes`
-    /// (all but the small target) with `main_bytes` in its segments.
-    pub(crate) fn main_has_room(&self, main_bytes: u64, heap_bytes: u64) -> bool {
-        main_bytes + self.small_target < heap_bytes
+    /// Whether main holds less than its share of the heap (all but the
+    /// small target) with `main_bytes` in its segments.
+    pub(crate) fn main_has_room(&self, main_bytes: u64) -> bool {
+        main_bytes + self.small_target < self.heap_bytes
     }
 
     /// True if an unread item of this key was dropped from probation at
@@ -273,8 +273,8 @@ mod tests {
         assert!(!a.dropped_often(from_main), "main's drops are not counted");
         // Main's room: all of the heap but the small target.
         let share = heap as u64 - a.small_target();
-        assert!(a.main_has_room(share - 1, heap as u64));
-        assert!(!a.main_has_room(share, heap as u64));
+        assert!(a.main_has_room(share - 1));
+        assert!(!a.main_has_room(share));
         a.clear();
         assert!(!a.dropped_often(often));
     }

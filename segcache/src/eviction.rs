@@ -567,10 +567,9 @@ impl Segcache {
             range = self.widen(bucket, range, prev).unwrap_or_default();
         }
         let promote_dropped = !must_free
-            && self.admission.main_has_room(
-                (self.admission.mains() * seg_size) as u64,
-                (self.segs.count() * seg_size) as u64,
-            );
+            && self
+                .admission
+                .main_has_room((self.admission.mains() * seg_size) as u64);
         let mut items: usize = chain[..len]
             .iter()
             .map(|&id| self.segs.headers[id as usize].live_items as usize)
@@ -1830,10 +1829,7 @@ mod tests {
         drop(&mut c, "k4", crate::admission::DROPS_TO_PROMOTE - 1);
         let (oldest, _) = entry(&c, "k3").unwrap();
         assert_eq!(entry(&c, "k4").unwrap().0.seg, oldest.seg);
-        let seg_size = c.segs.segment_size() as u64;
-        assert!(c
-            .admission
-            .main_has_room(0, c.segs.count() as u64 * seg_size));
+        assert!(c.admission.main_has_room(0));
         assert!(c.evaluate_small(1, false));
         let (at, freq) = entry(&c, "k3").expect("dropped often: kept");
         assert!(c.admission.is_main(at.seg) && freq == 0, "promoted unread");
