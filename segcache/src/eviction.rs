@@ -24,9 +24,10 @@
 //!    survivors leave is freed (filling it let a segment of unread items
 //!    skip probation in every run). If nothing was read, only the run's
 //!    oldest segment is evicted. While main holds less than its share, an
-//!    unread item whose key probation dropped
-//!    [`DROPS_TO_PROMOTE`](crate::admission::DROPS_TO_PROMOTE) times lately
-//!    is promoted too. A rewrite counts as [`REWRITE_FREQ`]
+//!    unread item is promoted too if it is smaller than half the mean item
+//!    held, or if it is at most twice the mean and its key probation
+//!    dropped [`DROPS_TO_PROMOTE`](crate::admission::DROPS_TO_PROMOTE)
+//!    times lately (`Admission::promotes_unread`). A rewrite counts as [`REWRITE_FREQ`]
 //!    accesses (the write path sets them), so a key written again while
 //!    cached is promoted and kept by its first main merge.
 //! 3. Otherwise the main pool *merges*: from a TTL bucket's cursor, take
@@ -293,9 +294,9 @@ struct Plan {
     /// [`FREE_ONE_SEGMENTS`] or more): as many outputs as allowed, the
     /// room read items leave filled.
     frees_one: bool,
-    /// An evaluation while main has room: unread items dropped from
-    /// probation often lately (`Admission::dropped_often`) are promoted
-    /// as if read.
+    /// An evaluation while main has room: unread items that
+    /// `Admission::promotes_unread` picks (small ones, and ones dropped
+    /// from probation often lately) are promoted as if read.
     promote_dropped: bool,
 }
 
@@ -849,6 +850,8 @@ impl Segcache {
         if chain.is_empty() || items > self.merge_scratch.capacity() {
             return false;
         }
+        // The mean item held, for `Admission::promotes_unread`.
+        let mean_size = (self.counters.live_bytes / self.counters.items.max(1)) as usize;
         let mut live = std::mem::take(&mut self.merge_scratch);
         live.clear();
         let mut histogram = [0usize; 128];
@@ -874,7 +877,7 @@ impl Segcache {
                     if plan.promote_dropped
                         && index >= plan.forced
                         && (freq as usize) < plan.min_freq
-                        && self.admission.dropped_often(hash)
+                        && self.admission.promotes_unread(hash, item.size(), mean_size)
                     {
                         // Judged as read (its count stays 0).
                         freq = plan.min_freq as u8;
@@ -1849,6 +1852,61 @@ mod tests {
             !c.contains(&victim),
             "a forced evaluation keeps nothing unread"
         );
+        c.check_invariants();
+    }
+
+    #[test]
+    fn an_evaluation_promotes_small_unread_items_while_main_has_room() {
+        // Items of 1/2 the mean or less are promoted unread while main has
+        // room; larger unread ones are evicted, and so is an item of more
+        // than twice the mean however often probation dropped it.
+        let clock = ManualClock::new();
+        let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+        c.admission.give_drop_counts(1024);
+        for k in 0..200u32 {
+            let len = match k {
+                7 => 1_000,
+                _ if k % 10 == 3 => 10,
+                _ => 300,
+            };
+            c.set(format!("k{k}"), vec![1u8; len], 0, None).unwrap();
+        }
+        let stats = c.stats();
+        assert_eq!(stats.evictions, 0);
+        let hash = c.table.hash(b"k7");
+        for _ in 0..crate::admission::DROPS_TO_PROMOTE {
+            c.admission.remember(hash, false);
+        }
+        let (oldest, _) = entry(&c, "k0").unwrap();
+        let run = [oldest.seg, c.segs.headers[oldest.seg as usize].next];
+        let in_run: Vec<u32> = (0..200u32)
+            .filter(|k| entry(&c, &format!("k{k}")).is_some_and(|(l, _)| run.contains(&l.seg)))
+            .collect();
+        assert!(in_run.contains(&3) && in_run.contains(&7) && in_run.contains(&13));
+        assert!(c.admission.main_has_room(0));
+        assert!(c.evaluate_small(1, false));
+        for k in in_run {
+            let key = format!("k{k}");
+            if k % 10 == 3 {
+                let (at, freq) = entry(&c, &key).expect("small: kept");
+                assert!(
+                    c.admission.is_main(at.seg) && freq == 0,
+                    "{key} promoted unread"
+                );
+            } else {
+                assert!(!c.contains(&key), "{key}: unread and not small, evicted");
+            }
+        }
+        c.check_invariants();
+        // In a heap of a few segments nothing small is promoted unread.
+        let mut c = merge_cache(24 << 10, 4 << 10, &clock);
+        for k in 0..40u32 {
+            let len = if k % 10 == 3 { 10 } else { 300 };
+            c.set(format!("k{k}"), vec![1u8; len], 0, None).unwrap();
+        }
+        assert!(c.segs.count() < 8 && c.contains("k3"));
+        assert!(c.evaluate_small(1, false));
+        assert!(!c.contains("k3"), "a heap of few segments: evicted");
         c.check_invariants();
     }
 
