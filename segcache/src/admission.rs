@@ -59,13 +59,12 @@ pub(crate) const DROPS_TO_PROMOTE: u8 = 4;
 /// While main has room, an unread item at most 1/this of the mean item
 /// held is promoted by its evaluation: the miss ratio counts requests, not
 /// bytes, and such an item holds its place for a fraction of a typical
-/// item's room. On the block trace (objects of 2.5-68 KB, the ones up to
-/// 16 KB a third of the requests and 5% of the bytes) this took 128 MiB-1
+/// item's room. On the block trace (objects up to 16 KiB: 44% of the
+/// requests, 5% of the bytes; most others 60-68 KB) this took 128 MiB-1
 /// GiB from 0.7906 / 0.7456 / 0.6633 / 0.5688 to 0.7520 / 0.6721 / 0.6086 /
 /// 0.5263 (BENCHMARKS §1f, ninth round); 1/3 and 1/4 gained less, 1/1 cost
-/// the Twitter-like rows (whose items are all within 2x of their mean: at
-/// 1/2 none of them moved).
-pub(crate) const SMALL_ITEM_SHARE: usize = 2;
+/// the Twitter-like rows (cluster 22 +0.04); at 1/2 none of them moved.
+const SMALL_ITEM_SHARE: usize = 2;
 /// Heaps of fewer segments promote no small item unread: in a heap of
 /// three (the block trace at 1 MiB) it missed 0.007 more; four and eight
 /// measured the same.
@@ -74,7 +73,7 @@ const SMALL_ITEM_SEGMENTS: usize = 8;
 /// held: promoting the block trace's largest objects dropped often took
 /// the room main had for small ones (128 MiB 0.7520 -> 0.7833 with both
 /// rules and no cap); no Twitter-like row moved with the cap.
-pub(crate) const DROPPED_ITEM_MEANS: usize = 2;
+const DROPPED_ITEM_MEANS: usize = 2;
 
 pub(crate) struct Admission {
     /// Per segment id: true if the segment is in the main pool.
