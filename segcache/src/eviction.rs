@@ -38,6 +38,10 @@
 //!    frees exactly one segment: the room the read items leave is filled
 //!    with unread ones, in order, so main drops only its coldest segment's
 //!    worth per merge and an item has a whole lap of the pool to be read.
+//!    A main segment that no run can hold (its deadlines and the next
+//!    one's too far apart for the bucket's precision) is judged alone:
+//!    if anything in it was read, the counts halve and the hand moves on;
+//!    else it is evicted whole.
 //!
 //! A segment this close to its deadline ([`NEAR_EXPIRY_SECS`]) is evicted
 //! whole instead. The simple policies evict one whole segment. Nothing here
@@ -751,57 +755,107 @@ impl Segcache {
         }
     }
 
-    /// A main-pool merge in `bucket`, from its cursor (or its head).
+    /// A main-pool merge in `bucket`, from its cursor (or its head). A
+    /// main segment no run can hold (the deadlines of it and of the next
+    /// main segment are too far apart for `ttl::spread`) is the CLOCK's
+    /// victim on its own: if any of its items was read since it last
+    /// moved, their counts halve and the hand moves on (a second chance);
+    /// else it is evicted whole (its items remembered as main ghosts).
+    /// Before, the merge fell back to the bucket's head, and such a
+    /// segment stayed, its overwritten items dead, until it expired.
     fn merge_bucket(&mut self, bucket: usize, now: u32) -> bool {
         let head = self.ttl.buckets[bucket].head;
         let cursor = self.ttl.buckets[bucket].merge_cursor;
-        for start in [cursor, head] {
-            if !self.sealed(start) || !self.admission.is_main(start) {
-                continue;
-            }
-            let start_header = &self.segs.headers[start as usize];
-            if start_header.expire_at != 0 && start_header.expire_at <= now + NEAR_EXPIRY_SECS {
-                // About to expire anyway: free it whole.
-                self.ttl.buckets[bucket].merge_cursor = start_header.next;
-                self.evict_segment(start);
-                return true;
-            }
-            let mut chain = [NONE; MERGE_MAX];
-            let mut len = 0;
-            let mut items = 0;
-            let mut at = start;
-            let mut range = (0, 0);
-            while len < MERGE_MAX
-                && self.sealed(at)
-                && self.admission.is_main(at)
-                && self.scratch_holds(items, at)
-            {
-                let Some(wider) = self.widen(bucket, range, at) else {
+        for mut start in [cursor, head] {
+            for _ in 0..self.ttl.buckets[bucket].segments {
+                if !self.sealed(start) || !self.admission.is_main(start) {
                     break;
-                };
-                range = wider;
-                chain[len] = at;
-                items += self.segs.headers[at as usize].live_items as usize;
-                len += 1;
-                at = self.segs.headers[at as usize].next;
-            }
-            if len >= 2 {
-                let plan = Plan {
-                    forced: 0,
-                    min_freq: 1,
-                    may_keep_all: false,
-                    ghosts: Some(true),
-                    main: true,
-                    fill: true,
-                    frees_one: self.segs.count() >= FREE_ONE_SEGMENTS,
-                    promote_dropped: false,
-                };
-                if self.merge_chain(bucket, &chain[..len], plan) {
+                }
+                let start_header = &self.segs.headers[start as usize];
+                let next = start_header.next;
+                if start_header.expire_at != 0 && start_header.expire_at <= now + NEAR_EXPIRY_SECS {
+                    // About to expire anyway: free it whole.
+                    self.ttl.buckets[bucket].merge_cursor = next;
+                    self.evict_segment(start);
                     return true;
                 }
+                let (chain, len, lone) = self.main_run(bucket, start);
+                if len >= 2 {
+                    let plan = Plan {
+                        forced: 0,
+                        min_freq: 1,
+                        may_keep_all: false,
+                        ghosts: Some(true),
+                        main: true,
+                        fill: true,
+                        frees_one: self.segs.count() >= FREE_ONE_SEGMENTS,
+                        promote_dropped: false,
+                    };
+                    if self.merge_chain(bucket, &chain[..len], plan) {
+                        return true;
+                    }
+                } else if lone {
+                    self.ttl.buckets[bucket].merge_cursor = next;
+                    if self.age_segment(start) {
+                        start = next;
+                        continue;
+                    }
+                    self.evict_segment(start);
+                    return true;
+                }
+                break;
             }
         }
         false
+    }
+
+    /// The run of up to [`MERGE_MAX`] sealed main segments of `bucket` from
+    /// `start` whose deadlines fit `ttl::spread` and whose items the
+    /// scratch holds, its length, and whether it is `start` alone because
+    /// the next main segment's deadlines do not fit with its own.
+    fn main_run(&self, bucket: usize, start: u32) -> ([u32; MERGE_MAX], usize, bool) {
+        let mut chain = [NONE; MERGE_MAX];
+        let mut len = 0;
+        let mut items = 0;
+        let mut at = start;
+        let mut range = (0, 0);
+        while len < MERGE_MAX
+            && self.sealed(at)
+            && self.admission.is_main(at)
+            && self.scratch_holds(items, at)
+        {
+            let Some(wider) = self.widen(bucket, range, at) else {
+                return (chain, len, len == 1);
+            };
+            range = wider;
+            chain[len] = at;
+            items += self.segs.headers[at as usize].live_items as usize;
+            len += 1;
+            at = self.segs.headers[at as usize].next;
+        }
+        (chain, len, false)
+    }
+
+    /// Halves the access counts of segment `id`'s live items (a CLOCK hand
+    /// passing them); true if any was read since its last move.
+    fn age_segment(&mut self, id: u32) -> bool {
+        let mut read = false;
+        for (offset, item) in self.segs.item_offsets(id) {
+            if item.is_unlinked() {
+                continue;
+            }
+            let hash = self.table.hash(item.key());
+            if let Some((bucket, slot, info)) =
+                self.table.locate(hash, Location { seg: id, offset })
+            {
+                let freq = hashtable::frequency(info);
+                if freq > 0 {
+                    read = true;
+                    self.table.set_frequency(bucket, slot, freq / 2);
+                }
+            }
+        }
+        read
     }
 
     /// The deadline range (earliest, latest; 0 = none yet) of a run of
@@ -1634,6 +1688,65 @@ mod tests {
         for k in 0..60u32 {
             assert!(c.contains(format!("a{k}")), "main items stay");
         }
+        c.check_invariants();
+    }
+
+    #[test]
+    fn a_main_segment_no_run_can_hold_gets_a_second_chance_then_goes() {
+        // A main segment whose deadlines are too far from the next one's
+        // for any run (TTL precision) cannot be merged: the CLOCK hand
+        // halves its read items' counts and moves on, and evicts it whole
+        // when nothing in it was read. Before, the merge fell back to the
+        // bucket's head (the same segment) and gave up.
+        let clock = ManualClock::new();
+        let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+        let ttl = Some(Duration::from_secs(1000));
+        for k in 0..20u32 {
+            c.set(format!("a{k}"), [1u8; 80], 0, ttl).unwrap();
+        }
+        // 100 s later (the bucket allows ~60 s between deadlines).
+        clock.advance(Duration::from_secs(100));
+        let mut b = 0u32;
+        while c.stats().segments_used < 5 {
+            c.set(format!("b{b}"), [1u8; 80], 0, ttl).unwrap();
+            b += 1;
+        }
+        clock.advance(Duration::from_secs(100));
+        c.set("c", [1u8; 80], 0, ttl).unwrap();
+        all_main(&mut c);
+        let lone = entry(&c, "a0").unwrap().0.seg;
+        let bucket = c.segs.headers[lone as usize].ttl_bucket as usize;
+        assert_eq!(c.ttl.buckets[bucket].head, lone);
+        assert!(c.main_run(bucket, lone).2, "no run holds it");
+        c.ttl.buckets[bucket].merge_cursor = lone;
+        assert!(c.get("a0").is_some());
+        let now = clock.now();
+
+        // Read: a second chance; the hand merges the next run instead.
+        let evictions = c.stats().evictions;
+        assert!(c.merge_bucket(bucket, now));
+        assert!(c.stats().evictions > evictions, "the b run merged");
+        assert_eq!(
+            entry(&c, "a0"),
+            Some((
+                Location {
+                    seg: lone,
+                    offset: 0
+                },
+                0
+            ))
+        );
+        assert!((0..20u32).all(|k| c.contains(format!("a{k}"))));
+
+        // Nothing read since: evicted whole, remembered as main ghosts.
+        c.ttl.buckets[bucket].merge_cursor = lone;
+        let (free, evictions) = (c.segs.free_count(), c.stats().evictions);
+        assert!(c.merge_bucket(bucket, now));
+        assert_eq!(c.segs.free_count(), free + 1);
+        assert_eq!(c.stats().evictions, evictions + 20);
+        assert!((0..20u32).all(|k| !c.contains(format!("a{k}"))));
+        c.set("a1", [1u8; 80], 0, ttl).unwrap();
+        assert_eq!(entry(&c, "a1").unwrap().1, PROMOTE_FREQ, "back warm");
         c.check_invariants();
     }
 
