@@ -9,7 +9,8 @@
 //!    small segments, or [`COMPACT_MAX_MAIN`] main ones, of one pool has
 //!    been thinned out (deletes, overwrites,
 //!    segments sealed young) so that its live items fit in fewer segments
-//!    at no more than 7/8 live, it is packed in place; nothing is evicted.
+//!    at no more than 7/8 live (15/16 for main runs,
+//!    [`MAIN_LIVE_BOUND`]), it is packed in place; nothing is evicted.
 //!    The oldest such run goes first unless another frees segments for
 //!    far fewer bytes moved ([`COMPACTION_COST_SLACK`]).
 //!    A run of more live items than the merge scratch holds is packed a
@@ -59,12 +60,14 @@ pub(crate) const MERGE_MAX: usize = 8;
 /// Most main segments one compaction reads. Dead versions of overwritten
 /// items spread thinly over main (a rewrite goes to probation, its old
 /// copy stays where it was): 8 segments at 87% live cannot pack into 7,
-/// 12 can pack into 11. Runs of 12 missed less on 11 of the 19 rows of
-/// BENCHMARKS §1, as much on 6 and more on two by 0.0001 (16: cluster 7
-/// +0.0007; 32: +0.008); the 7/8 live bound still caps the copying at seven bytes
-/// moved per byte freed. Small segments stay at [`MERGE_MAX`]: packing
-/// younger probation items into older segments shortens their probation.
-pub(crate) const COMPACT_MAX_MAIN: usize = 12;
+/// 24 at 92% can pack into 23. Runs of 12 at 7/8 live (the fourth round
+/// of BENCHMARKS §1f) left cluster 7's main ~90% live; runs of 24 at up
+/// to [`MAIN_LIVE_BOUND`] missed less on 10 of the 19 rows of §1 (up to
+/// 0.0037) and more on one by 0.0002 (§1g, second look; 32: about the
+/// same).
+/// Small segments stay at [`MERGE_MAX`]: packing younger probation items
+/// into older segments shortens their probation.
+pub(crate) const COMPACT_MAX_MAIN: usize = 24;
 const _: () = assert!(COMPACT_MAX_MAIN >= MERGE_MAX, "a merge's outputs fit");
 /// The scratch's floor: a run of this many full segments of
 /// [`SCRATCH_ITEM_BYTES`] items (see [`scratch_floor`]).
@@ -84,9 +87,16 @@ const SCRATCH_FLOOR_SEGMENTS: usize = 4;
 /// three) freeing one at a time missed 0.0036 more: there a merge frees
 /// what its read items leave.
 pub(crate) const FREE_ONE_SEGMENTS: usize = 16;
-/// Average item size (bytes) down to which a run of [`COMPACT_MAX_MAIN`]
-/// full segments fits the merge scratch (see [`scratch_items`]).
+/// Average item size (bytes) down to which a run of
+/// [`SCRATCH_RUN_SEGMENTS`] full segments fits the merge scratch (see
+/// [`scratch_items`]).
 const SCRATCH_ITEM_BYTES: usize = 64;
+/// Full segments of [`SCRATCH_ITEM_BYTES`] items the merge scratch is
+/// sized for at most (the main compaction runs of the fourth round of
+/// BENCHMARKS §1f). Longer compaction runs of such items
+/// ([`COMPACT_MAX_MAIN`]) are read a window at a time; sizing the
+/// scratch for them cost 0.04 B per item at a full 1 GiB heap (§4a).
+const SCRATCH_RUN_SEGMENTS: usize = 12;
 /// Beyond [`scratch_floor`], the merge scratch takes at most this share
 /// of the heap (1/512: 0.2 bytes per ~100-byte item held, BENCHMARKS §4a).
 const SCRATCH_HEAP_SHARE: usize = 512;
@@ -96,11 +106,12 @@ const SCRATCH_HEAP_SHARE: usize = 512;
 /// few segments).
 const SCRATCH_FLOOR_SHARE: usize = 16;
 
-/// Most live items one compaction reads: [`COMPACT_MAX_MAIN`] segments
-/// of items averaging [`SCRATCH_ITEM_BYTES`]. A run of more than the
+/// Most live items one compaction reads: [`SCRATCH_RUN_SEGMENTS`]
+/// segments of items averaging [`SCRATCH_ITEM_BYTES`] (a run of
+/// [`COMPACT_MAX_MAIN`] segments of larger items). A run of more than the
 /// merge scratch holds is compacted a window of segments at a time.
 fn compaction_run_items(segment_size: usize) -> usize {
-    COMPACT_MAX_MAIN * segment_size / SCRATCH_ITEM_BYTES
+    SCRATCH_RUN_SEGMENTS * segment_size / SCRATCH_ITEM_BYTES
 }
 
 /// The scratch's least capacity, in live items (see [`scratch_items`]).
@@ -110,7 +121,7 @@ fn scratch_floor(segments: usize, segment_size: usize) -> usize {
 }
 
 /// Capacity, in live items, of the merge scratch of a heap of `segments`
-/// segments of `segment_size` bytes: enough for [`COMPACT_MAX_MAIN`]
+/// segments of `segment_size` bytes: enough for [`SCRATCH_RUN_SEGMENTS`]
 /// segments of items averaging [`SCRATCH_ITEM_BYTES`], but at most
 /// 1/[`SCRATCH_HEAP_SHARE`] of the heap's bytes beyond a floor of
 /// [`SCRATCH_FLOOR_SEGMENTS`] such segments ([`scratch_floor`]). The scratch is
@@ -232,10 +243,22 @@ fn usable(seg_size: usize) -> usize {
 }
 
 /// Whether compacting `n` segments holding `live` bytes frees at least one
-/// and moves at most seven bytes per byte freed (7/8 live at most).
-fn compaction_frees(n: usize, live: usize, seg_size: usize) -> bool {
-    n >= 2 && live.div_ceil(usable(seg_size)).max(1) < n && live * 8 <= n * seg_size * 7
+/// and moves at most [`MAIN_LIVE_BOUND`]` - 1` bytes per byte freed in a
+/// main run (15/16 live at most), seven in a small one (7/8).
+fn compaction_frees(n: usize, live: usize, seg_size: usize, main: bool) -> bool {
+    let bound = if main { MAIN_LIVE_BOUND } else { 8 };
+    n >= 2
+        && live.div_ceil(usable(seg_size)).max(1) < n
+        && live * bound <= n * seg_size * (bound - 1)
 }
+
+/// A main run is compacted while at most `(MAIN_LIVE_BOUND - 1) /
+/// MAIN_LIVE_BOUND` live (15/16). Overwritten items leave dead copies
+/// spread evenly over main (a rewrite goes to probation): on cluster 7 of
+/// BENCHMARKS §1 main segments sit near 90% live, which a 7/8 bound never
+/// packs. With runs of [`COMPACT_MAX_MAIN`] = 24 the packing test binds
+/// first (24 segments free one below ~93% live); 1/32 gave the same.
+const MAIN_LIVE_BOUND: usize = 16;
 
 /// How much costlier per segment freed (live bytes moved) than the
 /// cheapest compactable run the oldest may be and still be compacted
@@ -440,7 +463,7 @@ impl Segcache {
     /// runs of [`SCRATCH_ITEM_BYTES`]-byte items, it holds far more records
     /// than runs of large items can fill (a run of the block trace's
     /// ~41 KB objects: about 150 of 32 768). If the scratch holds twice
-    /// what a run of [`COMPACT_MAX_MAIN`] segments of the items held so far
+    /// what a run of [`SCRATCH_RUN_SEGMENTS`] segments of the items held so far
     /// needs, plus 1/[`DROP_COUNTS_HEAP_SHARE`] of the heap, it shrinks by
     /// that much and the drop counts take it; else there are none (a cache
     /// of small items, where they would cost 0.05 B per item and gained
@@ -448,7 +471,7 @@ impl Segcache {
     fn size_drop_counts(&mut self) {
         let seg_size = self.segs.segment_size();
         let average = (self.counters.live_bytes / self.counters.items.max(1)).max(1) as usize;
-        let run = 2 * COMPACT_MAX_MAIN * seg_size / average;
+        let run = 2 * SCRATCH_RUN_SEGMENTS * seg_size / average;
         let record = std::mem::size_of::<LiveItem>();
         let records =
             (self.segs.count() * seg_size / crate::admission::DROP_COUNTS_HEAP_SHARE) / record;
@@ -673,7 +696,9 @@ impl Segcache {
                 frees_one: false,
                 promote_dropped: false,
             };
-            if compaction_frees(n, live, seg_size) && self.merge_chain(bucket, &run[..n], plan) {
+            if compaction_frees(n, live, seg_size, main)
+                && self.merge_chain(bucket, &run[..n], plan)
+            {
                 return true;
             }
         }
@@ -683,13 +708,13 @@ impl Segcache {
     /// The run to compact, if any, among the runs of up to [`MERGE_MAX`]
     /// consecutive sealed small segments ([`COMPACT_MAX_MAIN`] main ones)
     /// of one pool and TTL bucket, each as long as it can be from its
-    /// first segment, that are at most 7/8 live and whose live bytes fit
+    /// first segment, that are at most 7/8 live (main: 15/16) and whose live bytes fit
     /// in fewer segments: the oldest (the first found from the buckets'
     /// heads), unless it moves more than [`COMPACTION_COST_SLACK`] times
     /// the live bytes per segment freed of the cheapest such run, which is
     /// then taken instead. `skip` (first segment, length) names a run
     /// already found not to pack. The 7/8 bound caps the copying at seven
-    /// bytes moved per byte freed (dead bytes left by overwrites are
+    /// bytes moved per byte freed, fifteen in main (dead bytes left by overwrites are
     /// memory lost to every item; 3/4 left a sixth of the heap dead on
     /// overwrite-heavy workloads); fuller runs are left to eviction. Reads
     /// only segment headers.
@@ -732,7 +757,8 @@ impl Segcache {
                     found.n += 1;
                     at = self.segs.headers[at as usize].next;
                 }
-                if compaction_frees(found.n, found.live, seg_size) && skip != Some((start, found.n))
+                if compaction_frees(found.n, found.live, seg_size, main)
+                    && skip != Some((start, found.n))
                 {
                     let cheaper = cheapest
                         .as_ref()
@@ -1525,7 +1551,7 @@ mod tests {
         let usable = super::usable(seg);
         let live_of =
             |n: usize| -> usize { sealed[..n].iter().map(|h| h.live_bytes as usize).sum() };
-        assert!(sealed.len() >= COMPACT_MAX_MAIN);
+        assert!(sealed.len() >= 12);
         assert!(
             live_of(MERGE_MAX) > (MERGE_MAX - 1) * usable,
             "eight segments do not fit in seven"
@@ -1540,6 +1566,58 @@ mod tests {
             assert_eq!(
                 c.contains(format!("k{k:04}").as_bytes()),
                 k % 8 != 0,
+                "key {k}"
+            );
+        }
+        c.check_invariants();
+    }
+
+    #[test]
+    fn main_runs_over_seven_eighths_live_are_compacted() {
+        // One item in sixteen dead, spread evenly over main: no run of 12
+        // packs into 11 and every run is over 7/8 live, but 24 segments
+        // pack into 23 at under 15/16 live. Compaction must free a segment
+        // without evicting anything.
+        let clock = ManualClock::new();
+        let mut c = merge_cache(2 << 20, 4 << 10, &clock);
+        // ~210-byte items in a heap of 512 segments: the merge scratch
+        // holds a run of 24.
+        let mut keys = 0u32;
+        while c.stats().segments_used < 26 {
+            c.set(format!("k{keys:04}"), [1u8; 200], 0, None).unwrap();
+            keys += 1;
+        }
+        all_main(&mut c);
+        for k in (0..keys).step_by(16) {
+            assert!(c.delete(format!("k{k:04}")));
+        }
+        let sealed: Vec<_> = (0..c.segs.count())
+            .map(|id| &c.segs.headers[id])
+            .filter(|h| h.state == SegState::Sealed)
+            .collect();
+        let seg = c.segs.segment_size();
+        let usable = super::usable(seg);
+        let live_of =
+            |n: usize| -> usize { sealed[..n].iter().map(|h| h.live_bytes as usize).sum() };
+        assert!(sealed.len() >= COMPACT_MAX_MAIN);
+        assert!(
+            live_of(12) > 11 * usable,
+            "twelve segments do not fit in eleven"
+        );
+        assert!(
+            live_of(COMPACT_MAX_MAIN) * 8 > COMPACT_MAX_MAIN * seg * 7,
+            "over 7/8 live"
+        );
+        let used = c.stats().segments_used;
+        let items = c.stats().items;
+        assert!(c.compact_any(), "a main run over 7/8 live compacts");
+        assert_eq!(c.stats().segments_used, used - 1);
+        assert_eq!(c.stats().items, items);
+        assert_eq!(c.stats().evictions, 0);
+        for k in 0..keys {
+            assert_eq!(
+                c.contains(format!("k{k:04}").as_bytes()),
+                k % 16 != 0,
                 "key {k}"
             );
         }
