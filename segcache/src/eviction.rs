@@ -106,12 +106,13 @@ const SCRATCH_HEAP_SHARE: usize = 512;
 /// few segments).
 const SCRATCH_FLOOR_SHARE: usize = 16;
 
-/// Most live items one compaction reads: [`SCRATCH_RUN_SEGMENTS`]
-/// segments of items averaging [`SCRATCH_ITEM_BYTES`] (a run of
-/// [`COMPACT_MAX_MAIN`] segments of larger items). A run of more than the
-/// merge scratch holds is compacted a window of segments at a time.
-fn compaction_run_items(segment_size: usize) -> usize {
-    SCRATCH_RUN_SEGMENTS * segment_size / SCRATCH_ITEM_BYTES
+/// Most live items one compaction of `segments` segments reads (main:
+/// [`COMPACT_MAX_MAIN`], small: [`MERGE_MAX`], the scratch:
+/// [`SCRATCH_RUN_SEGMENTS`]) of items averaging [`SCRATCH_ITEM_BYTES`]. A
+/// run of more than the merge scratch holds is compacted a window of
+/// segments at a time.
+fn compaction_run_items(segments: usize, segment_size: usize) -> usize {
+    segments.max(SCRATCH_RUN_SEGMENTS) * segment_size / SCRATCH_ITEM_BYTES
 }
 
 /// The scratch's least capacity, in live items (see [`scratch_items`]).
@@ -140,7 +141,7 @@ fn scratch_floor(segments: usize, segment_size: usize) -> usize {
 /// records, the scratch cost 1.5 bytes per item held at a full 64 MiB
 /// heap of 256 KiB segments, 5.9% of a heap of 64 segments (§4a).
 pub(crate) fn scratch_items(segments: usize, segment_size: usize) -> usize {
-    let by_run = compaction_run_items(segment_size);
+    let by_run = compaction_run_items(SCRATCH_RUN_SEGMENTS, segment_size);
     let by_heap = segments * segment_size / SCRATCH_HEAP_SHARE / std::mem::size_of::<LiveItem>();
     by_run
         .min(by_heap.max(scratch_floor(segments, segment_size)))
@@ -720,7 +721,6 @@ impl Segcache {
     /// only segment headers.
     fn compaction_run(&self, skip: Option<(u32, usize)>) -> Option<CompactionRun> {
         let seg_size = self.segs.segment_size();
-        let run_items = compaction_run_items(seg_size);
         let (mut oldest, mut cheapest): (Option<CompactionRun>, Option<CompactionRun>) =
             (None, None);
         for bucket in 0..BUCKETS {
@@ -744,7 +744,8 @@ impl Segcache {
                 while found.n < limit
                     && self.sealed(at)
                     && self.admission.is_main(at) == main
-                    && found.items + self.segs.headers[at as usize].live_items as usize <= run_items
+                    && found.items + self.segs.headers[at as usize].live_items as usize
+                        <= compaction_run_items(limit, seg_size)
                     && self.scratch_holds(0, at)
                 {
                     let Some(wider) = self.widen(bucket, range, at) else {
