@@ -62,7 +62,7 @@ pub(crate) const MERGE_MAX: usize = 8;
 /// copy stays where it was): 8 segments at 87% live cannot pack into 7,
 /// 24 at 92% can pack into 23. Runs of 12 at 7/8 live (the fourth round
 /// of BENCHMARKS §1f) left cluster 7's main ~90% live; runs of 24 at up
-/// to [`MAIN_LIVE_BOUND`] missed less on 10 of the 19 rows of §1 (up to
+/// to [`MAIN_LIVE_BOUND`] missed less on 9 of the 19 rows of §1 (up to
 /// 0.0037) and more on one by 0.0002 (§1g, second look; 32: about the
 /// same).
 /// Small segments stay at [`MERGE_MAX`]: packing younger probation items
