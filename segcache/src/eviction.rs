@@ -9,7 +9,8 @@
 //!    small segments, or [`COMPACT_MAX_MAIN`] main ones, of one pool has
 //!    been thinned out (deletes, overwrites,
 //!    segments sealed young) so that its live items fit in fewer segments
-//!    at no more than 7/8 live, it is packed in place; nothing is evicted.
+//!    at no more than 7/8 live (15/16 for main runs,
+//!    [`MAIN_LIVE_BOUND`]), it is packed in place; nothing is evicted.
 //!    The oldest such run goes first unless another frees segments for
 //!    far fewer bytes moved ([`COMPACTION_COST_SLACK`]).
 //!    A run of more live items than the merge scratch holds is packed a
@@ -39,6 +40,10 @@
 //!    frees exactly one segment: the room the read items leave is filled
 //!    with unread ones, in order, so main drops only its coldest segment's
 //!    worth per merge and an item has a whole lap of the pool to be read.
+//!    A main segment that no run can hold (its deadlines and the next
+//!    one's too far apart for the bucket's precision) is judged alone:
+//!    if anything in it was read, the counts halve and the hand moves on;
+//!    else it is evicted whole.
 //!
 //! A segment this close to its deadline ([`NEAR_EXPIRY_SECS`]) is evicted
 //! whole instead. The simple policies evict one whole segment. Nothing here
@@ -56,12 +61,14 @@ pub(crate) const MERGE_MAX: usize = 8;
 /// Most main segments one compaction reads. Dead versions of overwritten
 /// items spread thinly over main (a rewrite goes to probation, its old
 /// copy stays where it was): 8 segments at 87% live cannot pack into 7,
-/// 12 can pack into 11. Runs of 12 missed less on 11 of the 19 rows of
-/// BENCHMARKS §1, as much on 6 and more on two by 0.0001 (16: cluster 7
-/// +0.0007; 32: +0.008); the 7/8 live bound still caps the copying at seven bytes
-/// moved per byte freed. Small segments stay at [`MERGE_MAX`]: packing
-/// younger probation items into older segments shortens their probation.
-pub(crate) const COMPACT_MAX_MAIN: usize = 12;
+/// 24 at 92% can pack into 23. Runs of 12 at 7/8 live (the fourth round
+/// of BENCHMARKS §1f) left cluster 7's main ~90% live; runs of 24 at up
+/// to [`MAIN_LIVE_BOUND`] missed less on 9 of the 19 rows of §1 (up to
+/// 0.0037) and more on one by 0.0002 (§1g, second look; 32: about the
+/// same).
+/// Small segments stay at [`MERGE_MAX`]: packing younger probation items
+/// into older segments shortens their probation.
+pub(crate) const COMPACT_MAX_MAIN: usize = 24;
 const _: () = assert!(COMPACT_MAX_MAIN >= MERGE_MAX, "a merge's outputs fit");
 /// The scratch's floor: a run of this many full segments of
 /// [`SCRATCH_ITEM_BYTES`] items (see [`scratch_floor`]).
@@ -81,9 +88,16 @@ const SCRATCH_FLOOR_SEGMENTS: usize = 4;
 /// three) freeing one at a time missed 0.0036 more: there a merge frees
 /// what its read items leave.
 pub(crate) const FREE_ONE_SEGMENTS: usize = 16;
-/// Average item size (bytes) down to which a run of [`COMPACT_MAX_MAIN`]
-/// full segments fits the merge scratch (see [`scratch_items`]).
+/// Average item size (bytes) down to which a run of
+/// [`SCRATCH_RUN_SEGMENTS`] full segments fits the merge scratch (see
+/// [`scratch_items`]).
 const SCRATCH_ITEM_BYTES: usize = 64;
+/// Full segments of [`SCRATCH_ITEM_BYTES`] items the merge scratch is
+/// sized for at most (the main compaction runs of the fourth round of
+/// BENCHMARKS §1f). Longer compaction runs of such items
+/// ([`COMPACT_MAX_MAIN`]) are read a window at a time; sizing the
+/// scratch for them cost 0.04 B per item at a full 1 GiB heap (§4a).
+const SCRATCH_RUN_SEGMENTS: usize = 12;
 /// Beyond [`scratch_floor`], the merge scratch takes at most this share
 /// of the heap (1/512: 0.2 bytes per ~100-byte item held, BENCHMARKS §4a).
 const SCRATCH_HEAP_SHARE: usize = 512;
@@ -93,11 +107,13 @@ const SCRATCH_HEAP_SHARE: usize = 512;
 /// few segments).
 const SCRATCH_FLOOR_SHARE: usize = 16;
 
-/// Most live items one compaction reads: [`COMPACT_MAX_MAIN`] segments
-/// of items averaging [`SCRATCH_ITEM_BYTES`]. A run of more than the
-/// merge scratch holds is compacted a window of segments at a time.
-fn compaction_run_items(segment_size: usize) -> usize {
-    COMPACT_MAX_MAIN * segment_size / SCRATCH_ITEM_BYTES
+/// Most live items one compaction of `segments` segments reads (main:
+/// [`COMPACT_MAX_MAIN`], small: [`MERGE_MAX`], the scratch:
+/// [`SCRATCH_RUN_SEGMENTS`]) of items averaging [`SCRATCH_ITEM_BYTES`]. A
+/// run of more than the merge scratch holds is compacted a window of
+/// segments at a time.
+fn compaction_run_items(segments: usize, segment_size: usize) -> usize {
+    segments.max(SCRATCH_RUN_SEGMENTS) * segment_size / SCRATCH_ITEM_BYTES
 }
 
 /// The scratch's least capacity, in live items (see [`scratch_items`]).
@@ -107,7 +123,7 @@ fn scratch_floor(segments: usize, segment_size: usize) -> usize {
 }
 
 /// Capacity, in live items, of the merge scratch of a heap of `segments`
-/// segments of `segment_size` bytes: enough for [`COMPACT_MAX_MAIN`]
+/// segments of `segment_size` bytes: enough for [`SCRATCH_RUN_SEGMENTS`]
 /// segments of items averaging [`SCRATCH_ITEM_BYTES`], but at most
 /// 1/[`SCRATCH_HEAP_SHARE`] of the heap's bytes beyond a floor of
 /// [`SCRATCH_FLOOR_SEGMENTS`] such segments ([`scratch_floor`]). The scratch is
@@ -126,7 +142,7 @@ fn scratch_floor(segments: usize, segment_size: usize) -> usize {
 /// records, the scratch cost 1.5 bytes per item held at a full 64 MiB
 /// heap of 256 KiB segments, 5.9% of a heap of 64 segments (§4a).
 pub(crate) fn scratch_items(segments: usize, segment_size: usize) -> usize {
-    let by_run = compaction_run_items(segment_size);
+    let by_run = compaction_run_items(SCRATCH_RUN_SEGMENTS, segment_size);
     let by_heap = segments * segment_size / SCRATCH_HEAP_SHARE / std::mem::size_of::<LiveItem>();
     by_run
         .min(by_heap.max(scratch_floor(segments, segment_size)))
@@ -229,10 +245,22 @@ fn usable(seg_size: usize) -> usize {
 }
 
 /// Whether compacting `n` segments holding `live` bytes frees at least one
-/// and moves at most seven bytes per byte freed (7/8 live at most).
-fn compaction_frees(n: usize, live: usize, seg_size: usize) -> bool {
-    n >= 2 && live.div_ceil(usable(seg_size)).max(1) < n && live * 8 <= n * seg_size * 7
+/// and moves at most [`MAIN_LIVE_BOUND`]` - 1` bytes per byte freed in a
+/// main run (15/16 live at most), seven in a small one (7/8).
+fn compaction_frees(n: usize, live: usize, seg_size: usize, main: bool) -> bool {
+    let bound = if main { MAIN_LIVE_BOUND } else { 8 };
+    n >= 2
+        && live.div_ceil(usable(seg_size)).max(1) < n
+        && live * bound <= n * seg_size * (bound - 1)
 }
+
+/// A main run is compacted while at most `(MAIN_LIVE_BOUND - 1) /
+/// MAIN_LIVE_BOUND` live (15/16). Overwritten items leave dead copies
+/// spread evenly over main (a rewrite goes to probation): on cluster 7 of
+/// BENCHMARKS §1 main segments sit near 90% live, which a 7/8 bound never
+/// packs. With runs of [`COMPACT_MAX_MAIN`] = 24 the packing test binds
+/// first (24 segments free one below ~93% live); 1/32 gave the same.
+const MAIN_LIVE_BOUND: usize = 16;
 
 /// How much costlier per segment freed (live bytes moved) than the
 /// cheapest compactable run the oldest may be and still be compacted
@@ -437,7 +465,7 @@ impl Segcache {
     /// runs of [`SCRATCH_ITEM_BYTES`]-byte items, it holds far more records
     /// than runs of large items can fill (a run of the block trace's
     /// ~41 KB objects: about 150 of 32 768). If the scratch holds twice
-    /// what a run of [`COMPACT_MAX_MAIN`] segments of the items held so far
+    /// what a run of [`SCRATCH_RUN_SEGMENTS`] segments of the items held so far
     /// needs, plus 1/[`DROP_COUNTS_HEAP_SHARE`] of the heap, it shrinks by
     /// that much and the drop counts take it; else there are none (a cache
     /// of small items, where they would cost 0.05 B per item and gained
@@ -445,7 +473,7 @@ impl Segcache {
     fn size_drop_counts(&mut self) {
         let seg_size = self.segs.segment_size();
         let average = (self.counters.live_bytes / self.counters.items.max(1)).max(1) as usize;
-        let run = 2 * COMPACT_MAX_MAIN * seg_size / average;
+        let run = 2 * SCRATCH_RUN_SEGMENTS * seg_size / average;
         let record = std::mem::size_of::<LiveItem>();
         let records =
             (self.segs.count() * seg_size / crate::admission::DROP_COUNTS_HEAP_SHARE) / record;
@@ -670,7 +698,9 @@ impl Segcache {
                 frees_one: false,
                 promote_dropped: false,
             };
-            if compaction_frees(n, live, seg_size) && self.merge_chain(bucket, &run[..n], plan) {
+            if compaction_frees(n, live, seg_size, main)
+                && self.merge_chain(bucket, &run[..n], plan)
+            {
                 return true;
             }
         }
@@ -680,19 +710,18 @@ impl Segcache {
     /// The run to compact, if any, among the runs of up to [`MERGE_MAX`]
     /// consecutive sealed small segments ([`COMPACT_MAX_MAIN`] main ones)
     /// of one pool and TTL bucket, each as long as it can be from its
-    /// first segment, that are at most 7/8 live and whose live bytes fit
+    /// first segment, that are at most 7/8 live (main: 15/16) and whose live bytes fit
     /// in fewer segments: the oldest (the first found from the buckets'
     /// heads), unless it moves more than [`COMPACTION_COST_SLACK`] times
     /// the live bytes per segment freed of the cheapest such run, which is
     /// then taken instead. `skip` (first segment, length) names a run
     /// already found not to pack. The 7/8 bound caps the copying at seven
-    /// bytes moved per byte freed (dead bytes left by overwrites are
+    /// bytes moved per byte freed, fifteen in main (dead bytes left by overwrites are
     /// memory lost to every item; 3/4 left a sixth of the heap dead on
     /// overwrite-heavy workloads); fuller runs are left to eviction. Reads
     /// only segment headers.
     fn compaction_run(&self, skip: Option<(u32, usize)>) -> Option<CompactionRun> {
         let seg_size = self.segs.segment_size();
-        let run_items = compaction_run_items(seg_size);
         let (mut oldest, mut cheapest): (Option<CompactionRun>, Option<CompactionRun>) =
             (None, None);
         for bucket in 0..BUCKETS {
@@ -716,7 +745,8 @@ impl Segcache {
                 while found.n < limit
                     && self.sealed(at)
                     && self.admission.is_main(at) == main
-                    && found.items + self.segs.headers[at as usize].live_items as usize <= run_items
+                    && found.items + self.segs.headers[at as usize].live_items as usize
+                        <= compaction_run_items(limit, seg_size)
                     && self.scratch_holds(0, at)
                 {
                     let Some(wider) = self.widen(bucket, range, at) else {
@@ -729,7 +759,8 @@ impl Segcache {
                     found.n += 1;
                     at = self.segs.headers[at as usize].next;
                 }
-                if compaction_frees(found.n, found.live, seg_size) && skip != Some((start, found.n))
+                if compaction_frees(found.n, found.live, seg_size, main)
+                    && skip != Some((start, found.n))
                 {
                     let cheaper = cheapest
                         .as_ref()
@@ -752,57 +783,107 @@ impl Segcache {
         }
     }
 
-    /// A main-pool merge in `bucket`, from its cursor (or its head).
+    /// A main-pool merge in `bucket`, from its cursor (or its head). A
+    /// main segment no run can hold (the deadlines of it and of the next
+    /// main segment are too far apart for `ttl::spread`) is the CLOCK's
+    /// victim on its own: if any of its items was read since it last
+    /// moved, their counts halve and the hand moves on (a second chance);
+    /// else it is evicted whole (its items remembered as main ghosts).
+    /// Before, the merge fell back to the bucket's head, and such a
+    /// segment stayed, its overwritten items dead, until it expired.
     fn merge_bucket(&mut self, bucket: usize, now: u32) -> bool {
         let head = self.ttl.buckets[bucket].head;
         let cursor = self.ttl.buckets[bucket].merge_cursor;
-        for start in [cursor, head] {
-            if !self.sealed(start) || !self.admission.is_main(start) {
-                continue;
-            }
-            let start_header = &self.segs.headers[start as usize];
-            if start_header.expire_at != 0 && start_header.expire_at <= now + NEAR_EXPIRY_SECS {
-                // About to expire anyway: free it whole.
-                self.ttl.buckets[bucket].merge_cursor = start_header.next;
-                self.evict_segment(start);
-                return true;
-            }
-            let mut chain = [NONE; MERGE_MAX];
-            let mut len = 0;
-            let mut items = 0;
-            let mut at = start;
-            let mut range = (0, 0);
-            while len < MERGE_MAX
-                && self.sealed(at)
-                && self.admission.is_main(at)
-                && self.scratch_holds(items, at)
-            {
-                let Some(wider) = self.widen(bucket, range, at) else {
+        for mut start in [cursor, head] {
+            for _ in 0..self.ttl.buckets[bucket].segments {
+                if !self.sealed(start) || !self.admission.is_main(start) {
                     break;
-                };
-                range = wider;
-                chain[len] = at;
-                items += self.segs.headers[at as usize].live_items as usize;
-                len += 1;
-                at = self.segs.headers[at as usize].next;
-            }
-            if len >= 2 {
-                let plan = Plan {
-                    forced: 0,
-                    min_freq: 1,
-                    may_keep_all: false,
-                    ghosts: Some(true),
-                    main: true,
-                    fill: true,
-                    frees_one: self.segs.count() >= FREE_ONE_SEGMENTS,
-                    promote_dropped: false,
-                };
-                if self.merge_chain(bucket, &chain[..len], plan) {
+                }
+                let start_header = &self.segs.headers[start as usize];
+                let next = start_header.next;
+                if start_header.expire_at != 0 && start_header.expire_at <= now + NEAR_EXPIRY_SECS {
+                    // About to expire anyway: free it whole.
+                    self.ttl.buckets[bucket].merge_cursor = next;
+                    self.evict_segment(start);
                     return true;
                 }
+                let (chain, len, lone) = self.main_run(bucket, start);
+                if len >= 2 {
+                    let plan = Plan {
+                        forced: 0,
+                        min_freq: 1,
+                        may_keep_all: false,
+                        ghosts: Some(true),
+                        main: true,
+                        fill: true,
+                        frees_one: self.segs.count() >= FREE_ONE_SEGMENTS,
+                        promote_dropped: false,
+                    };
+                    if self.merge_chain(bucket, &chain[..len], plan) {
+                        return true;
+                    }
+                } else if lone {
+                    self.ttl.buckets[bucket].merge_cursor = next;
+                    if self.age_segment(start) {
+                        start = next;
+                        continue;
+                    }
+                    self.evict_segment(start);
+                    return true;
+                }
+                break;
             }
         }
         false
+    }
+
+    /// The run of up to [`MERGE_MAX`] sealed main segments of `bucket` from
+    /// `start` whose deadlines fit `ttl::spread` and whose items the
+    /// scratch holds, its length, and whether it is `start` alone because
+    /// the next main segment's deadlines do not fit with its own.
+    fn main_run(&self, bucket: usize, start: u32) -> ([u32; MERGE_MAX], usize, bool) {
+        let mut chain = [NONE; MERGE_MAX];
+        let mut len = 0;
+        let mut items = 0;
+        let mut at = start;
+        let mut range = (0, 0);
+        while len < MERGE_MAX
+            && self.sealed(at)
+            && self.admission.is_main(at)
+            && self.scratch_holds(items, at)
+        {
+            let Some(wider) = self.widen(bucket, range, at) else {
+                return (chain, len, len == 1);
+            };
+            range = wider;
+            chain[len] = at;
+            items += self.segs.headers[at as usize].live_items as usize;
+            len += 1;
+            at = self.segs.headers[at as usize].next;
+        }
+        (chain, len, false)
+    }
+
+    /// Halves the access counts of segment `id`'s live items (a CLOCK hand
+    /// passing them); true if any was read since its last move.
+    fn age_segment(&mut self, id: u32) -> bool {
+        let mut read = false;
+        for (offset, item) in self.segs.item_offsets(id) {
+            if item.is_unlinked() {
+                continue;
+            }
+            let hash = self.table.hash(item.key());
+            if let Some((bucket, slot, info)) =
+                self.table.locate(hash, Location { seg: id, offset })
+            {
+                let freq = hashtable::frequency(info);
+                if freq > 0 {
+                    read = true;
+                    self.table.set_frequency(bucket, slot, freq / 2);
+                }
+            }
+        }
+        read
     }
 
     /// The deadline range (earliest, latest; 0 = none yet) of a run of
@@ -1474,7 +1555,7 @@ mod tests {
         let usable = super::usable(seg);
         let live_of =
             |n: usize| -> usize { sealed[..n].iter().map(|h| h.live_bytes as usize).sum() };
-        assert!(sealed.len() >= COMPACT_MAX_MAIN);
+        assert!(sealed.len() >= 12);
         assert!(
             live_of(MERGE_MAX) > (MERGE_MAX - 1) * usable,
             "eight segments do not fit in seven"
@@ -1489,6 +1570,58 @@ mod tests {
             assert_eq!(
                 c.contains(format!("k{k:04}").as_bytes()),
                 k % 8 != 0,
+                "key {k}"
+            );
+        }
+        c.check_invariants();
+    }
+
+    #[test]
+    fn main_runs_over_seven_eighths_live_are_compacted() {
+        // One item in sixteen dead, spread evenly over main: no run of 12
+        // packs into 11 and every run is over 7/8 live, but 24 segments
+        // pack into 23 at under 15/16 live. Compaction must free a segment
+        // without evicting anything.
+        let clock = ManualClock::new();
+        let mut c = merge_cache(2 << 20, 4 << 10, &clock);
+        // ~210-byte items in a heap of 512 segments: the merge scratch
+        // holds a run of 24.
+        let mut keys = 0u32;
+        while c.stats().segments_used < 26 {
+            c.set(format!("k{keys:04}"), [1u8; 200], 0, None).unwrap();
+            keys += 1;
+        }
+        all_main(&mut c);
+        for k in (0..keys).step_by(16) {
+            assert!(c.delete(format!("k{k:04}")));
+        }
+        let sealed: Vec<_> = (0..c.segs.count())
+            .map(|id| &c.segs.headers[id])
+            .filter(|h| h.state == SegState::Sealed)
+            .collect();
+        let seg = c.segs.segment_size();
+        let usable = super::usable(seg);
+        let live_of =
+            |n: usize| -> usize { sealed[..n].iter().map(|h| h.live_bytes as usize).sum() };
+        assert!(sealed.len() >= COMPACT_MAX_MAIN);
+        assert!(
+            live_of(12) > 11 * usable,
+            "twelve segments do not fit in eleven"
+        );
+        assert!(
+            live_of(COMPACT_MAX_MAIN) * 8 > COMPACT_MAX_MAIN * seg * 7,
+            "over 7/8 live"
+        );
+        let used = c.stats().segments_used;
+        let items = c.stats().items;
+        assert!(c.compact_any(), "a main run over 7/8 live compacts");
+        assert_eq!(c.stats().segments_used, used - 1);
+        assert_eq!(c.stats().items, items);
+        assert_eq!(c.stats().evictions, 0);
+        for k in 0..keys {
+            assert_eq!(
+                c.contains(format!("k{k:04}").as_bytes()),
+                k % 16 != 0,
                 "key {k}"
             );
         }
@@ -1637,6 +1770,65 @@ mod tests {
         for k in 0..60u32 {
             assert!(c.contains(format!("a{k}")), "main items stay");
         }
+        c.check_invariants();
+    }
+
+    #[test]
+    fn a_main_segment_no_run_can_hold_gets_a_second_chance_then_goes() {
+        // A main segment whose deadlines are too far from the next one's
+        // for any run (TTL precision) cannot be merged: the CLOCK hand
+        // halves its read items' counts and moves on, and evicts it whole
+        // when nothing in it was read. Before, the merge fell back to the
+        // bucket's head (the same segment) and gave up.
+        let clock = ManualClock::new();
+        let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+        let ttl = Some(Duration::from_secs(1000));
+        for k in 0..20u32 {
+            c.set(format!("a{k}"), [1u8; 80], 0, ttl).unwrap();
+        }
+        // 100 s later (the bucket allows ~60 s between deadlines).
+        clock.advance(Duration::from_secs(100));
+        let mut b = 0u32;
+        while c.stats().segments_used < 5 {
+            c.set(format!("b{b}"), [1u8; 80], 0, ttl).unwrap();
+            b += 1;
+        }
+        clock.advance(Duration::from_secs(100));
+        c.set("c", [1u8; 80], 0, ttl).unwrap();
+        all_main(&mut c);
+        let lone = entry(&c, "a0").unwrap().0.seg;
+        let bucket = c.segs.headers[lone as usize].ttl_bucket as usize;
+        assert_eq!(c.ttl.buckets[bucket].head, lone);
+        assert!(c.main_run(bucket, lone).2, "no run holds it");
+        c.ttl.buckets[bucket].merge_cursor = lone;
+        assert!(c.get("a0").is_some());
+        let now = clock.now();
+
+        // Read: a second chance; the hand merges the next run instead.
+        let evictions = c.stats().evictions;
+        assert!(c.merge_bucket(bucket, now));
+        assert!(c.stats().evictions > evictions, "the b run merged");
+        assert_eq!(
+            entry(&c, "a0"),
+            Some((
+                Location {
+                    seg: lone,
+                    offset: 0
+                },
+                0
+            ))
+        );
+        assert!((0..20u32).all(|k| c.contains(format!("a{k}"))));
+
+        // Nothing read since: evicted whole, remembered as main ghosts.
+        c.ttl.buckets[bucket].merge_cursor = lone;
+        let (free, evictions) = (c.segs.free_count(), c.stats().evictions);
+        assert!(c.merge_bucket(bucket, now));
+        assert_eq!(c.segs.free_count(), free + 1);
+        assert_eq!(c.stats().evictions, evictions + 20);
+        assert!((0..20u32).all(|k| !c.contains(format!("a{k}"))));
+        c.set("a1", [1u8; 80], 0, ttl).unwrap();
+        assert_eq!(entry(&c, "a1").unwrap().1, PROMOTE_FREQ, "back warm");
         c.check_invariants();
     }
 
