@@ -8,7 +8,9 @@
 //! adapted by the ghosts, see [`Admission::readmit`]): items read
 //! since they were written move on to main segments, the rest are evicted
 //! and remembered as ghosts. A write of a key found among the ghosts starts
-//! with one access, so its next evaluation promotes it. Main segments are
+//! with one access, so its next evaluation promotes it (a key dropped from
+//! probation only while the small target is above its floor, see
+//! [`Admission::readmit`]). Main segments are
 //! merged among themselves. While main holds less than its share, an
 //! evaluation also promotes some unread items
 //! ([`Admission::promotes_unread`]): those smaller than half the mean item
@@ -174,12 +176,15 @@ impl Admission {
     /// either pool is as likely to come back. (Unweighted, the
     /// small pool's ghosts, several times as many as main's, pushed the
     /// small pool to its cap on every workload with warm keys.) Between
-    /// [`MIN_SMALL_PERCENT`] and [`MAX_SMALL_PERCENT`] of the heap.
+    /// [`MIN_SMALL_PERCENT`] and [`MAX_SMALL_PERCENT`] of the heap. A key
+    /// back from probation is true only if the target was above its floor.
     #[inline]
     pub(crate) fn readmit(&mut self, hash: u64, size: usize) -> bool {
         match self.ghosts.take(hash) {
             None => false,
             Some(from_main) => {
+                let floor = self.heap_bytes * MIN_SMALL_PERCENT / 100;
+                let at_floor = self.small_target <= floor;
                 let [small, main] = self.remembered;
                 let weight = if from_main {
                     small / main
@@ -192,16 +197,18 @@ impl Admission {
                 } else {
                     self.small_target + step
                 }
-                .clamp(
-                    self.heap_bytes * MIN_SMALL_PERCENT / 100,
-                    self.heap_bytes * MAX_SMALL_PERCENT / 100,
-                );
-                // A key back from either pool starts warm. S3-FIFO
-                // remembers only probation's drops; readmitting main's
-                // too (as quick_cache's ghosts do) missed less on 8 of
-                // the 19 rows of BENCHMARKS §1 once evaluations keep
-                // nothing unread (more on cluster 7 at real rate, +0.0015).
-                true
+                .clamp(floor, self.heap_bytes * MAX_SMALL_PERCENT / 100);
+                // A key back from main starts warm. S3-FIFO remembers
+                // only probation's drops; readmitting main's too (as
+                // quick_cache's ghosts do) missed less on 8 of the 19 rows
+                // of BENCHMARKS §1 once evaluations keep nothing unread
+                // (more on cluster 7 at real rate, +0.0015). A key back
+                // from probation starts warm unless the small target sat
+                // at its floor: there main's ghosts have pushed it as far
+                // as it goes, and promoting probation's returning keys
+                // takes room from main's, which the adaptation found worth
+                // more (BENCHMARKS §1f, tenth round).
+                from_main || !at_floor
             }
         }
     }
@@ -346,7 +353,10 @@ mod tests {
         let mut few = Admission::new(4, 4 << 20);
         few.remember(mix(5), false);
         let before = few.small_target();
-        assert!(few.readmit(mix(5), 300_000));
+        assert!(
+            !few.readmit(mix(5), 300_000),
+            "at its floor: not warm (tenth round)"
+        );
         assert_eq!(few.small_target() - before, 300_000);
         // The lower bound holds.
         for i in 0..1_000u64 {
@@ -354,5 +364,32 @@ mod tests {
             a.readmit(mix(i + 1_000_000), 1 << 20);
         }
         assert_eq!(a.small_target(), heap as u64 * MIN_SMALL_PERCENT / 100);
+    }
+
+    #[test]
+    fn probation_ghosts_start_warm_only_while_the_small_target_is_above_its_floor() {
+        let heap = 64 << 20;
+        let mut a = Admission::new(256, heap);
+        let floor = heap as u64 * MIN_SMALL_PERCENT / 100;
+        assert_eq!(a.small_target(), floor, "it starts at its floor");
+        let (small, main) = (0x1234_5678_9abc_def0, 0x0fed_cba9_8765_4321);
+        a.remember(small, false);
+        a.remember(main, true);
+        assert!(
+            a.readmit(main, 1_000),
+            "a key back from main starts warm at the floor"
+        );
+        assert!(
+            !a.readmit(small, 1_000),
+            "a key back from probation does not while the target sits at its floor"
+        );
+        assert!(
+            a.small_target() > floor,
+            "but it still grows the small target"
+        );
+        a.remember(small, false);
+        assert!(a.readmit(small, 1_000), "above the floor it starts warm");
+        a.remember(main, true);
+        assert!(a.readmit(main, 1_000));
     }
 }

@@ -5,7 +5,8 @@
 //! A key that comes back soon after such an eviction was not a one-hit
 //! wonder after all: the write path asks [`Ghosts::take`] and, on a match,
 //! gives the new item one access so that the next admission pass promotes
-//! it to the main pool (S3-FIFO's ghost queue, SOSP'23). The set is
+//! it to the main pool (S3-FIFO's ghost queue, SOSP'23; `admission.rs`
+//! decides, from the pool the key was dropped from). The set is
 //! approximate by design: 16-bit fingerprints in 4-way buckets, first in
 //! first out within a bucket, about two bytes per entry, one entry per
 //! four items the cache holds (about 0.55 bytes per item). A false match
