@@ -1547,33 +1547,14 @@ mod tests {
         for k in (0..keys).step_by(8) {
             assert!(c.delete(format!("k{k:04}")));
         }
-        let sealed: Vec<_> = (0..c.segs.count())
-            .map(|id| &c.segs.headers[id])
-            .filter(|h| h.state == SegState::Sealed)
-            .collect();
-        let seg = c.segs.segment_size();
-        let usable = super::usable(seg);
-        let live_of =
-            |n: usize| -> usize { sealed[..n].iter().map(|h| h.live_bytes as usize).sum() };
-        assert!(sealed.len() >= 12);
+        let live = sealed_live_bytes(&c);
+        let usable = super::usable(c.segs.segment_size());
+        assert!(live.len() >= 12);
         assert!(
-            live_of(MERGE_MAX) > (MERGE_MAX - 1) * usable,
+            live[..MERGE_MAX].iter().sum::<usize>() > (MERGE_MAX - 1) * usable,
             "eight segments do not fit in seven"
         );
-        let used = c.stats().segments_used;
-        let items = c.stats().items;
-        assert!(c.compact_any(), "a longer main run compacts");
-        assert_eq!(c.stats().segments_used, used - 1);
-        assert_eq!(c.stats().items, items);
-        assert_eq!(c.stats().evictions, 0);
-        for k in 0..keys {
-            assert_eq!(
-                c.contains(format!("k{k:04}").as_bytes()),
-                k % 8 != 0,
-                "key {k}"
-            );
-        }
-        c.check_invariants();
+        compacts_one_segment_away(&mut c, keys, 8);
     }
 
     #[test]
@@ -1595,33 +1576,44 @@ mod tests {
         for k in (0..keys).step_by(16) {
             assert!(c.delete(format!("k{k:04}")));
         }
-        let sealed: Vec<_> = (0..c.segs.count())
-            .map(|id| &c.segs.headers[id])
-            .filter(|h| h.state == SegState::Sealed)
-            .collect();
+        let live = sealed_live_bytes(&c);
         let seg = c.segs.segment_size();
         let usable = super::usable(seg);
-        let live_of =
-            |n: usize| -> usize { sealed[..n].iter().map(|h| h.live_bytes as usize).sum() };
-        assert!(sealed.len() >= COMPACT_MAX_MAIN);
+        assert!(live.len() >= COMPACT_MAX_MAIN);
         assert!(
-            live_of(12) > 11 * usable,
+            live[..12].iter().sum::<usize>() > 11 * usable,
             "twelve segments do not fit in eleven"
         );
         assert!(
-            live_of(COMPACT_MAX_MAIN) * 8 > COMPACT_MAX_MAIN * seg * 7,
+            live[..COMPACT_MAX_MAIN].iter().sum::<usize>() * 8 > COMPACT_MAX_MAIN * seg * 7,
             "over 7/8 live"
         );
+        compacts_one_segment_away(&mut c, keys, 16);
+    }
+
+    /// Live bytes of each sealed segment, in segment id order.
+    fn sealed_live_bytes(c: &Segcache) -> Vec<usize> {
+        (0..c.segs.count())
+            .map(|id| &c.segs.headers[id])
+            .filter(|h| h.state == SegState::Sealed)
+            .map(|h| h.live_bytes as usize)
+            .collect()
+    }
+
+    /// One compaction frees exactly one segment and evicts nothing: of
+    /// keys `k0000..keys`, every `deleted_every`-th (deleted before) is
+    /// still gone and every other one is still there.
+    fn compacts_one_segment_away(c: &mut Segcache, keys: u32, deleted_every: u32) {
         let used = c.stats().segments_used;
         let items = c.stats().items;
-        assert!(c.compact_any(), "a main run over 7/8 live compacts");
+        assert!(c.compact_any(), "a main run compacts");
         assert_eq!(c.stats().segments_used, used - 1);
         assert_eq!(c.stats().items, items);
         assert_eq!(c.stats().evictions, 0);
         for k in 0..keys {
             assert_eq!(
                 c.contains(format!("k{k:04}").as_bytes()),
-                k % 16 != 0,
+                k % deleted_every != 0,
                 "key {k}"
             );
         }
