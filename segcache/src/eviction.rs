@@ -732,6 +732,7 @@ impl Segcache {
             while start != NONE {
                 let main = self.admission.is_main(start);
                 let limit = if main { COMPACT_MAX_MAIN } else { MERGE_MAX };
+                let run_items = compaction_run_items(limit, seg_size);
                 let mut found = CompactionRun {
                     bucket,
                     main,
@@ -745,8 +746,7 @@ impl Segcache {
                 while found.n < limit
                     && self.sealed(at)
                     && self.admission.is_main(at) == main
-                    && found.items + self.segs.headers[at as usize].live_items as usize
-                        <= compaction_run_items(limit, seg_size)
+                    && found.items + self.segs.headers[at as usize].live_items as usize <= run_items
                     && self.scratch_holds(0, at)
                 {
                     let Some(wider) = self.widen(bucket, range, at) else {
