@@ -577,12 +577,15 @@ impl Gen {
             .pct(40)
             .then(|| *self.rng.pick(&["I", "D", "+", "-", "i", "d", "Z"]));
         if self.rng.pct(40) {
-            let deltas: &[&str] = if matches!(mode, Some("D" | "-" | "d")) {
-                &["1", "7", "100000", "18446744073709551615", "x"]
+            let largest = if matches!(mode, Some("D" | "-" | "d")) {
+                "18446744073709551615"
             } else {
-                &["1", "7", "100000", "18446744073709551616", "x"]
+                "18446744073709551616"
             };
-            let d = self.rng.pick(deltas).to_string();
+            let d = self
+                .rng
+                .pick(&["1", "7", "100000", largest, "x"])
+                .to_string();
             flags.push(Part::Raw(format!("D{d}").into_bytes()));
         }
         if let Some(m) = mode {
