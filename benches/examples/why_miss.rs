@@ -118,7 +118,7 @@ fn main() {
         key_len: stats.key_size.unwrap().round() as usize,
         value_len: stats.value_size.unwrap().round().max(1.0) as usize,
     };
-    let seg_size = sim::segment_size_for(budget, sim::SEGMENT_SIZE, typ);
+    let seg_size = sim::segment_size_for(budget, sim::SEGMENT_SIZE, typ, None);
     println!(
         "cluster {cluster}: budget {budget} B, key space {key_space}, unique keys {}, item size p10/p50/p90 {}/{}/{}, segment {seg_size} B",
         seen.len(),
@@ -136,7 +136,7 @@ fn main() {
         sizing.capacity,
         W(sizing.per_item),
     );
-    let mut seg = SegcacheSim::for_budget(budget, sim::SEGMENT_SIZE, typ).unwrap();
+    let mut seg = SegcacheSim::for_budget(budget, sim::SEGMENT_SIZE, typ, None).unwrap();
     let s0 = seg.inner().stats();
     println!(
         "segcache: heap {} ({:.3} of budget), table {}, headers {}, admission {}",

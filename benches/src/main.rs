@@ -130,6 +130,11 @@ enum Cmd {
             default_value = "segcache,pelikan-merge,pelikan-s3fifo,quick_cache,moka,lru"
         )]
         caches: Vec<String>,
+        /// Cut each segment cache's budget into N to 2N segments (at least
+        /// 4 KiB, at most 1 MiB each) instead of the crate's default
+        /// (`segcache::default_segment_size`: 256 to 512 of 16 KiB to 1 MiB).
+        #[arg(long)]
+        segments: Option<usize>,
     },
     /// Miss ratio on synthetic Twitter cluster workloads.
     Twitter {
@@ -160,6 +165,11 @@ enum Cmd {
             default_value = "segcache,pelikan-merge,pelikan-s3fifo,quick_cache,moka,lru"
         )]
         caches: Vec<String>,
+        /// Cut each segment cache's budget into N to 2N segments (at least
+        /// 4 KiB, at most 1 MiB each) instead of the crate's default
+        /// (`segcache::default_segment_size`: 256 to 512 of 16 KiB to 1 MiB).
+        #[arg(long)]
+        segments: Option<usize>,
     },
     /// One throughput case on one cache, once, untimed: for instruction
     /// counts under `valgrind --tool=callgrind --toggle-collect='*run_case*'`
@@ -264,7 +274,8 @@ fn main() {
         Cmd::Trace {
             budgets_mib,
             caches,
-        } => run_trace(&budgets_mib, &kinds(&caches)),
+            segments,
+        } => run_trace(&budgets_mib, &kinds(&caches), segments),
         Cmd::Twitter {
             cluster,
             requests,
@@ -273,6 +284,7 @@ fn main() {
             ttl_spans,
             seed,
             caches,
+            segments,
         } => run_twitter(
             &cluster,
             twitter::WorkloadConfig {
@@ -283,6 +295,7 @@ fn main() {
             ttl_spans,
             budget_mib,
             &kinds(&caches),
+            segments,
         ),
         Cmd::Opcount {
             cache,
@@ -517,10 +530,11 @@ fn measure(
     kind: Kind,
     budget: usize,
     typ: Typical,
+    segments: Option<usize>,
     f: impl FnOnce(&mut dyn SimCache, usize) -> ReplayStats,
 ) -> Result<ReplayStats, String> {
     let base = alloc::live_bytes();
-    let mut cache = sim::build(kind, budget, typ)?;
+    let mut cache = sim::build(kind, budget, typ, segments)?;
     Ok(f(cache.as_mut(), base))
 }
 
@@ -541,7 +555,7 @@ fn mem_cell(r: &Result<ReplayStats, String>, budget: usize) -> String {
     }
 }
 
-fn run_trace(budgets_mib: &[u64], kinds: &[Kind]) -> Result<(), String> {
+fn run_trace(budgets_mib: &[u64], kinds: &[Kind], segments: Option<usize>) -> Result<(), String> {
     let t = trace::read_cloudphysics().map_err(|e| e.to_string())?;
     let mut sizes = std::collections::HashMap::new();
     for r in &t {
@@ -572,7 +586,11 @@ fn run_trace(budgets_mib: &[u64], kinds: &[Kind]) -> Result<(), String> {
         drop(lru);
         let results: Vec<_> = kinds
             .iter()
-            .map(|&k| measure(k, budget, typ, |c, base| sim::replay_trace(c, &t, base)))
+            .map(|&k| {
+                measure(k, budget, typ, segments, |c, base| {
+                    sim::replay_trace(c, &t, base)
+                })
+            })
             .collect();
         let seg = results
             .iter()
@@ -614,6 +632,7 @@ fn run_twitter(
     ttl_spans: Option<f64>,
     budget_mib: Option<f64>,
     kinds: &[Kind],
+    segments: Option<usize>,
 ) -> Result<(), String> {
     let table = twitter::load_stats(&twitter::stats_path()).map_err(|e| e.to_string())?;
     let mut header =
@@ -654,7 +673,7 @@ fn run_twitter(
         let results: Vec<_> = kinds
             .iter()
             .map(|&k| {
-                measure(k, budget, typ, |c, base| {
+                measure(k, budget, typ, segments, |c, base| {
                     sim::replay_workload(c, w.clone(), base)
                 })
             })

@@ -344,9 +344,10 @@ impl SegcacheSim {
         budget: usize,
         segment_size: usize,
         typ: Typical,
+        segments: Option<usize>,
     ) -> Result<SegcacheSim, String> {
         let err = |e: segcache::Error| format!("segcache build: {e:?}");
-        let segment_size = segment_size_for(budget, segment_size, typ);
+        let segment_size = segment_size_for(budget, segment_size, typ, segments);
         // Probes: fixed cost, per-bucket and per-segment cost from stats().
         let probe = |segments: usize, hp: u8| {
             Self::with_params(
@@ -401,21 +402,28 @@ impl SegcacheSim {
     }
 }
 
-/// The segment size for a budget: `segment_size`, or for budgets under 256
-/// segments of it a smaller power of two (at least 4 KiB), so the heap has
-/// at least about 128 segments: every TTL bucket in use keeps an open
-/// segment, and merge eviction's pools need segments to choose from (64
-/// segments lost 3-4% more misses on clusters 7 and 22 than 256); but
-/// never under four typical items.
-pub fn segment_size_for(budget: usize, segment_size: usize, typ: Typical) -> usize {
-    let by_count = if budget / 256 >= segment_size {
-        segment_size
-    } else {
-        ((budget / 256).max(4096).next_power_of_two() / 2).max(4096)
+/// The segment size for a budget: the crate's default for a heap of that
+/// size ([`segcache::default_segment_size`]: 256 to 512 segments, 16 KiB
+/// to 1 MiB), or with `segments` the power of two that cuts it into that
+/// many to twice as many (4 KiB to 1 MiB); raised to four typical items
+/// where that is larger (what the crate's docs tell a user with large
+/// items to do), and at most `segment_size`. Pelikan's crate gets the same
+/// size.
+pub fn segment_size_for(
+    budget: usize,
+    segment_size: usize,
+    typ: Typical,
+    segments: Option<usize>,
+) -> usize {
+    let by_heap = match segments {
+        None => segcache::default_segment_size(budget),
+        Some(n) => {
+            let share = (budget / n.max(1)).max(1);
+            (1usize << (usize::BITS - 1 - share.leading_zeros())).clamp(4 << 10, 1 << 20)
+        }
     };
-    // Room for a few typical items, so segments are not mostly ends.
     let by_item = (4 * (typ.key_len + typ.value_len + 16)).next_power_of_two();
-    by_count.max(by_item).min(segment_size)
+    by_heap.max(by_item).min(segment_size)
 }
 
 #[cfg(feature = "segcache-adapter")]
@@ -521,9 +529,10 @@ impl PelikanSim {
         budget: usize,
         segment_size: usize,
         typ: Typical,
+        segments: Option<usize>,
         policy: PelikanPolicy,
     ) -> Result<PelikanSim, String> {
-        let segment_size = segment_size_for(budget, segment_size, typ);
+        let segment_size = segment_size_for(budget, segment_size, typ, segments);
         // Pelikan's item header is 12-16 bytes.
         let item = typ.key_len + typ.value_len + 14;
         let mut hp = 7u8;
@@ -928,25 +937,34 @@ pub fn calibrate(kind: Kind, budget: usize, typ: Typical) -> Sizing {
 /// Segment size used for a budget: 1 MiB, smaller for tiny budgets.
 pub const SEGMENT_SIZE: usize = 1 << 20;
 
-/// Build any cache for an equal real-memory `budget`.
-pub fn build(kind: Kind, budget: usize, typ: Typical) -> Result<Box<dyn SimCache>, String> {
+/// Build any cache for an equal real-memory `budget`; the segment caches'
+/// heaps are cut as [`segment_size_for`] says with `segments`.
+pub fn build(
+    kind: Kind,
+    budget: usize,
+    typ: Typical,
+    segments: Option<usize>,
+) -> Result<Box<dyn SimCache>, String> {
     match kind {
         #[cfg(feature = "segcache-adapter")]
         Kind::Segcache => Ok(Box::new(SegcacheSim::for_budget(
             budget,
             SEGMENT_SIZE,
             typ,
+            segments,
         )?)),
         Kind::PelikanMerge => Ok(Box::new(PelikanSim::for_budget(
             budget,
             SEGMENT_SIZE,
             typ,
+            segments,
             PelikanPolicy::Merge,
         )?)),
         Kind::PelikanS3Fifo => Ok(Box::new(PelikanSim::for_budget(
             budget,
             SEGMENT_SIZE,
             typ,
+            segments,
             PelikanPolicy::S3Fifo,
         )?)),
         #[cfg(not(feature = "segcache-adapter"))]
@@ -1132,7 +1150,7 @@ mod tests {
             key_len: 16,
             value_len: 100,
         };
-        let mut c = SegcacheSim::for_budget(budget, SEGMENT_SIZE, typ).unwrap();
+        let mut c = SegcacheSim::for_budget(budget, SEGMENT_SIZE, typ, None).unwrap();
         let total = c.reported_bytes();
         assert!(
             total <= budget && total > budget - (1 << 20) - (64 << 10),

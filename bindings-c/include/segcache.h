@@ -110,8 +110,10 @@ typedef struct segcache_config_t {
   // Bytes of item storage, split evenly over the shards (default 64 MiB).
   // Each shard needs at least 3 segments. It is allocated up front.
   size_t heap_size;
-  // Bytes per segment: a multiple of 8 from 1024 to 2 MiB (default
-  // 1 MiB). The largest item (header, key and value) must fit in one.
+  // Bytes per segment: a multiple of 8 from 1024 to 2 MiB. The largest
+  // item (header, key and value) must fit in one. 0 (the default) picks
+  // the core's default for each shard's heap: 256 to 512 segments of
+  // 16 KiB to 1 MiB (more segments, more hits for the same memory).
   size_t segment_size;
   // The hash table has 2^hash_power buckets of 7 items, over all shards
   // (3 to 30); 0 (the default) sizes it for ~100-byte items.
@@ -209,7 +211,7 @@ typedef struct segcache_stats_t {
 extern "C" {
 #endif // __cplusplus
 
-// The default configuration: 64 MiB heap, 1 MiB segments, automatic hash
+// The default configuration: 64 MiB heap, automatic segment size, hash
 // table size and shard count, merge eviction.
 struct segcache_config_t segcache_config_default(void);
 

@@ -9,7 +9,9 @@
 use crate::last_error;
 use crate::segcache_t;
 use crate::status::{catch, put, segcache_status_t};
-use segcache_core::{Error, Eviction, RestoreOutcome, Segcache, ShardedCache, MAX_HASH_POWER};
+use segcache_core::{
+    default_segment_size, Error, Eviction, RestoreOutcome, Segcache, ShardedCache, MAX_HASH_POWER,
+};
 use std::ffi::{c_char, CStr};
 
 use segcache_status_t::*;
@@ -23,8 +25,10 @@ pub struct segcache_config_t {
     /// Bytes of item storage, split evenly over the shards (default 64 MiB).
     /// Each shard needs at least 3 segments. It is allocated up front.
     pub heap_size: usize,
-    /// Bytes per segment: a multiple of 8 from 1024 to 2 MiB (default
-    /// 1 MiB). The largest item (header, key and value) must fit in one.
+    /// Bytes per segment: a multiple of 8 from 1024 to 2 MiB. The largest
+    /// item (header, key and value) must fit in one. 0 (the default) picks
+    /// the core's default for each shard's heap: 256 to 512 segments of
+    /// 16 KiB to 1 MiB (more segments, more hits for the same memory).
     pub segment_size: usize,
     /// The hash table has 2^hash_power buckets of 7 items, over all shards
     /// (3 to 30); 0 (the default) sizes it for ~100-byte items.
@@ -54,13 +58,13 @@ pub struct segcache_config_t {
     pub prefault: bool,
 }
 
-/// The default configuration: 64 MiB heap, 1 MiB segments, automatic hash
+/// The default configuration: 64 MiB heap, automatic segment size, hash
 /// table size and shard count, merge eviction.
 #[no_mangle]
 pub extern "C" fn segcache_config_default() -> segcache_config_t {
     segcache_config_t {
         heap_size: 64 << 20,
-        segment_size: 1 << 20,
+        segment_size: 0,
         hash_power: 0,
         shards: 0,
         eviction: std::ptr::null(),
@@ -74,11 +78,16 @@ pub extern "C" fn segcache_config_default() -> segcache_config_t {
 const MIN_HASH_POWER: u8 = 3;
 
 /// The shard count chosen for `shards == 0`: four per CPU rounded up to a
-/// power of two (at most 64), halved until each shard has 8 segments.
+/// power of two (at most 64), halved until each shard has 8 segments (of
+/// `segment_size`, or with 0 of the core's default for the shard's heap).
 fn auto_shards(heap_size: usize, segment_size: usize) -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut n = (cpus * 4).next_power_of_two().min(64);
-    while n > 1 && heap_size / n / segment_size.max(1) < 8 {
+    let segment = |shard_heap: usize| match segment_size {
+        0 => default_segment_size(shard_heap),
+        given => given,
+    };
+    while n > 1 && heap_size / n / segment(heap_size / n) < 8 {
         n /= 2;
     }
     n
@@ -111,8 +120,10 @@ unsafe fn utf8<'a>(field: &'static str, ptr: *const c_char) -> Result<&'a str, E
 unsafe fn build(cfg: &segcache_config_t) -> Result<ShardedCache, Error> {
     let mut builder = Segcache::builder()
         .heap_size(cfg.heap_size)
-        .segment_size(cfg.segment_size)
         .prefault(cfg.prefault);
+    if cfg.segment_size != 0 {
+        builder = builder.segment_size(cfg.segment_size);
+    }
     if cfg.hash_power != 0 {
         // Checked here: `build_sharded` clamps a too-small power per shard
         // and subtracts the shard bits from a too-large one, so it would

@@ -55,7 +55,7 @@ static int names_field(const char *field) {
 static void test_config(void) {
     segcache_config_t d = segcache_config_default();
     CHECK(d.heap_size == 64u << 20);
-    CHECK(d.segment_size == 1u << 20);
+    CHECK(d.segment_size == 0); /* the core picks it per shard */
     CHECK(d.hash_power == 0);
     CHECK(d.shards == 0);
     CHECK(d.eviction == NULL);
@@ -79,9 +79,8 @@ static void test_config(void) {
         CHECK(names_field(#field));                                        \
     } while (0)
     BAD(heap_size, 0);
-    BAD(heap_size, 2u << 20); /* two 1 MiB segments: three are needed */
+    BAD(heap_size, 8u << 10); /* two 4 KiB segments: three are needed */
     BAD(heap_size, SIZE_MAX); /* more segments than the table can name */
-    BAD(segment_size, 0);
     BAD(segment_size, 1000);     /* below 1 KiB */
     BAD(segment_size, 4100);     /* not a multiple of 8 */
     BAD(segment_size, 4u << 20); /* above 2 MiB */
@@ -98,6 +97,7 @@ static void test_config(void) {
     /* Enough for one shard but not for 4 (3 segments each). */
     bad = segcache_config_default();
     bad.heap_size = 8u << 20;
+    bad.segment_size = 1u << 20;
     bad.shards = 4;
     CHECK_ST(new_status(bad), SEGCACHE_INVALID_CONFIG);
     CHECK(names_field("heap_size")); /* "per shard (4 shards): ..." */

@@ -45,10 +45,6 @@ const MAX_DEFAULT_SHARDS: usize = 8;
 /// The default shard count keeps at least this many segments per shard.
 const MIN_SEGMENTS_PER_SHARD: usize = 8;
 
-/// Segments of a heap under 64 MiB when the core picks their size (it
-/// cuts such a heap into 64), for the default shard count.
-const DEFAULT_SEGMENTS: usize = 64;
-
 /// The settings a cache was built with (for `copy`/pickle and `repr`).
 struct Config {
     heap_size: usize,
@@ -132,11 +128,18 @@ fn closed_error() -> PyErr {
 
 /// The default shard count: the machine's parallelism rounded up to a
 /// power of two, at most [`MAX_DEFAULT_SHARDS`], halved while a shard
-/// would get fewer than [`MIN_SEGMENTS_PER_SHARD`] segments.
-fn default_shards(heap_size: usize, segment_size: usize) -> usize {
+/// would get fewer than [`MIN_SEGMENTS_PER_SHARD`] segments (of
+/// `segment_size`, or without one of the core's default for the shard's
+/// heap).
+fn default_shards(heap_size: usize, segment_size: Option<usize>) -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut shards = cpus.next_power_of_two().min(MAX_DEFAULT_SHARDS);
-    while shards > 1 && heap_size / shards / segment_size.max(1) < MIN_SEGMENTS_PER_SHARD {
+    let segment = |shard_heap: usize| {
+        segment_size.unwrap_or_else(|| segcache::default_segment_size(shard_heap))
+    };
+    while shards > 1
+        && heap_size / shards / segment(heap_size / shards).max(1) < MIN_SEGMENTS_PER_SHARD
+    {
         shards /= 2;
     }
     shards
@@ -509,10 +512,7 @@ impl PyCache {
         }
         let shards = match opt(shards) {
             Some(o) => int_arg(&o, "shards", 1, 1024)? as usize,
-            None => default_shards(
-                heap_size,
-                segment_size.unwrap_or((heap_size / DEFAULT_SEGMENTS).clamp(4 << 10, 1 << 20)),
-            ),
+            None => default_shards(heap_size, segment_size),
         };
         let datapool = match opt(datapool) {
             Some(o) => Some(o.extract::<PathBuf>().map_err(|_| {

@@ -161,9 +161,10 @@ impl Builder {
 
     /// Bytes per segment: a multiple of 8 between 1 KiB and 2 MiB (the
     /// reach of the table's 21-bit offsets). The largest item must fit in
-    /// one segment. By default 1 MiB, or for heaps under 64 MiB the power
-    /// of two that cuts the heap into 64 segments (at least 4 KiB), so a
-    /// small cache still has segments for several TTLs and for merging.
+    /// one segment. By default [`default_segment_size`] of the heap (of
+    /// each shard's heap for [`build_sharded`](Self::build_sharded)): 256
+    /// to 512 segments, 16 KiB to 1 MiB each. Set it when items are large:
+    /// to at least four typical items, or more than the largest item.
     pub fn segment_size(mut self, bytes: usize) -> Self {
         self.segment_size = Some(bytes);
         self
@@ -395,13 +396,13 @@ impl Builder {
             Self::check_hash_power(power)?;
         }
         let bits = shards.trailing_zeros() as u8;
-        // Segments sized for the whole heap: a shard's items are as large
-        // as an unsharded cache's.
+        // Segments sized for a shard's heap: what decides hits is how many
+        // segments each cache has to choose from.
         let per_shard = Builder {
             heap_size: self.heap_size / shards,
             segment_size: Some(
                 self.segment_size
-                    .unwrap_or_else(|| default_segment_size(self.heap_size)),
+                    .unwrap_or_else(|| default_segment_size(self.heap_size / shards)),
             ),
             datapool: None,
             hash_power: self
@@ -434,13 +435,34 @@ impl Builder {
     }
 }
 
-/// 1 MiB, or for a heap under 64 MiB the largest power of two that cuts it
-/// into at least 64 segments, but not under 4 KiB.
-fn default_segment_size(heap: usize) -> usize {
-    let share = (heap / 64).max(1);
-    let pow2 = 1usize << (usize::BITS - 1 - share.leading_zeros());
-    pow2.clamp(4 << 10, 1 << 20)
+/// The segment size a heap of `heap` bytes gets when none is set: the
+/// largest power of two that cuts it into at least 256 segments, between
+/// 16 KiB and 1 MiB. A heap too small for 8 segments of 16 KiB gets the
+/// power of two that gives it 8 (at least 4 KiB).
+///
+/// Why 256: merge eviction and TTL buckets choose among segments, and
+/// with fewer the same memory holds fewer hits. On the bench's
+/// Twitter-like clusters whose streams span two TTLs, heaps cut into 64
+/// to 128 segments missed up to 1.24x as often as with 256 to 512
+/// (cluster 7: 0.145 against 0.117, cluster 22: 0.508 against 0.448);
+/// 512 to 1024 helped some clusters and cost others (BENCHMARKS.md §1i).
+/// Why 16 KiB and 1 MiB: an item must fit in a segment, so a default
+/// cache of a few MiB still takes values of several KiB, and 1 MiB holds
+/// memcached's largest item.
+pub fn default_segment_size(heap: usize) -> usize {
+    let floor_pow2 = |n: usize| 1usize << (usize::BITS - 1 - n.max(1).leading_zeros());
+    let size = floor_pow2(heap / DEFAULT_SEGMENTS).clamp(16 << 10, 1 << 20);
+    if heap / size >= 8 {
+        size
+    } else {
+        floor_pow2(heap / 8).clamp(4 << 10, 16 << 10)
+    }
 }
+
+/// Segments [`default_segment_size`] cuts a heap into, at least: 256 to
+/// 511, fewer where its 16 KiB floor binds (heaps under 4 MiB), more where
+/// its 1 MiB cap does (heaps of 512 MiB and up).
+pub const DEFAULT_SEGMENTS: usize = 256;
 
 /// The starting bucket count (any count, not only a power of two) that
 /// puts ~100-byte items filling `heap` at 87% of the table's seven slots
@@ -573,11 +595,21 @@ mod tests {
 
     #[test]
     fn default_segment_size_fits_small_heaps() {
-        assert_eq!(default_segment_size(64 << 20), 1 << 20);
+        assert_eq!(default_segment_size(64 << 20), 256 << 10);
         assert_eq!(default_segment_size(1 << 30), 1 << 20);
-        assert_eq!(default_segment_size(8 << 20), 128 << 10);
+        assert_eq!(default_segment_size(8 << 20), 32 << 10);
         assert_eq!(default_segment_size(1 << 20), 16 << 10);
-        assert_eq!(default_segment_size(100_000), 4 << 10);
+        assert_eq!(default_segment_size(100_000), 8 << 10);
+        assert_eq!(default_segment_size(20_000), 4 << 10);
+        // From 4 MiB (256 segments of the smallest size) to 256 MiB (256 of
+        // the largest), every heap gets 256 to 511 segments.
+        for heap in (4usize << 20..=256 << 20).step_by(3 << 20) {
+            let n = heap / default_segment_size(heap);
+            assert!(
+                (DEFAULT_SEGMENTS..2 * DEFAULT_SEGMENTS).contains(&n),
+                "{heap}: {n}"
+            );
+        }
         // A 1 MiB cache in 8 shards still builds, each shard with 8 segments.
         let c = Segcache::builder()
             .heap_size(1 << 20)
@@ -587,6 +619,13 @@ mod tests {
         assert_eq!(c.stats().segments_free, 64);
         let c = Segcache::builder().heap_size(1 << 20).build().unwrap();
         assert_eq!(c.stats().segments_free, 64);
+        // Shards get segments sized for their own heap: 16 MiB each, 256
+        // segments of 64 KiB, where the whole heap's size would give 64.
+        let c = Segcache::builder()
+            .heap_size(64 << 20)
+            .build_sharded(4)
+            .unwrap();
+        assert_eq!(c.stats().segments_free, 4 * 256);
     }
 
     #[test]

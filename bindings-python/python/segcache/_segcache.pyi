@@ -137,9 +137,9 @@ class Cache:
     over the shards; item data never exceeds it. The hash table and
     segment headers come on top (see ``stats()["total_bytes"]``).
     ``segment_size``: bytes per segment (a multiple of 8 from 1 KiB to
-    2 MiB; default 1 MiB, or heap/64 (at least 4 KiB) for heaps under
-    64 MiB, so that small caches work); the largest item must fit in one
-    segment.
+    2 MiB; default: the size that cuts each shard's heap into 256 to 512
+    segments, 16 KiB to 1 MiB, as more segments give more hits); the
+    largest item must fit in one segment.
     ``hash_power``: the table has ``2**hash_power`` buckets of 7 slots
     (default: sized for ~100-byte items filling the heap).
     ``eviction``: ``"merge"`` (default), ``"none"`` (writes fail with
