@@ -120,7 +120,8 @@ typedef struct segcache_config_t {
   uint32_t hash_power;
   // Number of independently locked shards: a power of two up to 1024;
   // 0 (the default) picks one from the number of CPUs, keeping at least
-  // 8 segments per shard.
+  // 8 segments per shard of a `segment_size` given, or with the
+  // automatic size 256 segments (at least 4 MiB) per shard.
   size_t shards;
   // Eviction policy name, NUL-terminated: "merge" (the default, also
   // when NULL), "none", "random", "random_fifo", "fifo", "cte" or

@@ -10,7 +10,8 @@ use crate::last_error;
 use crate::segcache_t;
 use crate::status::{catch, put, segcache_status_t};
 use segcache_core::{
-    default_segment_size, Error, Eviction, RestoreOutcome, Segcache, ShardedCache, MAX_HASH_POWER,
+    default_segment_size, Error, Eviction, RestoreOutcome, Segcache, ShardedCache,
+    DEFAULT_SEGMENTS, MAX_HASH_POWER,
 };
 use std::ffi::{c_char, CStr};
 
@@ -35,7 +36,8 @@ pub struct segcache_config_t {
     pub hash_power: u32,
     /// Number of independently locked shards: a power of two up to 1024;
     /// 0 (the default) picks one from the number of CPUs, keeping at least
-    /// 8 segments per shard.
+    /// 8 segments per shard of a `segment_size` given, or with the
+    /// automatic size 256 segments (at least 4 MiB) per shard.
     pub shards: usize,
     /// Eviction policy name, NUL-terminated: "merge" (the default, also
     /// when NULL), "none", "random", "random_fifo", "fifo", "cte" or
@@ -78,16 +80,21 @@ pub extern "C" fn segcache_config_default() -> segcache_config_t {
 const MIN_HASH_POWER: u8 = 3;
 
 /// The shard count chosen for `shards == 0`: four per CPU rounded up to a
-/// power of two (at most 64), halved until each shard has 8 segments (of
-/// `segment_size`, or with 0 of the core's default for the shard's heap).
+/// power of two (at most 64), halved until each shard has 8 segments of
+/// `segment_size`, or with 0 the core's `DEFAULT_SEGMENTS` of its default
+/// size for the shard's heap (a shard of at least 4 MiB): fewer segments
+/// per shard cost hits.
 fn auto_shards(heap_size: usize, segment_size: usize) -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut n = (cpus * 4).next_power_of_two().min(64);
-    let segment = |shard_heap: usize| match segment_size {
-        0 => default_segment_size(shard_heap),
-        given => given,
+    let (min_segments, segment) = match segment_size {
+        0 => (DEFAULT_SEGMENTS, None),
+        given => (8, Some(given)),
     };
-    while n > 1 && heap_size / n / segment(heap_size / n) < 8 {
+    let segments = |shard_heap: usize| {
+        shard_heap / segment.unwrap_or_else(|| default_segment_size(shard_heap))
+    };
+    while n > 1 && segments(heap_size / n) < min_segments {
         n /= 2;
     }
     n
@@ -301,6 +308,23 @@ pub unsafe extern "C" fn segcache_restore_outcome(
 mod tests {
     use super::*;
     use crate::segcache_last_error;
+
+    #[test]
+    fn automatic_shards_keep_enough_segments_each() {
+        // Automatic segment size: shards of at least 4 MiB (256 segments of
+        // 16 KiB), so a small heap gets one, whatever the machine.
+        assert_eq!(auto_shards(1 << 20, 0), 1);
+        assert_eq!(auto_shards(4 << 20, 0), 1);
+        for heap in [8usize << 20, 64 << 20, 1 << 30] {
+            let n = auto_shards(heap, 0);
+            let shard = heap / n;
+            assert!(shard >= 4 << 20, "{heap}: {n} shards");
+            assert!(shard / default_segment_size(shard) >= DEFAULT_SEGMENTS);
+        }
+        // A size given: 8 segments per shard.
+        assert_eq!(auto_shards(16 << 20, 1 << 20), 2);
+        assert!(auto_shards(1 << 30, 1 << 20) >= 2);
+    }
 
     fn new(cfg: &segcache_config_t) -> Result<*mut segcache_t, segcache_status_t> {
         let mut err = SEGCACHE_PANIC;

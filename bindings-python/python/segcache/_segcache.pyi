@@ -147,7 +147,8 @@ class Cache:
     ``"fifo"``, ``"cte"`` (closest to expiry) or ``"util"`` (least live
     bytes). ``shards``: independently locked parts, a power of two up to
     1024 (default: the CPU count rounded up to a power of two, at most 8,
-    fewer if a shard would get under 8 segments). ``serializer``: how
+    fewer if a shard would get under 8 segments of a given
+    ``segment_size``, or without one under 4 MiB). ``serializer``: how
     values other than bytes, str and int are stored: any object with
     ``dumps(obj) -> bytes | str`` and ``loads(bytes) -> obj`` (``json``,
     ``orjson``, ``msgpack``...; default ``pickle``, highest protocol:
