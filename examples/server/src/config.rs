@@ -80,7 +80,9 @@ pub struct Cli {
     /// Bytes of item storage, e.g. 64MiB or 1GiB [default: 64MiB].
     #[arg(long, value_parser = parse_size_arg)]
     pub heap_size: Option<u64>,
-    /// Segment size, e.g. 1MiB [default: 1MiB].
+    /// Segment size, e.g. 1MiB [default: the smallest power of two that
+    /// holds --max-value, at least the core's default for the heap (256 or
+    /// more segments), at most 1MiB: 1MiB with the default --max-value].
     #[arg(long, value_parser = parse_size_arg)]
     pub segment_size: Option<u64>,
     /// Hash table size as a power of two (buckets of 7 items).
@@ -321,6 +323,17 @@ pub fn parse_cores(text: &str) -> Result<Vec<usize>, String> {
     Ok(cores)
 }
 
+/// The segment size when none is configured: the smallest power of two
+/// that holds a value of `max_value` bytes, but no smaller than the core's
+/// default for the heap (`segcache::default_segment_size`: 256 or more
+/// segments, for hits) and no larger than 1 MiB (memcached's largest
+/// item). With the default 1 MiB `max_value` that is 1 MiB.
+fn default_segment_size(heap_size: u64, max_value: u64) -> u64 {
+    let heap = usize::try_from(heap_size).unwrap_or(usize::MAX);
+    let by_heap = segcache::default_segment_size(heap) as u64;
+    max_value.next_power_of_two().max(by_heap).min(1 << 20)
+}
+
 fn size_value(key: &str, v: Size) -> Result<u64, ConfigError> {
     match v {
         Size::Bytes(n) => u64::try_from(n).map_err(|_| err(key, format!("{n} is negative"))),
@@ -509,7 +522,7 @@ impl Config {
         let segment_size = match (cli.segment_size, file.seg.segment_size) {
             (Some(n), _) => n,
             (None, Some(v)) => size_value(&seg_key, v)?,
-            (None, None) => 1 << 20,
+            (None, None) => default_segment_size(heap_size, max_value),
         };
         let hp_key = flagged("seg.hash_power", "--hash-power", cli.hash_power.is_some());
         let hash_power = match (cli.hash_power, file.seg.hash_power) {
@@ -618,6 +631,38 @@ mod tests {
         assert!(parse_cores("3-1").is_err());
         assert!(parse_cores("x").is_err());
         assert!(parse_cores("").is_err());
+    }
+
+    #[test]
+    fn segment_size_follows_max_value_and_heap() {
+        let seg = |args: Cli| Config::from_toml("", &args).unwrap().segment_size;
+        // Defaults: 1 MiB values need 1 MiB segments, as before.
+        assert_eq!(seg(Cli::default()), 1 << 20);
+        // Smaller values: the core's default for the heap (256 segments).
+        let small = Cli {
+            max_value: Some(64 << 10),
+            ..Cli::default()
+        };
+        assert_eq!(seg(small), 256 << 10);
+        let small_big_heap = Cli {
+            max_value: Some(64 << 10),
+            heap_size: Some(4 << 30),
+            ..Cli::default()
+        };
+        assert_eq!(seg(small_big_heap), 1 << 20);
+        // Values above 1 MiB are capped by the segment, as before.
+        let large = Cli {
+            max_value: Some(2 << 20),
+            ..Cli::default()
+        };
+        assert_eq!(seg(large), 1 << 20);
+        // A size given is kept.
+        let given = Cli {
+            max_value: Some(64 << 10),
+            segment_size: Some(128 << 10),
+            ..Cli::default()
+        };
+        assert_eq!(seg(given), 128 << 10);
     }
 
     #[test]
