@@ -10,8 +10,7 @@ use crate::last_error;
 use crate::segcache_t;
 use crate::status::{catch, put, segcache_status_t};
 use segcache_core::{
-    default_segment_size, Error, Eviction, RestoreOutcome, Segcache, ShardedCache,
-    DEFAULT_SEGMENTS, MAX_HASH_POWER,
+    default_shards, Error, Eviction, RestoreOutcome, Segcache, ShardedCache, MAX_HASH_POWER,
 };
 use std::ffi::{c_char, CStr};
 
@@ -80,24 +79,12 @@ pub extern "C" fn segcache_config_default() -> segcache_config_t {
 const MIN_HASH_POWER: u8 = 3;
 
 /// The shard count chosen for `shards == 0`: four per CPU rounded up to a
-/// power of two (at most 64), halved until each shard has 8 segments of
-/// `segment_size`, or with 0 the core's `DEFAULT_SEGMENTS` of its default
-/// size for the shard's heap (a shard of at least 4 MiB): fewer segments
-/// per shard cost hits.
+/// power of two (at most 64), fewer while a shard would get too few
+/// segments ([`default_shards`]).
 fn auto_shards(heap_size: usize, segment_size: usize) -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut n = (cpus * 4).next_power_of_two().min(64);
-    let (min_segments, segment) = match segment_size {
-        0 => (DEFAULT_SEGMENTS, None),
-        given => (8, Some(given)),
-    };
-    let segments = |shard_heap: usize| {
-        shard_heap / segment.unwrap_or_else(|| default_segment_size(shard_heap))
-    };
-    while n > 1 && segments(heap_size / n) < min_segments {
-        n /= 2;
-    }
-    n
+    let given = (segment_size != 0).then_some(segment_size);
+    default_shards(heap_size, given, (cpus * 4).next_power_of_two().min(64))
 }
 
 /// A configuration error naming the C field.
@@ -311,19 +298,11 @@ mod tests {
 
     #[test]
     fn automatic_shards_keep_enough_segments_each() {
-        // Automatic segment size: shards of at least 4 MiB (256 segments of
-        // 16 KiB), so a small heap gets one, whatever the machine.
+        // Automatic segment size: a small heap gets one shard, whatever
+        // the machine; a size given keeps 8 segments per shard.
         assert_eq!(auto_shards(1 << 20, 0), 1);
-        assert_eq!(auto_shards(4 << 20, 0), 1);
-        for heap in [8usize << 20, 64 << 20, 1 << 30] {
-            let n = auto_shards(heap, 0);
-            let shard = heap / n;
-            assert!(shard >= 4 << 20, "{heap}: {n} shards");
-            assert!(shard / default_segment_size(shard) >= DEFAULT_SEGMENTS);
-        }
-        // A size given: 8 segments per shard.
+        assert!((8 << 20) / auto_shards(8 << 20, 0) >= 4 << 20);
         assert_eq!(auto_shards(16 << 20, 1 << 20), 2);
-        assert!(auto_shards(1 << 30, 1 << 20) >= 2);
     }
 
     fn new(cfg: &segcache_config_t) -> Result<*mut segcache_t, segcache_status_t> {

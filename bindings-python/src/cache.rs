@@ -42,11 +42,6 @@ const MIN_HASH_POWER: u64 = 3;
 /// The default shard count is at most this (and a power of two).
 const MAX_DEFAULT_SHARDS: usize = 8;
 
-/// The default shard count keeps at least this many segments per shard
-/// when `segment_size` is given (without one, the core's
-/// `DEFAULT_SEGMENTS`: fewer segments per shard cost hits).
-const MIN_SEGMENTS_PER_SHARD: usize = 8;
-
 /// The settings a cache was built with (for `copy`/pickle and `repr`).
 struct Config {
     heap_size: usize,
@@ -129,28 +124,15 @@ fn closed_error() -> PyErr {
 }
 
 /// The default shard count: the machine's parallelism rounded up to a
-/// power of two, at most [`MAX_DEFAULT_SHARDS`], halved while a shard
-/// would get fewer than [`MIN_SEGMENTS_PER_SHARD`] segments of
-/// `segment_size`, or without one fewer than the core's
-/// `DEFAULT_SEGMENTS` of its default size for the shard's heap (a shard
-/// of at least 4 MiB).
+/// power of two, at most [`MAX_DEFAULT_SHARDS`], fewer while a shard would
+/// get too few segments (`segcache::default_shards`).
 fn default_shards(heap_size: usize, segment_size: Option<usize>) -> usize {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut shards = cpus.next_power_of_two().min(MAX_DEFAULT_SHARDS);
-    let min_segments = match segment_size {
-        Some(_) => MIN_SEGMENTS_PER_SHARD,
-        None => segcache::DEFAULT_SEGMENTS,
-    };
-    let segments = |shard_heap: usize| {
-        shard_heap
-            / segment_size
-                .unwrap_or_else(|| segcache::default_segment_size(shard_heap))
-                .max(1)
-    };
-    while shards > 1 && segments(heap_size / shards) < min_segments {
-        shards /= 2;
-    }
-    shards
+    segcache::default_shards(
+        heap_size,
+        segment_size,
+        cpus.next_power_of_two().min(MAX_DEFAULT_SHARDS),
+    )
 }
 
 /// A key for a read: `None` when it is too long to be stored (a miss).

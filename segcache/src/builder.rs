@@ -464,6 +464,26 @@ pub fn default_segment_size(heap: usize) -> usize {
 /// its 1 MiB cap does (heaps of 512 MiB and up).
 pub const DEFAULT_SEGMENTS: usize = 256;
 
+/// A default shard count for a heap of `heap` bytes (for bindings that
+/// pick one): `most` rounded down to a power of two, halved while a shard
+/// would get fewer than 8 segments of `segment_size`, or, without one,
+/// fewer than [`DEFAULT_SEGMENTS`] of [`default_segment_size`] for its
+/// heap (shards of 4 MiB or more). Fewer segments per shard cost hits
+/// (BENCHMARKS.md §1i); fewer shards cost only lock contention.
+pub fn default_shards(heap: usize, segment_size: Option<usize>, most: usize) -> usize {
+    let (min_segments, given) = match segment_size {
+        Some(size) => (8, Some(size.max(1))),
+        None => (DEFAULT_SEGMENTS, None),
+    };
+    let segments =
+        |shard_heap: usize| shard_heap / given.unwrap_or_else(|| default_segment_size(shard_heap));
+    let mut shards = 1usize << (usize::BITS - 1 - most.max(1).leading_zeros());
+    while shards > 1 && segments(heap / shards) < min_segments {
+        shards /= 2;
+    }
+    shards
+}
+
 /// The starting bucket count (any count, not only a power of two) that
 /// puts ~100-byte items filling `heap` at 87% of the table's seven slots
 /// per bucket: dense enough that a full heap of such items costs ~10 bytes
@@ -591,6 +611,28 @@ mod tests {
             "random-fifo".parse::<Eviction>().unwrap(),
             Eviction::RandomFifo
         );
+    }
+
+    #[test]
+    fn default_shards_keep_enough_segments_each() {
+        // Automatic segment size: shards of at least 4 MiB.
+        assert_eq!(default_shards(1 << 20, None, 8), 1);
+        assert_eq!(default_shards(4 << 20, None, 8), 1);
+        assert_eq!(default_shards(8 << 20, None, 8), 2);
+        assert_eq!(default_shards(64 << 20, None, 64), 16);
+        assert_eq!(default_shards(1 << 30, None, 64), 64);
+        // A size given: 8 segments per shard; `most` rounds down.
+        assert_eq!(default_shards(16 << 20, Some(1 << 20), 8), 2);
+        assert_eq!(default_shards(1 << 30, Some(1 << 20), 12), 8);
+        assert_eq!(default_shards(8 << 10, Some(1 << 10), 8), 1);
+        for heap in [4usize << 20, 8 << 20, 100 << 20, 1 << 30] {
+            let n = default_shards(heap, None, 1024);
+            let shard = heap / n;
+            assert!(
+                shard / default_segment_size(shard) >= DEFAULT_SEGMENTS,
+                "{heap}"
+            );
+        }
     }
 
     #[test]

@@ -151,8 +151,8 @@ pub struct ReadmeDoctests;
 
 pub use batch::Batch;
 pub use builder::{
-    default_segment_size, Builder, Eviction, DEFAULT_SEGMENTS, MAX_HASH_POWER, MIN_HASH_POWER,
-    MIN_SEGMENTS, MIN_SEGMENT_SIZE,
+    default_segment_size, default_shards, Builder, Eviction, DEFAULT_SEGMENTS, MAX_HASH_POWER,
+    MIN_HASH_POWER, MIN_SEGMENTS, MIN_SEGMENT_SIZE,
 };
 pub use cache::{Expired, Item, OwnedItem, RestoreOutcome, Segcache, Stats};
 pub use clock::ManualClock;
