@@ -473,7 +473,7 @@ pub fn run(stats: ClusterStats, cfg: &DemoConfig) -> Result<DemoReport, String> 
             };
             let budget = stats.total_bytes as usize;
             let base = alloc::live_bytes();
-            let mut peer = sim::build(kind, budget, typical, None)?;
+            let mut peer = sim::build(kind, budget, typical, sim::Layout::default())?;
             let (reads, misses) = replay_peer(peer.as_mut(), &reqs);
             let end_bytes = alloc::live_bytes().saturating_sub(base) + peer.mapped_bytes();
             Some(PeerReport {

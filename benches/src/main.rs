@@ -130,11 +130,17 @@ enum Cmd {
             default_value = "segcache,pelikan-merge,pelikan-s3fifo,quick_cache,moka,lru"
         )]
         caches: Vec<String>,
-        /// Cut each segment cache's budget into N to 2N segments (at least
-        /// 4 KiB, at most 1 MiB each) instead of the crate's default
-        /// (`segcache::default_segment_size`: 256 to 512 of 16 KiB to 1 MiB).
+        /// Cut each segment cache's budget (each shard's, with --shards) into
+        /// N to 2N segments (at least 4 KiB, at most 1 MiB each) instead of
+        /// the crate's default (`segcache::default_segment_size`: 256 to 512
+        /// of 16 KiB to 1 MiB).
         #[arg(long)]
         segments: Option<usize>,
+        /// Split segcache into this many independent caches, each with its
+        /// share of the budget, a key going to one by its hash (as
+        /// `ShardedCache` does).
+        #[arg(long, default_value_t = 1)]
+        shards: usize,
     },
     /// Miss ratio on synthetic Twitter cluster workloads.
     Twitter {
@@ -165,11 +171,17 @@ enum Cmd {
             default_value = "segcache,pelikan-merge,pelikan-s3fifo,quick_cache,moka,lru"
         )]
         caches: Vec<String>,
-        /// Cut each segment cache's budget into N to 2N segments (at least
-        /// 4 KiB, at most 1 MiB each) instead of the crate's default
-        /// (`segcache::default_segment_size`: 256 to 512 of 16 KiB to 1 MiB).
+        /// Cut each segment cache's budget (each shard's, with --shards) into
+        /// N to 2N segments (at least 4 KiB, at most 1 MiB each) instead of
+        /// the crate's default (`segcache::default_segment_size`: 256 to 512
+        /// of 16 KiB to 1 MiB).
         #[arg(long)]
         segments: Option<usize>,
+        /// Split segcache into this many independent caches, each with its
+        /// share of the budget, a key going to one by its hash (as
+        /// `ShardedCache` does).
+        #[arg(long, default_value_t = 1)]
+        shards: usize,
     },
     /// One throughput case on one cache, once, untimed: for instruction
     /// counts under `valgrind --tool=callgrind --toggle-collect='*run_case*'`
@@ -275,7 +287,12 @@ fn main() {
             budgets_mib,
             caches,
             segments,
-        } => run_trace(&budgets_mib, &kinds(&caches), segments),
+            shards,
+        } => run_trace(
+            &budgets_mib,
+            &kinds(&caches),
+            sim::Layout { segments, shards },
+        ),
         Cmd::Twitter {
             cluster,
             requests,
@@ -285,6 +302,7 @@ fn main() {
             seed,
             caches,
             segments,
+            shards,
         } => run_twitter(
             &cluster,
             twitter::WorkloadConfig {
@@ -295,7 +313,7 @@ fn main() {
             ttl_spans,
             budget_mib,
             &kinds(&caches),
-            segments,
+            sim::Layout { segments, shards },
         ),
         Cmd::Opcount {
             cache,
@@ -530,11 +548,11 @@ fn measure(
     kind: Kind,
     budget: usize,
     typ: Typical,
-    segments: Option<usize>,
+    layout: sim::Layout,
     f: impl FnOnce(&mut dyn SimCache, usize) -> ReplayStats,
 ) -> Result<ReplayStats, String> {
     let base = alloc::live_bytes();
-    let mut cache = sim::build(kind, budget, typ, segments)?;
+    let mut cache = sim::build(kind, budget, typ, layout)?;
     Ok(f(cache.as_mut(), base))
 }
 
@@ -555,7 +573,7 @@ fn mem_cell(r: &Result<ReplayStats, String>, budget: usize) -> String {
     }
 }
 
-fn run_trace(budgets_mib: &[u64], kinds: &[Kind], segments: Option<usize>) -> Result<(), String> {
+fn run_trace(budgets_mib: &[u64], kinds: &[Kind], layout: sim::Layout) -> Result<(), String> {
     let t = trace::read_cloudphysics().map_err(|e| e.to_string())?;
     let mut sizes = std::collections::HashMap::new();
     for r in &t {
@@ -587,7 +605,7 @@ fn run_trace(budgets_mib: &[u64], kinds: &[Kind], segments: Option<usize>) -> Re
         let results: Vec<_> = kinds
             .iter()
             .map(|&k| {
-                measure(k, budget, typ, segments, |c, base| {
+                measure(k, budget, typ, layout, |c, base| {
                     sim::replay_trace(c, &t, base)
                 })
             })
@@ -632,7 +650,7 @@ fn run_twitter(
     ttl_spans: Option<f64>,
     budget_mib: Option<f64>,
     kinds: &[Kind],
-    segments: Option<usize>,
+    layout: sim::Layout,
 ) -> Result<(), String> {
     let table = twitter::load_stats(&twitter::stats_path()).map_err(|e| e.to_string())?;
     let mut header =
@@ -673,7 +691,7 @@ fn run_twitter(
         let results: Vec<_> = kinds
             .iter()
             .map(|&k| {
-                measure(k, budget, typ, segments, |c, base| {
+                measure(k, budget, typ, layout, |c, base| {
                     sim::replay_workload(c, w.clone(), base)
                 })
             })

@@ -937,14 +937,85 @@ pub fn calibrate(kind: Kind, budget: usize, typ: Typical) -> Sizing {
 /// Segment size used for a budget: 1 MiB, smaller for tiny budgets.
 pub const SEGMENT_SIZE: usize = 1 << 20;
 
-/// Build any cache for an equal real-memory `budget`; the segment caches'
-/// heaps are cut as [`segment_size_for`] says with `segments`.
+/// How the bench lays out segcache (and Pelikan's crate): segments per
+/// heap ([`segment_size_for`]) and shards.
+#[derive(Clone, Copy, Debug)]
+pub struct Layout {
+    /// `None`: the crate's default segment size.
+    pub segments: Option<usize>,
+    /// Independent caches with a share of the budget each ([`ShardedSim`]).
+    pub shards: usize,
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Layout {
+            segments: None,
+            shards: 1,
+        }
+    }
+}
+
+/// `shards` caches of a kind, each with its share of the budget; a key
+/// goes to one by its hash, as in `segcache::ShardedCache`.
+pub struct ShardedSim {
+    shards: Vec<Box<dyn SimCache>>,
+}
+
+impl ShardedSim {
+    fn shard(&mut self, key: &[u8]) -> &mut Box<dyn SimCache> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        key.hash(&mut h);
+        let n = self.shards.len() as u64;
+        &mut self.shards[(h.finish() % n) as usize]
+    }
+}
+
+impl SimCache for ShardedSim {
+    fn name(&self) -> String {
+        self.shards[0].name()
+    }
+    fn get(&mut self, key: &[u8], now_secs: u64) -> bool {
+        self.shard(key).get(key, now_secs)
+    }
+    fn set(&mut self, key: &[u8], value_len: usize, ttl_secs: Option<u32>, now_secs: u64) {
+        self.shard(key).set(key, value_len, ttl_secs, now_secs)
+    }
+    fn delete(&mut self, key: &[u8]) {
+        self.shard(key).delete(key)
+    }
+    fn settle(&mut self) {
+        self.shards.iter_mut().for_each(|s| s.settle());
+    }
+    fn mapped_bytes(&self) -> usize {
+        self.shards.iter().map(|s| s.mapped_bytes()).sum()
+    }
+}
+
+/// Build any cache for an equal real-memory `budget`; the segment caches
+/// are laid out as `layout` says (other kinds ignore it).
 pub fn build(
     kind: Kind,
     budget: usize,
     typ: Typical,
-    segments: Option<usize>,
+    layout: Layout,
 ) -> Result<Box<dyn SimCache>, String> {
+    let segment_cache = matches!(
+        kind,
+        Kind::Segcache | Kind::PelikanMerge | Kind::PelikanS3Fifo
+    );
+    if layout.shards > 1 && segment_cache {
+        let one = Layout {
+            shards: 1,
+            ..layout
+        };
+        let shards = (0..layout.shards)
+            .map(|_| build(kind, budget / layout.shards, typ, one))
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(Box::new(ShardedSim { shards }));
+    }
+    let segments = layout.segments;
     match kind {
         #[cfg(feature = "segcache-adapter")]
         Kind::Segcache => Ok(Box::new(SegcacheSim::for_budget(
