@@ -2826,6 +2826,8 @@ mod tests {
         c.set(b"m", vec![1u8; max], 0, None).unwrap();
         let err = c.set(b"m", vec![1u8; max + 1], 0, None).unwrap_err();
         assert_eq!(err, Error::ValueTooLarge { len: max + 1, max });
+        // The message names the setting that takes larger values.
+        assert!(err.to_string().contains("segment_size"), "{err}");
         c.check_invariants();
     }
 

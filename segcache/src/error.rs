@@ -70,7 +70,8 @@ impl fmt::Display for Error {
             Error::ValueTooLarge { len, max } => {
                 write!(
                     f,
-                    "value of {len} bytes is too large (at most {max} with this key)"
+                    "value of {len} bytes is too large (at most {max} with this key; \
+                     an item must fit in one segment: set a larger segment_size)"
                 )
             }
             Error::TtlOutOfRange { secs } => write!(
