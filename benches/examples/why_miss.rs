@@ -136,7 +136,7 @@ fn main() {
         sizing.capacity,
         W(sizing.per_item),
     );
-    let mut seg = SegcacheSim::for_budget(budget, sim::SEGMENT_SIZE, typ, None).unwrap();
+    let mut seg = SegcacheSim::for_budget(budget, seg_size, typ).unwrap();
     let s0 = seg.inner().stats();
     println!(
         "segcache: heap {} ({:.3} of budget), table {}, headers {}, admission {}",

@@ -130,10 +130,10 @@ enum Cmd {
             default_value = "segcache,pelikan-merge,pelikan-s3fifo,quick_cache,moka,lru"
         )]
         caches: Vec<String>,
-        /// Cut each segment cache's budget (each shard's, with --shards) into
-        /// N to 2N segments (at least 4 KiB, at most 1 MiB each) instead of
-        /// the crate's default (`segcache::default_segment_size`: 256 to 512
-        /// of 16 KiB to 1 MiB).
+        /// Cut each segment cache's budget (the whole budget, with --shards)
+        /// into N to 2N segments (at least 4 KiB, at most 1 MiB each) instead
+        /// of the crate's default (`segcache::default_segment_size`: 256 to
+        /// 512 of 16 KiB to 1 MiB).
         #[arg(long)]
         segments: Option<usize>,
         /// Split segcache into this many independent caches, each with its
@@ -171,10 +171,10 @@ enum Cmd {
             default_value = "segcache,pelikan-merge,pelikan-s3fifo,quick_cache,moka,lru"
         )]
         caches: Vec<String>,
-        /// Cut each segment cache's budget (each shard's, with --shards) into
-        /// N to 2N segments (at least 4 KiB, at most 1 MiB each) instead of
-        /// the crate's default (`segcache::default_segment_size`: 256 to 512
-        /// of 16 KiB to 1 MiB).
+        /// Cut each segment cache's budget (the whole budget, with --shards)
+        /// into N to 2N segments (at least 4 KiB, at most 1 MiB each) instead
+        /// of the crate's default (`segcache::default_segment_size`: 256 to
+        /// 512 of 16 KiB to 1 MiB).
         #[arg(long)]
         segments: Option<usize>,
         /// Split segcache into this many independent caches, each with its

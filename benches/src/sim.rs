@@ -340,14 +340,14 @@ impl SegcacheSim {
     /// the admission ghosts (1.125 bytes per typical item: about 0.55 per item
     /// held, with room for items smaller than typical) and merge eviction's
     /// scratch (fixed at build, read from the stats of a first build).
+    /// Segments of `segment_size` bytes ([`segment_size_for`] gives the
+    /// bench's choice).
     pub fn for_budget(
         budget: usize,
         segment_size: usize,
         typ: Typical,
-        segments: Option<usize>,
     ) -> Result<SegcacheSim, String> {
         let err = |e: segcache::Error| format!("segcache build: {e:?}");
-        let segment_size = segment_size_for(budget, segment_size, typ, segments);
         // Probes: fixed cost, per-bucket and per-segment cost from stats().
         let probe = |segments: usize, hp: u8| {
             Self::with_params(
@@ -408,7 +408,8 @@ impl SegcacheSim {
 /// many to twice as many (4 KiB to 1 MiB); raised to four typical items
 /// where that is larger (what the crate's docs tell a user with large
 /// items to do), and at most `segment_size`. Pelikan's crate gets the same
-/// size.
+/// size, and so does every shard of a sharded layout (as
+/// `Builder::build_sharded` sizes segments for the whole heap).
 pub fn segment_size_for(
     budget: usize,
     segment_size: usize,
@@ -521,18 +522,16 @@ impl PelikanSim {
     }
 
     /// A cache whose real allocation (mapped heap plus everything it
-    /// allocates) comes to about `budget`: the same segment size and table
-    /// rule as [`SegcacheSim::for_budget`] (slots for the items a full
-    /// budget holds at 90% load, at least 1/128 of the budget), the rest
-    /// heap.
+    /// allocates) comes to about `budget`, in segments of `segment_size`
+    /// bytes: the same table rule as [`SegcacheSim::for_budget`] (slots for
+    /// the items a full budget holds at 90% load, at least 1/128 of the
+    /// budget), the rest heap.
     pub fn for_budget(
         budget: usize,
         segment_size: usize,
         typ: Typical,
-        segments: Option<usize>,
         policy: PelikanPolicy,
     ) -> Result<PelikanSim, String> {
-        let segment_size = segment_size_for(budget, segment_size, typ, segments);
         // Pelikan's item header is 12-16 bytes.
         let item = typ.key_len + typ.value_len + 14;
         let mut hp = 7u8;
@@ -1005,42 +1004,44 @@ pub fn build(
         kind,
         Kind::Segcache | Kind::PelikanMerge | Kind::PelikanS3Fifo
     );
-    if layout.shards > 1 && segment_cache {
-        let one = Layout {
-            shards: 1,
-            ..layout
-        };
+    if !segment_cache {
+        return Ok(build_peer(kind, calibrate(kind, budget, typ), typ));
+    }
+    let seg = segment_size_for(budget, SEGMENT_SIZE, typ, layout.segments);
+    if layout.shards > 1 {
         let shards = (0..layout.shards)
-            .map(|_| build(kind, budget / layout.shards, typ, one))
+            .map(|_| build_segment_cache(kind, budget / layout.shards, seg, typ))
             .collect::<Result<Vec<_>, _>>()?;
         return Ok(Box::new(ShardedSim { shards }));
     }
-    let segments = layout.segments;
+    build_segment_cache(kind, budget, seg, typ)
+}
+
+/// segcache or Pelikan's crate for `budget`, in segments of `seg` bytes.
+fn build_segment_cache(
+    kind: Kind,
+    budget: usize,
+    seg: usize,
+    typ: Typical,
+) -> Result<Box<dyn SimCache>, String> {
     match kind {
         #[cfg(feature = "segcache-adapter")]
-        Kind::Segcache => Ok(Box::new(SegcacheSim::for_budget(
-            budget,
-            SEGMENT_SIZE,
-            typ,
-            segments,
-        )?)),
+        Kind::Segcache => Ok(Box::new(SegcacheSim::for_budget(budget, seg, typ)?)),
+        #[cfg(not(feature = "segcache-adapter"))]
+        Kind::Segcache => Err("built without the segcache-adapter feature".into()),
         Kind::PelikanMerge => Ok(Box::new(PelikanSim::for_budget(
             budget,
-            SEGMENT_SIZE,
+            seg,
             typ,
-            segments,
             PelikanPolicy::Merge,
         )?)),
         Kind::PelikanS3Fifo => Ok(Box::new(PelikanSim::for_budget(
             budget,
-            SEGMENT_SIZE,
+            seg,
             typ,
-            segments,
             PelikanPolicy::S3Fifo,
         )?)),
-        #[cfg(not(feature = "segcache-adapter"))]
-        Kind::Segcache => Err("built without the segcache-adapter feature".into()),
-        _ => Ok(build_peer(kind, calibrate(kind, budget, typ), typ)),
+        other => Err(format!("{other:?} is not a segment cache")),
     }
 }
 
@@ -1221,7 +1222,8 @@ mod tests {
             key_len: 16,
             value_len: 100,
         };
-        let mut c = SegcacheSim::for_budget(budget, SEGMENT_SIZE, typ, None).unwrap();
+        let seg = segment_size_for(budget, SEGMENT_SIZE, typ, None);
+        let mut c = SegcacheSim::for_budget(budget, seg, typ).unwrap();
         let total = c.reported_bytes();
         assert!(
             total <= budget && total > budget - (1 << 20) - (64 << 10),

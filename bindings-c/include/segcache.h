@@ -112,8 +112,9 @@ typedef struct segcache_config_t {
   size_t heap_size;
   // Bytes per segment: a multiple of 8 from 1024 to 2 MiB. The largest
   // item (header, key and value) must fit in one. 0 (the default) picks
-  // the core's default for each shard's heap: 256 to 512 segments of
-  // 16 KiB to 1 MiB (more segments, more hits for the same memory).
+  // the core's default for the heap: 256 to 512 segments of 16 KiB to
+  // 1 MiB (more segments, more hits for the same memory), whatever the
+  // shard count.
   size_t segment_size;
   // The hash table has 2^hash_power buckets of 7 items, over all shards
   // (3 to 30); 0 (the default) sizes it for ~100-byte items.
@@ -121,7 +122,8 @@ typedef struct segcache_config_t {
   // Number of independently locked shards: a power of two up to 1024;
   // 0 (the default) picks one from the number of CPUs, keeping at least
   // 8 segments per shard of a `segment_size` given, or with the
-  // automatic size 256 segments (at least 4 MiB) per shard.
+  // automatic size 256 per shard (one shard for heaps under 512 MiB:
+  // set it for more concurrency, at some cost in hits).
   size_t shards;
   // Eviction policy name, NUL-terminated: "merge" (the default, also
   // when NULL), "none", "random", "random_fifo", "fifo", "cte" or

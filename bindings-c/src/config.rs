@@ -27,8 +27,9 @@ pub struct segcache_config_t {
     pub heap_size: usize,
     /// Bytes per segment: a multiple of 8 from 1024 to 2 MiB. The largest
     /// item (header, key and value) must fit in one. 0 (the default) picks
-    /// the core's default for each shard's heap: 256 to 512 segments of
-    /// 16 KiB to 1 MiB (more segments, more hits for the same memory).
+    /// the core's default for the heap: 256 to 512 segments of 16 KiB to
+    /// 1 MiB (more segments, more hits for the same memory), whatever the
+    /// shard count.
     pub segment_size: usize,
     /// The hash table has 2^hash_power buckets of 7 items, over all shards
     /// (3 to 30); 0 (the default) sizes it for ~100-byte items.
@@ -36,7 +37,8 @@ pub struct segcache_config_t {
     /// Number of independently locked shards: a power of two up to 1024;
     /// 0 (the default) picks one from the number of CPUs, keeping at least
     /// 8 segments per shard of a `segment_size` given, or with the
-    /// automatic size 256 segments (at least 4 MiB) per shard.
+    /// automatic size 256 per shard (one shard for heaps under 512 MiB:
+    /// set it for more concurrency, at some cost in hits).
     pub shards: usize,
     /// Eviction policy name, NUL-terminated: "merge" (the default, also
     /// when NULL), "none", "random", "random_fifo", "fifo", "cte" or
@@ -298,10 +300,12 @@ mod tests {
 
     #[test]
     fn automatic_shards_keep_enough_segments_each() {
-        // Automatic segment size: a small heap gets one shard, whatever
-        // the machine; a size given keeps 8 segments per shard.
+        // Automatic segment size: 256 segments per shard, whatever the
+        // machine (four shards or more to start from: one per CPU x 4);
+        // a size given keeps 8 segments per shard.
         assert_eq!(auto_shards(1 << 20, 0), 1);
-        assert!((8 << 20) / auto_shards(8 << 20, 0) >= 4 << 20);
+        assert_eq!(auto_shards(64 << 20, 0), 1);
+        assert_eq!(auto_shards(1 << 30, 0), 4);
         assert_eq!(auto_shards(16 << 20, 1 << 20), 2);
     }
 

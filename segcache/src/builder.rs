@@ -161,10 +161,11 @@ impl Builder {
 
     /// Bytes per segment: a multiple of 8 between 1 KiB and 2 MiB (the
     /// reach of the table's 21-bit offsets). The largest item must fit in
-    /// one segment. By default [`default_segment_size`] of the heap (of
-    /// each shard's heap for [`build_sharded`](Self::build_sharded)): 256
-    /// to 512 segments, 16 KiB to 1 MiB each. Set it when items are large:
-    /// to at least four typical items, or more than the largest item.
+    /// one segment. By default [`default_segment_size`] of the heap: 256
+    /// to 512 segments, 16 KiB to 1 MiB each, sized for the whole heap also
+    /// for [`build_sharded`](Self::build_sharded), so the largest item does
+    /// not depend on the shard count. Set it when items are large: to at
+    /// least four typical items, or more than the largest item.
     pub fn segment_size(mut self, bytes: usize) -> Self {
         self.segment_size = Some(bytes);
         self
@@ -396,13 +397,14 @@ impl Builder {
             Self::check_hash_power(power)?;
         }
         let bits = shards.trailing_zeros() as u8;
-        // Segments sized for a shard's heap: what decides hits is how many
-        // segments each cache has to choose from.
+        // Segments sized for the whole heap: a shard's items are as large
+        // as an unsharded cache's, whatever the shard count
+        // (`default_shards` picks one that leaves each shard enough).
         let per_shard = Builder {
             heap_size: self.heap_size / shards,
             segment_size: Some(
                 self.segment_size
-                    .unwrap_or_else(|| default_segment_size(self.heap_size / shards)),
+                    .unwrap_or_else(|| default_segment_size(self.heap_size)),
             ),
             datapool: None,
             hash_power: self
@@ -467,18 +469,17 @@ pub const DEFAULT_SEGMENTS: usize = 256;
 /// A default shard count for a heap of `heap` bytes (for bindings that
 /// pick one): `most` rounded down to a power of two, halved while a shard
 /// would get fewer than 8 segments of `segment_size`, or, without one,
-/// fewer than [`DEFAULT_SEGMENTS`] of [`default_segment_size`] for its
-/// heap (shards of 4 MiB or more). Fewer segments per shard cost hits
-/// (BENCHMARKS.md §1i); fewer shards cost only lock contention.
+/// fewer than [`DEFAULT_SEGMENTS`] of the heap's [`default_segment_size`]
+/// (so heaps under 512 MiB get one shard, 1 GiB four). Fewer segments per
+/// shard cost hits (BENCHMARKS.md §1i), fewer shards lock contention; the
+/// largest item does not depend on the count.
 pub fn default_shards(heap: usize, segment_size: Option<usize>, most: usize) -> usize {
-    let (min_segments, given) = match segment_size {
-        Some(size) => (8, Some(size.max(1))),
-        None => (DEFAULT_SEGMENTS, None),
+    let (min_segments, segment) = match segment_size {
+        Some(size) => (8, size.max(1)),
+        None => (DEFAULT_SEGMENTS, default_segment_size(heap)),
     };
-    let segments =
-        |shard_heap: usize| shard_heap / given.unwrap_or_else(|| default_segment_size(shard_heap));
     let mut shards = 1usize << (usize::BITS - 1 - most.max(1).leading_zeros());
-    while shards > 1 && segments(heap / shards) < min_segments {
+    while shards > 1 && heap / shards / segment < min_segments {
         shards /= 2;
     }
     shards
@@ -615,21 +616,21 @@ mod tests {
 
     #[test]
     fn default_shards_keep_enough_segments_each() {
-        // Automatic segment size: shards of at least 4 MiB.
+        // Automatic segment size: 256 segments of the heap's size per shard.
         assert_eq!(default_shards(1 << 20, None, 8), 1);
-        assert_eq!(default_shards(4 << 20, None, 8), 1);
-        assert_eq!(default_shards(8 << 20, None, 8), 2);
-        assert_eq!(default_shards(64 << 20, None, 64), 16);
-        assert_eq!(default_shards(1 << 30, None, 64), 64);
+        assert_eq!(default_shards(64 << 20, None, 64), 1);
+        assert_eq!(default_shards(256 << 20, None, 64), 1);
+        assert_eq!(default_shards(512 << 20, None, 64), 2);
+        assert_eq!(default_shards(1 << 30, None, 64), 4);
+        assert_eq!(default_shards(16 << 30, None, 8), 8);
         // A size given: 8 segments per shard; `most` rounds down.
         assert_eq!(default_shards(16 << 20, Some(1 << 20), 8), 2);
         assert_eq!(default_shards(1 << 30, Some(1 << 20), 12), 8);
         assert_eq!(default_shards(8 << 10, Some(1 << 10), 8), 1);
-        for heap in [4usize << 20, 8 << 20, 100 << 20, 1 << 30] {
+        for heap in [4usize << 20, 8 << 20, 100 << 20, 1 << 30, 3 << 30] {
             let n = default_shards(heap, None, 1024);
-            let shard = heap / n;
             assert!(
-                shard / default_segment_size(shard) >= DEFAULT_SEGMENTS,
+                heap / n / default_segment_size(heap) >= DEFAULT_SEGMENTS,
                 "{heap}"
             );
         }
@@ -661,13 +662,15 @@ mod tests {
         assert_eq!(c.stats().segments_free, 64);
         let c = Segcache::builder().heap_size(1 << 20).build().unwrap();
         assert_eq!(c.stats().segments_free, 64);
-        // Shards get segments sized for their own heap: 16 MiB each, 256
-        // segments of 64 KiB, where the whole heap's size would give 64.
+        // Shards get the whole heap's segment size (the largest item does
+        // not depend on the shard count): 4 x 64 of 256 KiB.
         let c = Segcache::builder()
             .heap_size(64 << 20)
             .build_sharded(4)
             .unwrap();
-        assert_eq!(c.stats().segments_free, 4 * 256);
+        assert_eq!(c.stats().segments_free, 256);
+        let one = Segcache::builder().heap_size(64 << 20).build().unwrap();
+        assert_eq!(c.max_value_len(8), one.max_value_len(8));
     }
 
     #[test]

@@ -99,8 +99,8 @@ class Cache(_segcache.CacheSlots, collections.abc.MutableMapping):
     ``heap_size``: bytes of item storage (default 64 MiB); item data never
     exceeds it (the hash table and segment headers come on top:
     ``stats()["total_bytes"]``). ``segment_size``: bytes per segment
-    (default: the size that cuts each shard's heap into 256 to 512
-    segments, 16 KiB to 1 MiB; the largest item must fit in one). ``hash_power``: ``2**hash_power`` buckets of 7 slots
+    (default: the size that cuts the heap into 256 to 512 segments,
+    16 KiB to 1 MiB; the largest item must fit in one). ``hash_power``: ``2**hash_power`` buckets of 7 slots
     (default: sized for ~100-byte items filling the heap). ``eviction``:
     ``"merge"`` (default), ``"none"`` (full: ``CacheFullError``),
     ``"random"``, ``"random_fifo"``, ``"fifo"``, ``"cte"`` or ``"util"``.

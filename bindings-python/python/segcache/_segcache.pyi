@@ -137,7 +137,7 @@ class Cache:
     over the shards; item data never exceeds it. The hash table and
     segment headers come on top (see ``stats()["total_bytes"]``).
     ``segment_size``: bytes per segment (a multiple of 8 from 1 KiB to
-    2 MiB; default: the size that cuts each shard's heap into 256 to 512
+    2 MiB; default: the size that cuts the heap into 256 to 512
     segments, 16 KiB to 1 MiB, as more segments give more hits); the
     largest item must fit in one segment.
     ``hash_power``: the table has ``2**hash_power`` buckets of 7 slots
@@ -148,7 +148,8 @@ class Cache:
     bytes). ``shards``: independently locked parts, a power of two up to
     1024 (default: the CPU count rounded up to a power of two, at most 8,
     fewer if a shard would get under 8 segments of a given
-    ``segment_size``, or without one under 4 MiB). ``serializer``: how
+    ``segment_size``, or without one under 256 of the default size: one
+    shard for heaps under 512 MiB). ``serializer``: how
     values other than bytes, str and int are stored: any object with
     ``dumps(obj) -> bytes | str`` and ``loads(bytes) -> obj`` (``json``,
     ``orjson``, ``msgpack``...; default ``pickle``, highest protocol:
