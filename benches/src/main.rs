@@ -8,7 +8,7 @@
 //! Owns the process's counting `#[global_allocator]` and the markdown
 //! reporting; the machinery lives in the library modules.
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use segcache_bench::alloc::{self, CountingAlloc};
 use segcache_bench::sim::{self, Kind, ObjLru, ReplayStats, SimCache, Typical};
 use segcache_bench::throughput::{self, Contender, Dist, KeySeq, Keys, Op};
@@ -26,6 +26,31 @@ const MIB: f64 = (1u64 << 20) as f64;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// How `trace` and `twitter` lay out the segment caches ([`sim::Layout`]).
+#[derive(Args, Clone, Copy)]
+struct LayoutArgs {
+    /// Cut each segment cache's budget (the whole budget, with --shards)
+    /// into N to 2N segments (at least 4 KiB, at most 1 MiB each) instead
+    /// of the crate's default (`segcache::default_segment_size`: 256 to
+    /// 512 of 16 KiB to 1 MiB).
+    #[arg(long)]
+    segments: Option<usize>,
+    /// Split segcache into this many independent caches, each with its
+    /// share of the budget, a key going to one by its hash (as
+    /// `ShardedCache` does).
+    #[arg(long, default_value_t = 1)]
+    shards: usize,
+}
+
+impl From<LayoutArgs> for sim::Layout {
+    fn from(a: LayoutArgs) -> Self {
+        sim::Layout {
+            segments: a.segments,
+            shards: a.shards,
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -130,17 +155,8 @@ enum Cmd {
             default_value = "segcache,pelikan-merge,pelikan-s3fifo,quick_cache,moka,lru"
         )]
         caches: Vec<String>,
-        /// Cut each segment cache's budget (the whole budget, with --shards)
-        /// into N to 2N segments (at least 4 KiB, at most 1 MiB each) instead
-        /// of the crate's default (`segcache::default_segment_size`: 256 to
-        /// 512 of 16 KiB to 1 MiB).
-        #[arg(long)]
-        segments: Option<usize>,
-        /// Split segcache into this many independent caches, each with its
-        /// share of the budget, a key going to one by its hash (as
-        /// `ShardedCache` does).
-        #[arg(long, default_value_t = 1)]
-        shards: usize,
+        #[command(flatten)]
+        layout: LayoutArgs,
     },
     /// Miss ratio on synthetic Twitter cluster workloads.
     Twitter {
@@ -171,17 +187,8 @@ enum Cmd {
             default_value = "segcache,pelikan-merge,pelikan-s3fifo,quick_cache,moka,lru"
         )]
         caches: Vec<String>,
-        /// Cut each segment cache's budget (the whole budget, with --shards)
-        /// into N to 2N segments (at least 4 KiB, at most 1 MiB each) instead
-        /// of the crate's default (`segcache::default_segment_size`: 256 to
-        /// 512 of 16 KiB to 1 MiB).
-        #[arg(long)]
-        segments: Option<usize>,
-        /// Split segcache into this many independent caches, each with its
-        /// share of the budget, a key going to one by its hash (as
-        /// `ShardedCache` does).
-        #[arg(long, default_value_t = 1)]
-        shards: usize,
+        #[command(flatten)]
+        layout: LayoutArgs,
     },
     /// One throughput case on one cache, once, untimed: for instruction
     /// counts under `valgrind --tool=callgrind --toggle-collect='*run_case*'`
@@ -286,13 +293,8 @@ fn main() {
         Cmd::Trace {
             budgets_mib,
             caches,
-            segments,
-            shards,
-        } => run_trace(
-            &budgets_mib,
-            &kinds(&caches),
-            sim::Layout { segments, shards },
-        ),
+            layout,
+        } => run_trace(&budgets_mib, &kinds(&caches), layout.into()),
         Cmd::Twitter {
             cluster,
             requests,
@@ -301,8 +303,7 @@ fn main() {
             ttl_spans,
             seed,
             caches,
-            segments,
-            shards,
+            layout,
         } => run_twitter(
             &cluster,
             twitter::WorkloadConfig {
@@ -313,7 +314,7 @@ fn main() {
             ttl_spans,
             budget_mib,
             &kinds(&caches),
-            sim::Layout { segments, shards },
+            layout.into(),
         ),
         Cmd::Opcount {
             cache,

@@ -420,7 +420,7 @@ pub fn segment_size_for(
         None => segcache::default_segment_size(budget),
         Some(n) => {
             let share = (budget / n.max(1)).max(1);
-            (1usize << (usize::BITS - 1 - share.leading_zeros())).clamp(4 << 10, 1 << 20)
+            (1usize << share.ilog2()).clamp(4 << 10, 1 << 20)
         }
     };
     let by_item = (4 * (typ.key_len + typ.value_len + 16)).next_power_of_two();

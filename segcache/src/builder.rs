@@ -452,13 +452,17 @@ impl Builder {
 /// cache of a few MiB still takes values of several KiB, and 1 MiB holds
 /// memcached's largest item.
 pub fn default_segment_size(heap: usize) -> usize {
-    let floor_pow2 = |n: usize| 1usize << (usize::BITS - 1 - n.max(1).leading_zeros());
     let size = floor_pow2(heap / DEFAULT_SEGMENTS).clamp(16 << 10, 1 << 20);
     if heap / size >= 8 {
         size
     } else {
         floor_pow2(heap / 8).clamp(4 << 10, 16 << 10)
     }
+}
+
+/// The largest power of two at most `n` (1 for 0).
+fn floor_pow2(n: usize) -> usize {
+    1 << n.max(1).ilog2()
 }
 
 /// Segments [`default_segment_size`] cuts a heap into, at least: 256 to
@@ -478,7 +482,7 @@ pub fn default_shards(heap: usize, segment_size: Option<usize>, most: usize) -> 
         Some(size) => (8, size.max(1)),
         None => (DEFAULT_SEGMENTS, default_segment_size(heap)),
     };
-    let mut shards = 1usize << (usize::BITS - 1 - most.max(1).leading_zeros());
+    let mut shards = floor_pow2(most);
     while shards > 1 && heap / shards / segment < min_segments {
         shards /= 2;
     }

@@ -635,34 +635,24 @@ mod tests {
 
     #[test]
     fn segment_size_follows_max_value_and_heap() {
-        let seg = |args: Cli| Config::from_toml("", &args).unwrap().segment_size;
+        let seg = |max_value, heap_size, segment_size| {
+            let cli = Cli {
+                max_value,
+                heap_size,
+                segment_size,
+                ..Cli::default()
+            };
+            Config::from_toml("", &cli).unwrap().segment_size
+        };
         // Defaults: 1 MiB values need 1 MiB segments, as before.
-        assert_eq!(seg(Cli::default()), 1 << 20);
+        assert_eq!(seg(None, None, None), 1 << 20);
         // Smaller values: the core's default for the heap (256 segments).
-        let small = Cli {
-            max_value: Some(64 << 10),
-            ..Cli::default()
-        };
-        assert_eq!(seg(small), 256 << 10);
-        let small_big_heap = Cli {
-            max_value: Some(64 << 10),
-            heap_size: Some(4 << 30),
-            ..Cli::default()
-        };
-        assert_eq!(seg(small_big_heap), 1 << 20);
+        assert_eq!(seg(Some(64 << 10), None, None), 256 << 10);
+        assert_eq!(seg(Some(64 << 10), Some(4 << 30), None), 1 << 20);
         // Values above 1 MiB are capped by the segment, as before.
-        let large = Cli {
-            max_value: Some(2 << 20),
-            ..Cli::default()
-        };
-        assert_eq!(seg(large), 1 << 20);
+        assert_eq!(seg(Some(2 << 20), None, None), 1 << 20);
         // A size given is kept.
-        let given = Cli {
-            max_value: Some(64 << 10),
-            segment_size: Some(128 << 10),
-            ..Cli::default()
-        };
-        assert_eq!(seg(given), 128 << 10);
+        assert_eq!(seg(Some(64 << 10), None, Some(128 << 10)), 128 << 10);
     }
 
     #[test]
