@@ -933,7 +933,8 @@ pub fn calibrate(kind: Kind, budget: usize, typ: Typical) -> Sizing {
     sizing
 }
 
-/// Segment size used for a budget: 1 MiB, smaller for tiny budgets.
+/// The largest segment the bench gives a segment cache ([`segment_size_for`]
+/// caps its choice here).
 pub const SEGMENT_SIZE: usize = 1 << 20;
 
 /// How the bench lays out segcache (and Pelikan's crate): segments per
