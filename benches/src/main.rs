@@ -3,7 +3,8 @@
 //! synthetic Twitter cluster workloads (`twitter`) at equal real memory,
 //! per-item memory overhead (`memory` from the allocator's side,
 //! `full-heap` from the cache's own accounting) and single-thread
-//! operation throughput against peer caches (`throughput`).
+//! operation throughput against peer caches (`throughput`), and the miss
+//! ratio of a running memcache server (`server-replay`).
 //!
 //! Owns the process's counting `#[global_allocator]` and the markdown
 //! reporting; the machinery lives in the library modules.
@@ -12,8 +13,7 @@ use clap::{Args, Parser, Subcommand};
 use segcache_bench::alloc::{self, CountingAlloc};
 use segcache_bench::sim::{self, Kind, ObjLru, ReplayStats, SimCache, Typical};
 use segcache_bench::throughput::{self, Contender, Dist, KeySeq, Keys, Op};
-use segcache_bench::{demo, fullheap, trace, twitter};
-use std::collections::HashSet;
+use segcache_bench::{demo, fullheap, trace, twitter, wire};
 use std::process::Command;
 
 #[global_allocator]
@@ -212,6 +212,25 @@ enum Cmd {
         #[arg(long)]
         zipf: bool,
     },
+    /// Replay one Twitter-like cluster to a running memcache server over
+    /// TCP (look-aside, pipelined; `wire.rs`) and print one line of
+    /// `name=value` counts: its miss ratio at the memory it was started
+    /// with. Without --addr, print the stream's footprint only.
+    ServerReplay {
+        /// The server, e.g. 127.0.0.1:11211.
+        #[arg(long)]
+        addr: Option<String>,
+        /// Cluster number from the stats table.
+        #[arg(long)]
+        cluster: u32,
+        #[arg(long, default_value_t = 2_000_000)]
+        requests: u64,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Requests written per round trip.
+        #[arg(long, default_value_t = 64)]
+        window: usize,
+    },
     /// Bytes of overhead per item beyond key+value (32 B keys, 64 B values).
     Memory {
         #[arg(long, default_value_t = 1_000_000)]
@@ -295,6 +314,13 @@ fn main() {
             caches,
             layout,
         } => run_trace(&budgets_mib, &kinds(&caches), layout.into()),
+        Cmd::ServerReplay {
+            addr,
+            cluster,
+            requests,
+            seed,
+            window,
+        } => run_server_replay(addr.as_deref(), cluster, requests, seed, window),
         Cmd::Twitter {
             cluster,
             requests,
@@ -645,6 +671,41 @@ fn print_mem_table(kinds: &[Kind], rows: &[String], first: &str) {
     println!();
 }
 
+fn run_server_replay(
+    addr: Option<&str>,
+    cluster: u32,
+    requests: u64,
+    seed: u64,
+    window: usize,
+) -> Result<(), String> {
+    let stats = twitter::load_cluster(cluster).map_err(|e| e.to_string())?;
+    let cfg = twitter::WorkloadConfig {
+        requests,
+        seed,
+        time_scale: 1.0,
+    };
+    let w = twitter::Workload::new(stats, cfg)?;
+    let Some(addr) = addr else {
+        println!(
+            "cluster={cluster} unique_mib={:.1}",
+            w.unique_bytes() as f64 / MIB
+        );
+        return Ok(());
+    };
+    let s = wire::replay(addr, w, window).map_err(|e| format!("{addr}: {e}"))?;
+    println!(
+        "cluster={cluster} requests={} reads={} misses={} miss_ratio={:.4} refused={} items={} secs={:.1}",
+        s.requests,
+        s.reads,
+        s.misses,
+        s.miss_ratio(),
+        s.refused,
+        s.items.map_or("-".to_string(), |n| n.to_string()),
+        s.wall.as_secs_f64()
+    );
+    Ok(())
+}
+
 fn run_twitter(
     clusters: &[u32],
     cfg: twitter::WorkloadConfig,
@@ -672,15 +733,7 @@ fn run_twitter(
             cfg.time_scale = demo::auto_time_scale(&stats, cfg.requests) * spans / 2.0;
         }
         let w = twitter::Workload::new(stats.clone(), cfg.clone())?;
-        // Footprint: unique keys' key+value bytes.
-        let mut seen = HashSet::new();
-        let mut unique = 0u64;
-        for r in w.clone() {
-            if seen.insert(r.key_id) {
-                unique += (r.key_len + r.value_len) as u64;
-            }
-        }
-        drop(seen);
+        let unique = w.unique_bytes();
         let budget = match budget_mib {
             Some(m) => (m * MIB) as usize,
             None => ((unique / 4) as usize).max(2 << 20),

@@ -431,6 +431,16 @@ impl Workload {
         (key_len, value_len, ttl)
     }
 
+    /// The stream's footprint: key plus value bytes of every distinct key
+    /// (generates the whole stream once).
+    pub fn unique_bytes(&self) -> u64 {
+        let mut seen = std::collections::HashSet::new();
+        self.clone()
+            .filter(|r| seen.insert(r.key_id))
+            .map(|r| (r.key_len + r.value_len) as u64)
+            .sum()
+    }
+
     /// Key id of Zipf popularity rank `rank` (1 = most popular).
     pub fn rank_to_id(rank: u64) -> u64 {
         mix64(rank)

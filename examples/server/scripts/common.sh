@@ -98,23 +98,25 @@ stop_pid() {
     wait "$pid" 2>/dev/null || true
 }
 
-# start_memcached VAR_PREFIX WORKERS [CORES]: memcached 1.6 with WORKERS
-# threads on a free loopback port (under `taskset -c CORES` when given);
-# sets ${VAR_PREFIX}_PID and _PORT.
+# start_memcached VAR_PREFIX WORKERS [CORES] [MIB]: memcached 1.6 with
+# WORKERS threads and MIB MiB of item memory (`-m`, default 256) on a free
+# loopback port (under `taskset -c CORES` when given); sets
+# ${VAR_PREFIX}_PID and _PORT.
 start_memcached() {
-    local prefix="$1" workers="$2" cores="${3:-}"
+    local prefix="$1" workers="$2" cores="${3:-}" mib="${4:-256}"
     local taskset=() port
     if [ -n "$cores" ]; then taskset=(taskset -c "$cores"); fi
     port="$(free_port)"
-    "${taskset[@]}" memcached -l 127.0.0.1 -p "$port" -U 0 -t "$workers" -m 256 -c 4096 -u root &
+    "${taskset[@]}" memcached -l 127.0.0.1 -p "$port" -U 0 -t "$workers" -m "$mib" -c 4096 -u root &
     printf -v "${prefix}_PID" '%s' "$!"
     printf -v "${prefix}_PORT" '%s' "$port"
     wait_port "$port"
 }
 
-# pelikan_conf FILE WORKERS PORT: writes the config of Pelikan's segcache
-# server (WORKERS worker threads, a 256 MB heap of 1 MB segments, merge
-# eviction, PORT on loopback, its admin port on a free one) to FILE.
+# pelikan_conf FILE WORKERS PORT [MIB]: writes the config of Pelikan's
+# segcache server (WORKERS worker threads, a heap of MIB MiB, default 256,
+# in 1 MiB segments, merge eviction, PORT on loopback, its admin port on a
+# free one) to FILE. (Pelikan's "MB" is 2^20 bytes.)
 pelikan_conf() {
     cat >"$1" <<EOT
 daemonize = false
@@ -127,7 +129,7 @@ port = "$3"
 [worker]
 threads = $2
 [seg]
-heap_size = "256MB"
+heap_size = "${4:-256}MB"
 segment_size = "1MB"
 hash_power = 20
 eviction = "Merge"
@@ -140,20 +142,20 @@ sample = 0
 EOT
 }
 
-# start_pelikan VAR_PREFIX WORKERS [CORES] [PRELOAD]: Pelikan's segcache
-# server (the binary PELIKAN_SEGCACHE names, built from pelikan-io/pelikan
-# outside this repository) with WORKERS worker threads, a 256 MB heap of
-# 1 MB segments, on a free loopback port (under `taskset -c CORES` when
-# given, with LD_PRELOAD=PRELOAD when given); sets ${VAR_PREFIX}_PID and
-# _PORT.
+# start_pelikan VAR_PREFIX WORKERS [CORES] [PRELOAD] [MIB]: Pelikan's
+# segcache server (the binary PELIKAN_SEGCACHE names, built from
+# pelikan-io/pelikan outside this repository) with WORKERS worker threads,
+# a heap of MIB MiB (default 256) in 1 MiB segments, on a free loopback
+# port (under `taskset -c CORES` when given, with LD_PRELOAD=PRELOAD when
+# given); sets ${VAR_PREFIX}_PID and _PORT.
 start_pelikan() {
-    local prefix="$1" workers="$2" cores="${3:-}" preload="${4:-}"
+    local prefix="$1" workers="$2" cores="${3:-}" preload="${4:-}" mib="${5:-256}"
     local taskset=() port conf
     if [ -n "$cores" ]; then taskset=(taskset -c "$cores"); fi
     if [ -n "$preload" ]; then taskset=(env LD_PRELOAD="$preload" "${taskset[@]}"); fi
     port="$(free_port)"
     conf="$(mktemp --suffix .toml)"
-    pelikan_conf "$conf" "$workers" "$port"
+    pelikan_conf "$conf" "$workers" "$port" "$mib"
     "${taskset[@]}" "$PELIKAN_SEGCACHE" "$conf" >/dev/null 2>&1 &
     printf -v "${prefix}_PID" '%s' "$!"
     printf -v "${prefix}_PORT" '%s' "$port"

@@ -80,9 +80,10 @@ pub struct Cli {
     /// Bytes of item storage, e.g. 64MiB or 1GiB [default: 64MiB].
     #[arg(long, value_parser = parse_size_arg)]
     pub heap_size: Option<u64>,
-    /// Segment size, e.g. 1MiB [default: the smallest power of two that
-    /// holds --max-value, at least the core's default for the heap (256 or
-    /// more segments), at most 1MiB: 1MiB with the default --max-value].
+    /// Segment size, e.g. 1MiB [default: the core's default for the heap
+    /// (256 or more segments, at most 1MiB: 256KiB for 64MiB); with
+    /// --max-value, the smallest power of two that holds it, if larger,
+    /// at most 1MiB].
     #[arg(long, value_parser = parse_size_arg)]
     pub segment_size: Option<u64>,
     /// Hash table size as a power of two (buckets of 7 items).
@@ -108,7 +109,9 @@ pub struct Cli {
     /// Most open client connections; past it a new connection is refused.
     #[arg(long)]
     pub max_connections: Option<usize>,
-    /// Largest value accepted, e.g. 1MiB (never more than fits a segment).
+    /// Largest value accepted, e.g. 1MiB (never more than fits a segment)
+    /// [default: 1MiB, or what fits a segment if less: 256KiB for the
+    /// default 64MiB heap]. Setting it also sizes the segments to hold it.
     #[arg(long, value_parser = parse_size_arg)]
     pub max_value: Option<u64>,
     /// Connections the kernel queues before they are accepted (capped by
@@ -323,15 +326,19 @@ pub fn parse_cores(text: &str) -> Result<Vec<usize>, String> {
     Ok(cores)
 }
 
-/// The segment size when none is configured: the smallest power of two
-/// that holds a value of `max_value` bytes, but no smaller than the core's
-/// default for the heap (`segcache::default_segment_size`: 256 or more
-/// segments, for hits) and no larger than 1 MiB (memcached's largest
-/// item). With the default 1 MiB `max_value` that is 1 MiB.
-fn default_segment_size(heap_size: u64, max_value: u64) -> u64 {
+/// The segment size when none is configured: the core's default for the
+/// heap (`segcache::default_segment_size`: 256 or more segments, for hits;
+/// 1 MiB from a 256 MiB heap up), or, when a `max_value` is configured,
+/// the smallest power of two that holds it if that is larger, at most
+/// 1 MiB (memcached's largest item). Segments sized for memcached's
+/// default 1 MiB values at every heap would cost hits below 256 MiB
+/// (examples/server/BENCH.md, "Hit ratio at equal memory"), so only an
+/// explicit `max_value` buys them.
+fn default_segment_size(heap_size: u64, max_value: Option<u64>) -> u64 {
     let heap = usize::try_from(heap_size).unwrap_or(usize::MAX);
     let by_heap = segcache::default_segment_size(heap) as u64;
-    max_value.next_power_of_two().max(by_heap).min(1 << 20)
+    let by_value = max_value.map_or(0, u64::next_power_of_two);
+    by_value.max(by_heap).min(1 << 20)
 }
 
 fn size_value(key: &str, v: Size) -> Result<u64, ConfigError> {
@@ -367,6 +374,12 @@ fn flagged(key: &str, flag: &str, from_flag: bool) -> String {
 }
 
 impl Config {
+    /// The largest value the server takes: `max_value`, or less when a
+    /// segment is smaller (an item must fit one).
+    pub fn largest_value(&self) -> usize {
+        self.max_value.min(self.segment_size)
+    }
+
     /// Reads the file named on the command line (if any) and applies the
     /// flags over it.
     pub fn load(cli: &Cli) -> Result<Config, ConfigError> {
@@ -432,6 +445,7 @@ impl Config {
         };
         let max_connections = int_in(&max_conn_key, max_connections, 1, 1 << 20)? as usize;
         let max_value_key = flagged("server.max_value", "--max-value", cli.max_value.is_some());
+        let max_value_given = cli.max_value.is_some() || file.server.max_value.is_some();
         let max_value = match (cli.max_value, file.server.max_value) {
             (Some(n), _) => n,
             (None, Some(v)) => size_value(&max_value_key, v)?,
@@ -522,7 +536,7 @@ impl Config {
         let segment_size = match (cli.segment_size, file.seg.segment_size) {
             (Some(n), _) => n,
             (None, Some(v)) => size_value(&seg_key, v)?,
-            (None, None) => default_segment_size(heap_size, max_value),
+            (None, None) => default_segment_size(heap_size, max_value_given.then_some(max_value)),
         };
         let hp_key = flagged("seg.hash_power", "--hash-power", cli.hash_power.is_some());
         let hash_power = match (cli.hash_power, file.seg.hash_power) {
@@ -644,9 +658,15 @@ mod tests {
             };
             Config::from_toml("", &cli).unwrap().segment_size
         };
-        // Defaults: 1 MiB values need 1 MiB segments, as before.
-        assert_eq!(seg(None, None, None), 1 << 20);
-        // Smaller values: the core's default for the heap (256 segments).
+        // Defaults: the core's default for the heap (256 segments), not
+        // the 1 MiB a default 1 MiB value would need.
+        assert_eq!(seg(None, None, None), 256 << 10);
+        assert_eq!(seg(None, Some(16 << 20), None), 64 << 10);
+        assert_eq!(seg(None, Some(1 << 30), None), 1 << 20);
+        // A max_value given is held: 1 MiB values get 1 MiB segments.
+        assert_eq!(seg(Some(1 << 20), None, None), 1 << 20);
+        assert_eq!(seg(Some(300 << 10), Some(16 << 20), None), 512 << 10);
+        // Smaller values: the core's default for the heap.
         assert_eq!(seg(Some(64 << 10), None, None), 256 << 10);
         assert_eq!(seg(Some(64 << 10), Some(4 << 30), None), 1 << 20);
         // Values above 1 MiB are capped by the segment, as before.

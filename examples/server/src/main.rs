@@ -73,10 +73,11 @@ fn main() -> ExitCode {
         let _ = out.flush();
     }
     eprintln!(
-        "segcache-server: {} worker(s), heap {} bytes, segments {} bytes, eviction {}, max {} connections",
+        "segcache-server: {} worker(s), heap {} bytes, segments {} bytes (values up to {} bytes), eviction {}, max {} connections",
         config.workers,
         config.heap_size,
         config.segment_size,
+        config.largest_value(),
         config.eviction.name(),
         config.max_connections
     );

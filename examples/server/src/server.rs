@@ -133,7 +133,7 @@ impl Server {
     /// Builds the cache, binds both ports and starts every thread.
     pub fn start(config: &Config) -> Result<Server, StartError> {
         crate::budget::return_freed_memory();
-        let max_value = config.max_value.min(config.segment_size);
+        let max_value = config.largest_value();
         let pin = config.pin.clone();
         let core_for = |i: usize| pin.as_ref().map(|cores| cores[i % cores.len()]);
         // One worker owns the cache itself (no storage thread to hand

@@ -126,6 +126,34 @@ fn too_large_value_then_normal_command() {
     );
 }
 
+/// The default largest value follows the segments, which follow the heap
+/// (256 KiB at the default 64 MiB); `--max-value 1MiB` buys memcached's
+/// 1 MiB values with segments that hold them.
+#[test]
+fn default_largest_value_follows_the_heap() {
+    let set = |server: &Server, size: usize| {
+        let mut c = server.connect();
+        let mut req = format!("set v 0 0 {size}\r\n").into_bytes();
+        req.extend(std::iter::repeat_n(b'v', size));
+        req.extend_from_slice(b"\r\nversion\r\n");
+        c.send(&req);
+        c.read_until_end(b"VERSION 0.1.0\r\n")
+    };
+    let default = Server::start(&[]);
+    assert_eq!(set(&default, 200_000), b"STORED\r\nVERSION 0.1.0\r\n");
+    assert_eq!(
+        set(&default, 300_000),
+        b"SERVER_ERROR object too large for cache\r\nVERSION 0.1.0\r\n"
+    );
+    let mut admin = Conn::new(default.admin);
+    assert_eq!(stat(&mut admin, "item_size_max").as_deref(), Some("262144"));
+    let large = Server::start(&["--max-value", "1MiB"]);
+    assert_eq!(set(&large, 1_000_000), b"STORED\r\nVERSION 0.1.0\r\n");
+    // A large heap gets 1 MiB segments, hence 1 MiB values, by default.
+    let big_heap = Server::start(&["--heap-size", "256MiB"]);
+    assert_eq!(set(&big_heap, 1_000_000), b"STORED\r\nVERSION 0.1.0\r\n");
+}
+
 #[test]
 fn a_thousand_connections() {
     // Raise the soft fd limit of this process if it is low.

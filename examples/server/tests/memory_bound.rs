@@ -79,7 +79,14 @@ fn attacks_stay_bounded(shape: &[&str]) {
     let max_buffered = 32 * MIB;
     let mut server = Server::start(
         &[
-            &["--heap-size", "64MiB", "--max-buffered", "32MiB"][..],
+            &[
+                "--heap-size",
+                "64MiB",
+                "--max-buffered",
+                "32MiB",
+                "--max-value",
+                "1MiB",
+            ][..],
             shape,
         ]
         .concat(),

@@ -227,6 +227,7 @@ fn a_datapool_on_a_small_filesystem_fails_clearly_and_leaves_it_as_found() {
     let log = std::env::temp_dir().join(format!("segcache-ops-log-{}", std::process::id()));
     let mut child = Command::new(BIN)
         .args(["--port", "0", "--admin-port", "0", "--heap-size", "16MiB"])
+        .args(["--max-value", "1MiB"]) // 1 MiB segments: 100 KB values fit
         .args(["--hash-power", "17", "--datapool", pool_arg])
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(&log).unwrap())
@@ -306,7 +307,7 @@ fn idle_timeout_closes_silent_clients_only() {
 
 #[test]
 fn shutdown_does_not_wait_forever_for_a_client_that_never_reads() {
-    let mut server = Server::start(&[]);
+    let mut server = Server::start(&["--max-value", "1MiB"]);
     let mut conn = server.connect();
     let mut req = b"set big 0 0 500000\r\n".to_vec();
     req.extend_from_slice(&vec![b'v'; 500_000]);
