@@ -99,6 +99,14 @@ print("Miss ratio; (x) = ratio to memcached's.\n")
 print("| cluster | unique MiB | heap MiB | reads | " + " | ".join(labels) + " |")
 print("|" + "---|" * (4 + len(servers)))
 for c in clusters:
+    reads = {get[(c, s)][4] for s in servers}
+    if len(reads) != 1:
+        sys.exit(f"cluster {c}: the servers saw different reads: {reads}")
+    # A heap of more than twice the footprint evicts nothing: every server
+    # misses each key's first read only, the same reads.
+    roomy = float(get[(c, servers[0])][2]) > 2 * float(get[(c, servers[0])][3])
+    if roomy and len({get[(c, s)][5] for s in servers}) != 1:
+        sys.exit(f"cluster {c}: nothing to evict, yet the miss ratios differ")
     first = get[(c, servers[0])]
     base = float(get[(c, "memcached")][5])
     cells = []
