@@ -145,7 +145,9 @@ pub struct Cli {
     /// lock (as memcached's threads share its table), instead of handing
     /// every round to a storage thread: no hand-off and no wake-up per
     /// round. Each shard holds its share of the heap and evicts on its
-    /// own; a datapool is one file per shard. No effect with one worker.
+    /// own, so each keeps 256 segments (one shard below 512 MiB, as the
+    /// bindings' default; up to four per worker); a datapool is one file
+    /// per shard. No effect with one worker.
     #[arg(long)]
     pub shared_cache: bool,
 }
@@ -268,6 +270,12 @@ pub struct Config {
     /// Several workers share a sharded cache instead of a storage thread
     /// (`--shared-cache`, `worker.shared_cache`).
     pub shared_cache: bool,
+    /// The shared cache's shards: `segcache::default_shards` with at most
+    /// four per worker, as the bindings pick theirs (256 segments of the
+    /// heap's default size per shard, so one below 512 MiB; 8 of an
+    /// explicit `segment_size`). Shards evict on their own: fewer
+    /// segments per shard keep fewer hits.
+    pub shards: usize,
 }
 
 /// Parses `123`, `64k`, `64KiB`, `64MB`, `1GiB` (binary multiples; `B`
@@ -533,6 +541,7 @@ impl Config {
             "--segment-size",
             cli.segment_size.is_some(),
         );
+        let segment_size_given = cli.segment_size.is_some() || file.seg.segment_size.is_some();
         let segment_size = match (cli.segment_size, file.seg.segment_size) {
             (Some(n), _) => n,
             (None, Some(v)) => size_value(&seg_key, v)?,
@@ -606,6 +615,11 @@ impl Config {
             disable_flush_all: cli.disable_flush_all
                 || file.server.disable_flush_all.unwrap_or(false),
             shared_cache: cli.shared_cache || file.worker.shared_cache.unwrap_or(false),
+            shards: segcache::default_shards(
+                heap_size,
+                segment_size_given.then_some(segment_size),
+                workers.saturating_mul(4),
+            ),
         })
     }
 
@@ -673,6 +687,30 @@ mod tests {
         assert_eq!(seg(Some(2 << 20), None, None), 1 << 20);
         // A size given is kept.
         assert_eq!(seg(Some(64 << 10), None, Some(128 << 10)), 128 << 10);
+    }
+
+    #[test]
+    fn shared_cache_shards_keep_enough_segments_each() {
+        let shards = |workers, heap_size, segment_size| {
+            let cli = Cli {
+                workers: Some(workers),
+                heap_size,
+                segment_size,
+                ..Cli::default()
+            };
+            Config::from_toml("", &cli).unwrap().shards
+        };
+        // Below 512 MiB one shard: split, the heap would keep fewer hits.
+        assert_eq!(shards(2, None, None), 1);
+        assert_eq!(shards(8, Some(256 << 20), None), 1);
+        // 1 GiB: four shards of 256 segments of 1 MiB.
+        assert_eq!(shards(2, Some(1 << 30), None), 4);
+        // Never more than four per worker.
+        assert_eq!(shards(1, Some(16 << 30), None), 4);
+        assert_eq!(shards(4, Some(16 << 30), None), 16);
+        // An explicit segment size: shards of at least 8 of them.
+        assert_eq!(shards(2, Some(16 << 20), Some(256 << 10)), 8);
+        assert_eq!(shards(2, Some(4 << 20), Some(256 << 10)), 2);
     }
 
     #[test]

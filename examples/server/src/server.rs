@@ -101,17 +101,6 @@ fn pin_current(who: &str, core: usize) {
     }
 }
 
-/// Shards of a shared cache for `workers` workers: four per worker (few
-/// lock collisions), halved while a shard would get fewer than 16
-/// segments (eviction works a shard at a time), a power of two.
-fn shard_count(workers: usize, heap_size: usize, segment_size: usize) -> usize {
-    let mut shards = (workers * 4).next_power_of_two().min(1024);
-    while shards > 1 && heap_size / shards < 16 * segment_size {
-        shards /= 2;
-    }
-    shards
-}
-
 /// One outcome for the shards' restores: restored if every shard was
 /// (items summed), else fresh with the first reason given.
 fn shards_restored(outcomes: &[RestoreOutcome]) -> RestoreOutcome {
@@ -185,8 +174,7 @@ impl Server {
         // Several workers with --shared-cache share a sharded cache.
         let mut shared_cache = None;
         let (mut own_cache, handle, storage) = if !inline && !storage_thread {
-            let shards = shard_count(config.workers, config.heap_size, config.segment_size);
-            let cache = builder.build_sharded(shards).map_err(storage_err)?;
+            let cache = builder.build_sharded(config.shards).map_err(storage_err)?;
             shared_cache = Some(Arc::new(cache));
             (None, None, None)
         } else if inline {
