@@ -154,7 +154,8 @@ fn workers_and_the_storage_thread_allocate_nothing_per_request() {
 
 #[test]
 fn workers_sharing_a_cache_allocate_nothing_per_request() {
-    // 4 shards of 16 segments of 256 KiB.
+    // 8 shards of 8 segments of 256 KiB (`default_shards` with an
+    // explicit segment size).
     check_allocations(
         &[
             "--workers",

@@ -19,8 +19,9 @@ fn sigterm_saves_and_sigkill_does_not_with_the_cache_inline() {
     saves_on_sigterm_only(&["--workers", "1"], "pool.meta");
 }
 
-/// Several workers sharing a cache of 4 shards (16 MiB of 256 KiB
-/// segments): one heap file and one snapshot per shard.
+/// Several workers sharing a cache of 8 shards (16 MiB of 256 KiB
+/// segments, 8 per shard with an explicit segment size): one heap file
+/// and one snapshot per shard.
 const SHARED: &[&str] = &[
     "--workers",
     "2",
