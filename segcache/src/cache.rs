@@ -32,7 +32,8 @@ use std::time::Duration;
 #[derive(Clone, Copy)]
 pub struct Item<'a> {
     raw: RawItem<'a>,
-    header: &'a SegmentHeader,
+    /// The segments, for the item's header and deadline.
+    segs: &'a Segments,
     loc: Location,
     /// Cache time of the read (for [`ttl`](Self::ttl)).
     now: u32,
@@ -62,18 +63,19 @@ impl<'a> Item<'a> {
     /// changed when eviction compacts the item's segment).
     #[inline]
     pub fn cas(&self) -> u64 {
-        cas_token(self.raw, self.header, self.loc)
+        cas_token(
+            self.raw,
+            &self.segs.headers[self.loc.seg as usize],
+            self.loc,
+        )
     }
 
     /// Time left: [`Ttl::Never`] or [`Ttl::After`] (whole seconds).
     #[inline]
     pub fn ttl(&self) -> Ttl {
-        if self.header.expire_at == 0 {
-            Ttl::Never
-        } else {
-            Ttl::After(Duration::from_secs(
-                self.header.expire_at.saturating_sub(self.now) as u64,
-            ))
+        match self.segs.deadline(self.loc) {
+            0 => Ttl::Never,
+            at => Ttl::After(Duration::from_secs(at.saturating_sub(self.now) as u64)),
         }
     }
 
@@ -624,7 +626,7 @@ impl Segcache {
     /// unlinked on the spot.
     #[inline]
     fn live_or_unlink(&mut self, hash: u64, loc: Location, now: u32) -> bool {
-        if self.segs.headers[loc.seg as usize].is_expired(now) {
+        if self.segs.expired(loc, now) {
             self.table.remove_at(hash, loc);
             self.account_unlinked(loc);
             self.counters.expirations += 1;
@@ -648,7 +650,7 @@ impl Segcache {
     fn item_view(&self, loc: Location, now: u32) -> Item<'_> {
         Item {
             raw: self.segs.item(loc),
-            header: &self.segs.headers[loc.seg as usize],
+            segs: &self.segs,
             loc,
             now,
         }
@@ -656,11 +658,9 @@ impl Segcache {
 
     /// Remaining TTL in seconds of the item at `loc` (0: no expiry).
     fn remaining_ttl(&self, loc: Location, now: u32) -> u32 {
-        let expire_at = self.segs.headers[loc.seg as usize].expire_at;
-        if expire_at == 0 {
-            0
-        } else {
-            expire_at.saturating_sub(now).max(1)
+        match self.segs.deadline(loc) {
+            0 => 0,
+            at => at.saturating_sub(now).max(1),
         }
     }
 
@@ -729,10 +729,10 @@ impl Segcache {
         // SAFETY: `hit_probed` found `loc` in the table (whose locations
         // name whole items) and changed no segment since (a hit only bumps
         // the table's counter; an expired item returned `None`).
-        let (raw, header) = unsafe { self.segs.fetch_compared(loc) };
+        let (raw, segs) = unsafe { self.segs.fetch_compared(loc) };
         Some(Item {
             raw,
-            header,
+            segs,
             loc,
             now,
         })
@@ -744,10 +744,10 @@ impl Segcache {
     #[inline(never)]
     fn get_unsettled(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
         let (loc, now) = self.hit_slow(key, hash)?;
-        let (raw, header, _) = self.segs.fetch(loc);
+        let (raw, segs, _) = self.segs.fetch(loc);
         Some(Item {
             raw,
-            header,
+            segs,
             loc,
             now,
         })
@@ -862,7 +862,7 @@ impl Segcache {
         let expire_at = unsafe { self.segs.header_unchecked(loc.seg) }.expire_at;
         let now = if expire_at != 0 {
             let now = self.clock.now();
-            if expire_at <= now {
+            if expire_at <= now && self.segs.expired(loc, now) {
                 self.expired_on_read(hash, loc);
                 return None;
             }
@@ -1491,7 +1491,8 @@ impl Segcache {
                 return Ok(Some(loc));
             }
             let deadline = now.saturating_add(ttl);
-            if header.expire_at != 0
+            if !header.is_split()
+                && header.expire_at != 0
                 && deadline >= header.expire_at
                 && ttl::fits_spread(bucket, header.expire_at, header.expire_last, deadline)
             {
@@ -1532,10 +1533,10 @@ impl Segcache {
             return None;
         }
         let (loc, now) = self.hit(key, hash)?;
-        let (raw, header, marks) = self.segs.fetch(loc);
+        let (raw, segs, marks) = self.segs.fetch(loc);
         let view = Item {
             raw,
-            header,
+            segs,
             loc,
             now,
         };
@@ -1707,7 +1708,7 @@ impl Segcache {
         let expire_at = header.expire_at;
         self.counters.items -= 1;
         self.counters.live_bytes -= size as u64;
-        if expire_at != 0 && expire_at <= self.clock.now() {
+        if expire_at != 0 && self.segs.expired(loc, self.clock.now()) {
             // Expired: unlinked as a read would, and not there to delete.
             self.counters.expirations += 1;
             return false;
@@ -1876,11 +1877,16 @@ impl Segcache {
         (0..segments)
             .filter(move |&id| {
                 let h = &self.segs.headers[id as usize];
-                h.state != SegState::Free && h.live_items > 0 && !h.is_expired(now)
+                h.state != SegState::Free
+                    && h.live_items > 0
+                    && (h.is_split() || !h.is_expired(now))
             })
             .flat_map(move |id| {
                 self.segs.item_offsets(id).filter_map(move |(offset, raw)| {
                     let loc = Location { seg: id, offset };
+                    if self.segs.expired(loc, now) {
+                        return None;
+                    }
                     let hash = self.table.hash(raw.key());
                     self.table.locate(hash, loc)?;
                     Some(self.item_view(loc, now))
@@ -1924,20 +1930,78 @@ impl Segcache {
     pub(crate) fn expire_at(&mut self, now: u32) -> Expired {
         let mut freed = Expired::default();
         for bucket in 0..NEVER {
-            loop {
-                let head = self.ttl.buckets[bucket].head;
-                if head == NONE || !self.segs.headers[head as usize].is_expired(now) {
-                    break;
-                }
-                let items = self.unlink_segment(head);
-                self.retire_segment(head);
+            let mut at = self.ttl.buckets[bucket].head;
+            while at != NONE && self.segs.headers[at as usize].is_expired(now) {
+                let next = self.segs.headers[at as usize].next;
+                let whole = !self.segs.headers[at as usize].is_split();
+                let items = if whole {
+                    self.unlink_segment(at)
+                } else {
+                    self.reap_windows(at, now)
+                };
                 self.counters.expirations += items as u64;
-                self.counters.expired_segments += 1;
                 freed.items += items;
-                freed.segments += 1;
+                if self.segs.headers[at as usize].live_items == 0 {
+                    self.retire_segment(at);
+                    self.counters.expired_segments += 1;
+                    freed.segments += 1;
+                }
+                at = next;
             }
         }
         freed
+    }
+
+    /// Unlinks the items of the windows of `split` segment `id` whose
+    /// deadline has passed at `now` and marks those windows reaped; the
+    /// segment's deadline becomes that of its earliest window left.
+    /// Returns how many items it unlinked.
+    fn reap_windows(&mut self, id: u32, now: u32) -> usize {
+        let mut windows = self.segs.windows(id);
+        let mut start = 0;
+        let mut unlinked = 0;
+        for w in windows.as_mut_slice() {
+            if !w.is_reaped() && w.at != 0 && w.at <= now {
+                unlinked += self.unlink_between(id, start, w.end);
+                w.reap();
+            }
+            start = w.end;
+        }
+        self.segs.set_windows(id, &windows);
+        unlinked
+    }
+
+    /// Unlinks the live items of segment `id` from byte `start` up to
+    /// `end` (item boundaries); returns how many. (They are not marked
+    /// unlinked: a later walk finds them dead by probing the table.) The
+    /// walk stops once the segment has no live item left.
+    fn unlink_between(&mut self, id: u32, start: u32, end: u32) -> usize {
+        let segs = &self.segs;
+        let table = &mut self.table;
+        let (mut unlinked, mut bytes) = (0usize, 0usize);
+        let live = segs.headers[id as usize].live_items as usize;
+        for (offset, item) in segs.item_offsets_between(id, start, end) {
+            if unlinked == live {
+                break;
+            }
+            if item.is_unlinked() {
+                continue;
+            }
+            let hash = table.hash(item.key());
+            if table
+                .remove_at(hash, Location { seg: id, offset })
+                .is_some()
+            {
+                unlinked += 1;
+                bytes += item.size();
+            }
+        }
+        let header = &mut self.segs.headers[id as usize];
+        header.live_items -= unlinked as u32;
+        header.live_bytes -= bytes as u32;
+        self.counters.items -= unlinked as u64;
+        self.counters.live_bytes -= bytes as u64;
+        unlinked
     }
 
     /// Number of items held (including expired ones not yet reclaimed).
@@ -2333,32 +2397,9 @@ impl Segcache {
 
     /// Unlinks every live item of a segment from the table; returns how many.
     pub(crate) fn unlink_segment(&mut self, id: u32) -> usize {
-        let segs = &self.segs;
-        let table = &mut self.table;
-        let mut unlinked = 0;
-        let mut left = segs.headers[id as usize].live_items;
-        for (offset, item) in segs.item_offsets(id) {
-            if left == 0 {
-                break;
-            }
-            if item.is_unlinked() {
-                continue;
-            }
-            let hash = table.hash(item.key());
-            if table
-                .remove_at(hash, Location { seg: id, offset })
-                .is_some()
-            {
-                unlinked += 1;
-                left -= 1;
-            }
-        }
-        let header = &mut self.segs.headers[id as usize];
-        debug_assert_eq!(header.live_items as usize, unlinked);
-        self.counters.items -= unlinked as u64;
-        self.counters.live_bytes -= header.live_bytes as u64;
-        header.live_items = 0;
-        header.live_bytes = 0;
+        let written = self.segs.headers[id as usize].write_offset;
+        let unlinked = self.unlink_between(id, 0, written);
+        debug_assert_eq!(self.segs.headers[id as usize].live_items, 0);
         unlinked
     }
 
@@ -2395,12 +2436,34 @@ impl Segcache {
             assert!(h.write_offset as usize <= self.segs.segment_size());
             if h.state != SegState::Free && h.expire_at != 0 {
                 let spread = ttl::spread(h.ttl_bucket as usize);
-                assert!(
-                    h.expire_last - h.expire_at <= spread,
-                    "segment {id}: deadlines {}..{} spread past {spread}",
-                    h.expire_at,
-                    h.expire_last
+                let windows = self.segs.windows(id);
+                for w in windows.as_slice().iter().filter(|w| !w.is_reaped()) {
+                    assert!(
+                        w.last - w.at <= spread,
+                        "segment {id}: deadlines {}..{} spread past {spread}",
+                        w.at,
+                        w.last
+                    );
+                }
+                assert_eq!(
+                    windows.bounds(),
+                    (h.expire_at, h.expire_last),
+                    "segment {id}"
                 );
+                if h.is_split() {
+                    assert_eq!(h.state, SegState::Sealed, "segment {id}: only merges split");
+                    let ends: Vec<u32> = windows.as_slice().iter().map(|w| w.end).collect();
+                    assert!(
+                        ends.windows(2).all(|p| p[0] < p[1]),
+                        "segment {id}: {ends:?}"
+                    );
+                    assert_eq!(ends.last(), Some(&h.write_offset), "segment {id}");
+                    assert!(
+                        h.write_offset as usize + Segments::window_room(ends.len())
+                            <= self.segs.segment_size(),
+                        "segment {id}: items over its windows"
+                    );
+                }
             }
             if h.state == SegState::Free {
                 assert_eq!((h.live_items, h.live_bytes), (0, 0));
@@ -2418,6 +2481,11 @@ impl Segcache {
                         !item.is_unlinked(),
                         "segment {id}: a linked item marked unlinked"
                     );
+                    let at = self.segs.windows(id).window_at(offset);
+                    assert!(
+                        !at.is_reaped(),
+                        "segment {id}: a linked item in a reaped window"
+                    );
                     live += 1;
                     live_bytes += item.size() as u32;
                 }
@@ -2425,7 +2493,8 @@ impl Segcache {
             assert_eq!(
                 (live, live_bytes),
                 (h.live_items, h.live_bytes),
-                "segment {id}"
+                "segment {id}: {h:?} {:?}",
+                self.segs.windows(id)
             );
             items += live as u64;
             bytes += live_bytes as u64;
@@ -2450,6 +2519,105 @@ mod tests {
 
     fn secs(s: u64) -> Option<Duration> {
         Some(Duration::from_secs(s))
+    }
+
+    /// Writes bursts of 1000 s items 100 s apart (the bucket allows ~60 s
+    /// of deadlines per window), ten bursts at a time overflowing a heap of
+    /// 64 segments, reading a third of each burst, so that merges split
+    /// segments into deadline windows; returns each key's deadline.
+    fn split_by_merges(c: &mut Segcache, clock: &ManualClock) -> Vec<(String, u32)> {
+        let mut keys = Vec::new();
+        for burst in 0..11u32 {
+            for k in 0..2000u32 {
+                let key = format!("{burst}:{k}");
+                c.set(&key, [7u8; 60], 0, secs(1000)).unwrap();
+                keys.push((key, clock.now() + 1000));
+            }
+            for (key, _) in keys.iter().rev().take(2000).step_by(3) {
+                c.get(key);
+            }
+            c.check_invariants();
+            clock.advance(Duration::from_secs(100));
+            if burst % 8 == 7 {
+                // Reads of every burst still held keep items across merges.
+                for (key, _) in &keys {
+                    c.get(key);
+                }
+            }
+        }
+        assert!(c.stats().merges > 0);
+        keys
+    }
+
+    #[test]
+    fn split_segments_survive_a_restart_with_their_windows() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new();
+        clock.set(10_000);
+        let build = || {
+            Segcache::builder()
+                .heap_size(1 << 20)
+                .segment_size(16 << 10)
+                .datapool(dir.path().join("pool"))
+                .restore(true)
+                .clock(clock.clone())
+                .build()
+                .unwrap()
+        };
+        let mut c = build();
+        let keys = split_by_merges(&mut c, &clock);
+        c.expire();
+        let split: Vec<u32> = (0..c.segs.count() as u32)
+            .filter(|&id| c.segs.headers[id as usize].is_split())
+            .collect();
+        assert!(!split.is_empty(), "merges split no segment");
+        c.check_invariants();
+        let windows: Vec<_> = split.iter().map(|&id| c.segs.windows(id)).collect();
+        let ttls: Vec<_> = keys
+            .iter()
+            .map(|(k, _)| c.peek(k).map(|i| i.ttl()))
+            .collect();
+        c.save().unwrap();
+        let mut c = build();
+        assert!(matches!(
+            c.restore_outcome(),
+            RestoreOutcome::Restored { .. }
+        ));
+        for (&id, w) in split.iter().zip(&windows) {
+            assert_eq!(&c.segs.windows(id), w, "segment {id}");
+        }
+        let after: Vec<_> = keys
+            .iter()
+            .map(|(k, _)| c.peek(k).map(|i| i.ttl()))
+            .collect();
+        assert_eq!(ttls, after);
+        c.check_invariants();
+        // Every item held expires within the bucket's precision of its own
+        // deadline, never after it, windows or not.
+        for step in 0..40 {
+            let now = clock.now();
+            for (key, deadline) in &keys {
+                if let Some(item) = c.peek(key) {
+                    assert!(now < *deadline, "{key} served {} s late", now - deadline);
+                    let left = item.ttl().duration().unwrap().as_secs() as u32;
+                    assert!(
+                        left <= deadline - now,
+                        "{key}: {left} s left, due in {}",
+                        deadline - now
+                    );
+                    assert!(
+                        left + 1000 / 16 > deadline - now,
+                        "{key} {} s early",
+                        deadline - now - left
+                    );
+                }
+            }
+            clock.advance(Duration::from_secs(25));
+            if step % 4 == 0 {
+                c.expire();
+                c.check_invariants();
+            }
+        }
     }
 
     #[test]

@@ -42,8 +42,11 @@
 //!    frees exactly one segment: the room the read items leave is filled
 //!    with unread ones, in order, so main drops only its coldest segment's
 //!    worth per merge and an item has a whole lap of the pool to be read.
-//!    A main segment that no run can hold (its deadlines and the next
-//!    one's too far apart for the bucket's precision) is judged alone:
+//!    A run may join segments whose deadlines lie further apart than the
+//!    bucket's precision: its outputs keep each item's deadline in
+//!    deadline windows (`windows.rs`). A main segment that no run can
+//!    hold (it and the next one would need more windows than a segment
+//!    keeps, or lack the room for them) is judged alone:
 //!    if anything in it was read, the counts halve and the hand moves on;
 //!    else it is evicted whole.
 //!
@@ -55,7 +58,9 @@
 use crate::builder::Eviction;
 use crate::hashtable::{self, Location};
 use crate::segments::{SegState, NONE};
-use crate::ttl::{self, BUCKETS};
+use crate::segments::{SegmentHeader, Segments};
+use crate::ttl::BUCKETS;
+use crate::windows::Windows;
 use crate::{Error, Segcache};
 
 /// Most segments one merge pass reads.
@@ -586,7 +591,7 @@ impl Segcache {
         let first = self.oldest_in_run(first);
         let header = &self.segs.headers[first as usize];
         let bucket = header.ttl_bucket as usize;
-        if header.expire_at != 0 && header.expire_at <= now + NEAR_EXPIRY_SECS {
+        if near_expiry(header, now) {
             self.evict_segment(first);
             return true;
         }
@@ -594,16 +599,16 @@ impl Segcache {
         let mut len = 0;
         let seg_size = self.segs.segment_size();
         let prev = self.segs.headers[first as usize].prev;
-        // Top up the main segment just before, if it has room and its
-        // deadlines are close enough to the small segment's (else it would
-        // end the run at one segment, and the pool could only be evicted
+        // Top up the main segment just before, if it has room and the two
+        // segments' deadline windows fit one segment (else it would end
+        // the run at one segment, and the pool could only be evicted
         // whole: main segments are old, their deadlines spread wide).
         let forced = if self.sealed(prev)
             && self.admission.is_main(prev)
             && (self.segs.headers[prev as usize].live_bytes as usize) < seg_size - seg_size / 8
             && self
-                .widen(bucket, (0, 0), prev)
-                .and_then(|range| self.widen(bucket, range, first))
+                .widen(bucket, RunDeadlines::default(), prev)
+                .and_then(|windows| self.widen(bucket, windows, first))
                 .is_some()
         {
             chain[0] = prev;
@@ -613,7 +618,7 @@ impl Segcache {
             0
         };
         let mut at = first;
-        let mut range = (0, 0);
+        let mut range = RunDeadlines::default();
         if forced == 1 {
             range = self.widen(bucket, range, prev).unwrap_or_default();
         }
@@ -698,8 +703,9 @@ impl Segcache {
                 mut items,
             } = found;
             if items > capacity {
-                if self.items_at_most(&run[..n], seg_size / 32) {
-                    self.compact_in_windows(bucket, &run[..n], main, live);
+                if self.items_at_most(&run[..n], seg_size / 32)
+                    && self.compact_in_windows(bucket, &run[..n], main, live)
+                {
                     return true;
                 }
                 // Large items: only what the scratch holds, checked by
@@ -732,8 +738,8 @@ impl Segcache {
     /// The run to compact, if any, among the runs of up to [`MERGE_MAX`]
     /// consecutive sealed small segments ([`COMPACT_MAX_MAIN`] main ones)
     /// of one pool and TTL bucket, each as long as it can be from its
-    /// first segment (deadlines within `ttl::spread`, and small runs within
-    /// [`SMALL_COMPACTION_SPREAD`]), that are at most 7/8 live (main: 15/16) and whose live bytes fit
+    /// first segment (deadline windows that fit one segment, and small runs'
+    /// deadlines within [`SMALL_COMPACTION_SPREAD`]), that are at most 7/8 live (main: 15/16) and whose live bytes fit
     /// in fewer segments: the oldest (the first found from the buckets'
     /// heads), unless it moves more than [`COMPACTION_COST_SLACK`] times
     /// the live bytes per segment freed of the cheapest such run, which is
@@ -765,7 +771,7 @@ impl Segcache {
                     items: 0,
                 };
                 let mut at = start;
-                let mut range = (0, 0);
+                let mut range = RunDeadlines::default();
                 while found.n < limit
                     && self.sealed(at)
                     && self.admission.is_main(at) == main
@@ -775,7 +781,7 @@ impl Segcache {
                     let Some(wider) = self.widen(bucket, range, at) else {
                         break;
                     };
-                    if found.n > 0 && !main && wider.1 - wider.0 > SMALL_COMPACTION_SPREAD {
+                    if found.n > 0 && !main && wider.windows.span() > SMALL_COMPACTION_SPREAD {
                         break;
                     }
                     range = wider;
@@ -810,8 +816,8 @@ impl Segcache {
     }
 
     /// A main-pool merge in `bucket`, from its cursor (or its head). A
-    /// main segment no run can hold (the deadlines of it and of the next
-    /// main segment are too far apart for `ttl::spread`) is the CLOCK's
+    /// main segment no run can hold (it and the next main segment would
+    /// need more deadline windows than a segment keeps) is the CLOCK's
     /// victim on its own: if any of its items was read since it last
     /// moved, their counts halve and the hand moves on (a second chance);
     /// else it is evicted whole (its items remembered as main ghosts).
@@ -827,7 +833,7 @@ impl Segcache {
                 }
                 let start_header = &self.segs.headers[start as usize];
                 let next = start_header.next;
-                if start_header.expire_at != 0 && start_header.expire_at <= now + NEAR_EXPIRY_SECS {
+                if near_expiry(start_header, now) {
                     // About to expire anyway: free it whole.
                     self.ttl.buckets[bucket].merge_cursor = next;
                     self.evict_segment(start);
@@ -864,15 +870,15 @@ impl Segcache {
     }
 
     /// The run of up to [`MERGE_MAX`] sealed main segments of `bucket` from
-    /// `start` whose deadlines fit `ttl::spread` and whose items the
-    /// scratch holds, its length, and whether it is `start` alone because
-    /// the next main segment's deadlines do not fit with its own.
+    /// `start` whose deadline windows fit one segment ([`widen`](Self::widen))
+    /// and whose items the scratch holds, its length, and whether it is
+    /// `start` alone because the next main segment's do not fit with its own.
     fn main_run(&self, bucket: usize, start: u32) -> ([u32; MERGE_MAX], usize, bool) {
         let mut chain = [NONE; MERGE_MAX];
         let mut len = 0;
         let mut items = 0;
         let mut at = start;
-        let mut range = (0, 0);
+        let mut range = RunDeadlines::default();
         while len < MERGE_MAX
             && self.sealed(at)
             && self.admission.is_main(at)
@@ -912,20 +918,32 @@ impl Segcache {
         read
     }
 
-    /// The deadline range (earliest, latest; 0 = none yet) of a run of
-    /// segments after adding `id`, or `None` if merging it would let an
-    /// item expire earlier than the bucket's precision allows
-    /// (`ttl::spread`): a merged segment expires with its earliest item.
-    fn widen(&self, bucket: usize, (first, last): (u32, u32), id: u32) -> Option<(u32, u32)> {
-        let h = &self.segs.headers[id as usize];
-        if h.expire_at == 0 {
-            return Some((first, last));
+    /// The deadline windows a run of segments needs after adding `id`, or
+    /// `None` if its items would need more than a segment keeps
+    /// ([`MAX_WINDOWS`](crate::windows::MAX_WINDOWS)) or a segment of the
+    /// run lacks the room for them at its end: the merge's outputs then
+    /// keep every item's deadline within the bucket's precision
+    /// (`ttl::spread`).
+    fn widen(&self, bucket: usize, mut run: RunDeadlines, id: u32) -> Option<RunDeadlines> {
+        if !run.windows.join(bucket, &self.segs.windows(id)) {
+            return None;
         }
-        if first == 0 {
-            return Some((h.expire_at, h.expire_last));
-        }
-        let range = (first.min(h.expire_at), last.max(h.expire_last));
-        (range.1 - range.0 <= ttl::spread(bucket)).then_some(range)
+        run.fullest = run.fullest.max(self.segs.headers[id as usize].write_offset);
+        let room = Segments::window_room(run.windows.as_slice().len());
+        (run.fullest as usize + room <= self.segs.segment_size()).then_some(run)
+    }
+
+    /// Bytes each output of a merge of `chain` may fill with items: the
+    /// segment, less the room its deadline windows take at its end if the
+    /// chain's items need more than one (see `windows.rs`); `None` if some
+    /// segment of the chain holds more than that (its items could then
+    /// spill into an output not yet read; the run builders never build
+    /// such a chain, see [`widen`](Self::widen)).
+    fn output_room(&self, bucket: usize, chain: &[u32]) -> Option<usize> {
+        let run = chain.iter().try_fold(RunDeadlines::default(), |run, &id| {
+            self.widen(bucket, run, id)
+        })?;
+        Some(self.segs.segment_size() - Segments::window_room(run.windows.as_slice().len()))
     }
 
     /// Whether the merge scratch holds `items` live items plus those of
@@ -941,7 +959,9 @@ impl Segcache {
     /// forward within its own. Returns false, changing nothing, if the plan
     /// cannot free a segment and may not keep everything.
     fn merge_chain(&mut self, bucket: usize, chain: &[u32], plan: Plan) -> bool {
-        let seg_size = self.segs.segment_size();
+        let Some(seg_size) = self.output_room(bucket, chain) else {
+            return false;
+        };
         let usable = usable(seg_size);
         // Pass 1: the live items with their hashes and access counts, and
         // the bytes at each count.
@@ -1083,6 +1103,10 @@ impl Segcache {
         // Pass 2: pack survivors into the outputs, unlink the rest. Items
         // that sit back to back and land back to back move in one copy.
         let mut written = [(0usize, 0u32); COMPACT_MAX_MAIN];
+        let mut windows = [Windows::default(); COMPACT_MAX_MAIN];
+        let mut source = SourceWindows::default();
+        // (The callback's `bucket` is a table position.)
+        let ttl_bucket = bucket;
         let mut evicted = 0u64;
         let mut run = CopyRun::EMPTY;
         pack(
@@ -1125,6 +1149,8 @@ impl Segcache {
                         }
                         written[out].0 += size as usize;
                         written[out].1 += 1;
+                        let w = source.of(&self.segs, from);
+                        windows[out].keep(ttl_bucket, w.at, w.last, written[out].0 as u32);
                     }
                     None => {
                         // Items are copied only to places before their own
@@ -1141,8 +1167,7 @@ impl Segcache {
         );
         run.flush(&mut self.segs);
         self.merge_scratch = live;
-        let deadlines = self.chain_deadlines(chain);
-        self.finish_merge(bucket, chain, &written[..outputs], deadlines, plan.main);
+        self.finish_merge(bucket, chain, &written[..outputs], &windows, plan.main);
         self.counters.evictions += evicted;
         true
     }
@@ -1155,7 +1180,7 @@ impl Segcache {
         bucket: usize,
         chain: &[u32],
         written: &[(usize, u32)],
-        (expire_at, expire_last): (u32, u32),
+        windows: &[Windows],
         main: bool,
     ) {
         let outputs = written.len();
@@ -1172,8 +1197,7 @@ impl Segcache {
                 header.write_offset = bytes as u32;
                 header.live_bytes = bytes as u32;
                 header.live_items = items;
-                header.expire_at = expire_at;
-                header.expire_last = expire_last;
+                self.segs.set_windows(src, &windows[index]);
                 self.counters.items += items as u64;
                 self.counters.live_bytes += bytes as u64;
                 self.admission.set_main(src, main);
@@ -1190,19 +1214,6 @@ impl Segcache {
         } else {
             self.segs.headers[after as usize].next
         };
-    }
-
-    /// The earliest and latest deadlines of a chain's segments (0: none).
-    fn chain_deadlines(&self, chain: &[u32]) -> (u32, u32) {
-        let (mut expire_at, mut expire_last) = (0u32, 0u32);
-        for &src in chain {
-            let header = &self.segs.headers[src as usize];
-            if header.expire_at != 0 && (expire_at == 0 || header.expire_at < expire_at) {
-                expire_at = header.expire_at;
-            }
-            expire_last = expire_last.max(header.expire_last);
-        }
-        (expire_at, expire_last)
     }
 
     /// Whether every item, live or dead, of the chain is at most `max`
@@ -1225,18 +1236,36 @@ impl Segcache {
     /// bytes and the `live.div_ceil(usable)` outputs hold everything.
     /// A window reads only segments nothing has been written to yet:
     /// items move only into earlier segments or forward in their own.
-    fn compact_in_windows(&mut self, bucket: usize, chain: &[u32], main: bool, live: usize) {
-        let seg_size = self.segs.segment_size();
-        let usable = usable(seg_size);
+    /// Returns false, changing nothing, if the room the outputs keep for
+    /// their deadline windows leaves no segment to free.
+    fn compact_in_windows(
+        &mut self,
+        bucket: usize,
+        chain: &[u32],
+        main: bool,
+        live: usize,
+    ) -> bool {
+        let Some(seg_size) = self.output_room(bucket, chain) else {
+            return false;
+        };
+        // Items are at most 1/32 of a whole segment: each output but the
+        // last is filled past this.
+        let usable = seg_size - self.segs.segment_size() / 32;
         let outputs = live.div_ceil(usable).max(1);
-        debug_assert!(outputs < chain.len());
-        let deadlines = self.chain_deadlines(chain);
+        if outputs >= chain.len() {
+            // The room the outputs keep for their deadline windows.
+            return false;
+        }
         for &dst in &chain[..outputs] {
             self.segs.bump_generation(dst);
         }
         let mut records = std::mem::take(&mut self.merge_scratch);
         let capacity = records.capacity();
         let mut written = [(0usize, 0u32); COMPACT_MAX_MAIN];
+        let mut windows = [Windows::default(); COMPACT_MAX_MAIN];
+        let mut source = SourceWindows::default();
+        // (The callback's `bucket` is a table position.)
+        let ttl_bucket = bucket;
         let (mut out, mut write) = (0usize, 0usize);
         let mut run = CopyRun::EMPTY;
         let mut next = 0;
@@ -1289,11 +1318,58 @@ impl Segcache {
                 written[out].0 += size;
                 written[out].1 += 1;
                 write += size;
+                let w = source.of(&self.segs, from);
+                windows[out].keep(ttl_bucket, w.at, w.last, write as u32);
             }
         }
         run.flush(&mut self.segs);
         self.merge_scratch = records;
-        self.finish_merge(bucket, chain, &written[..outputs], deadlines, main);
+        self.finish_merge(bucket, chain, &written[..outputs], &windows, main);
+        true
+    }
+}
+
+/// True if a segment is this close to its deadline
+/// ([`NEAR_EXPIRY_SECS`]) that merging it is not worth it: a `split`
+/// segment by its latest window, whose items stay longest.
+fn near_expiry(header: &SegmentHeader, now: u32) -> bool {
+    let deadline = if header.is_split() {
+        header.expire_last
+    } else {
+        header.expire_at
+    };
+    deadline != 0 && deadline <= now + NEAR_EXPIRY_SECS
+}
+
+/// What a run of segments needs to be merged into outputs that keep
+/// every item's deadline: its items' deadline windows, and the most bytes
+/// any of its segments holds. Outputs keep their windows in their last
+/// bytes, so each segment of the run must have left that room free:
+/// packing items in order into outputs no larger than any segment they
+/// came from then never runs ahead of what is still to be read.
+#[derive(Clone, Copy, Default)]
+struct RunDeadlines {
+    windows: Windows,
+    fullest: u32,
+}
+
+/// The deadline windows of the segment a merge last read an item of:
+/// items come in chain order, so the source changes once per segment.
+#[derive(Default)]
+struct SourceWindows {
+    seg: Option<u32>,
+    windows: Windows,
+}
+
+impl SourceWindows {
+    /// The window of the item at `loc`, from its segment's windows as
+    /// they were before the merge (outputs are rewritten only at its end).
+    fn of(&mut self, segs: &crate::segments::Segments, loc: Location) -> crate::windows::Window {
+        if self.seg != Some(loc.seg) {
+            self.seg = Some(loc.seg);
+            self.windows = segs.windows(loc.seg);
+        }
+        self.windows.window_at(loc.offset)
     }
 }
 
@@ -1401,6 +1477,7 @@ mod tests {
     use crate::segments::SegState;
     use crate::segments::NONE;
     use crate::ttl::BUCKETS;
+    use crate::windows::{Windows, MAX_WINDOWS};
     use crate::{Eviction, ManualClock, Segcache};
     use std::time::Duration;
 
@@ -1848,11 +1925,11 @@ mod tests {
 
     #[test]
     fn a_main_segment_no_run_can_hold_gets_a_second_chance_then_goes() {
-        // A main segment whose deadlines are too far from the next one's
-        // for any run (TTL precision) cannot be merged: the CLOCK hand
-        // halves its read items' counts and moves on, and evicts it whole
-        // when nothing in it was read. Before, the merge fell back to the
-        // bucket's head (the same segment) and gave up.
+        // A main segment whose deadline windows and the next one's are
+        // more than a segment keeps (TTL precision) cannot be merged: the
+        // CLOCK hand halves its read items' counts and moves on, and
+        // evicts it whole when nothing in it was read. Before, the merge
+        // fell back to the bucket's head (the same segment) and gave up.
         let clock = ManualClock::new();
         let mut c = merge_cache(128 << 10, 4 << 10, &clock);
         let ttl = Some(Duration::from_secs(1000));
@@ -1872,6 +1949,24 @@ mod tests {
         let lone = entry(&c, "a0").unwrap().0.seg;
         let bucket = c.segs.headers[lone as usize].ttl_bucket as usize;
         assert_eq!(c.ttl.buckets[bucket].head, lone);
+        // 100 s from the next segment's deadlines, it would join it as a
+        // second window; as if merged from segments written 100 s apart,
+        // its items are in as many windows as a segment keeps.
+        let at = c.segs.headers[lone as usize].expire_at;
+        let ends: Vec<u32> = c
+            .segs
+            .item_offsets(lone)
+            .map(|(o, i)| o + i.size() as u32)
+            .collect();
+        assert!(ends.len() >= MAX_WINDOWS);
+        let mut windows = Windows::default();
+        for w in 0..MAX_WINDOWS {
+            let deadline = at + 100 * w as u32;
+            let end = ends[(w + 1) * ends.len() / MAX_WINDOWS - 1];
+            assert!(windows.push(bucket, deadline, deadline, end));
+        }
+        assert_eq!(windows.as_slice().len(), MAX_WINDOWS);
+        c.segs.set_windows(lone, &windows);
         assert!(c.main_run(bucket, lone).2, "no run holds it");
         c.ttl.buckets[bucket].merge_cursor = lone;
         assert!(c.get("a0").is_some());
@@ -1902,6 +1997,70 @@ mod tests {
         assert!((0..20u32).all(|k| !c.contains(format!("a{k}"))));
         c.set("a1", [1u8; 80], 0, ttl).unwrap();
         assert_eq!(entry(&c, "a1").unwrap().1, PROMOTE_FREQ, "back warm");
+        c.check_invariants();
+    }
+
+    #[test]
+    fn merging_across_deadline_windows_keeps_each_items_deadline() {
+        // Two main segments whose deadlines lie 100 s apart (the bucket
+        // allows ~60 s in one segment) merge into one, which keeps the two
+        // windows: every item expires at its own deadline, not its new
+        // neighbours', and the segment goes when the later window does.
+        let clock = ManualClock::new();
+        clock.set(1_000);
+        let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+        let ttl = Some(Duration::from_secs(1000));
+        for k in 0..20u32 {
+            c.set(format!("a{k}"), [1u8; 80], 0, ttl).unwrap();
+        }
+        clock.advance(Duration::from_secs(100));
+        for k in 0..20u32 {
+            c.set(format!("b{k}"), [1u8; 80], 0, ttl).unwrap();
+        }
+        clock.advance(Duration::from_secs(100));
+        c.set("c", [1u8; 80], 0, ttl).unwrap();
+        let (a, b) = (
+            entry(&c, "a0").unwrap().0.seg,
+            entry(&c, "b0").unwrap().0.seg,
+        );
+        assert_ne!(a, b);
+        all_main(&mut c);
+        for k in 0..20u32 {
+            assert!(c.get(format!("a{k}")).is_some() && c.get(format!("b{k}")).is_some());
+        }
+        let bucket = c.segs.headers[a as usize].ttl_bucket as usize;
+        let (chain, len, _) = c.main_run(bucket, a);
+        assert_eq!(&chain[..len], [a, b], "one run across the two windows");
+        c.ttl.buckets[bucket].merge_cursor = a;
+        let used = c.stats().segments_used;
+        assert!(c.merge_bucket(bucket, clock.now()));
+        assert_eq!(
+            c.stats().segments_used,
+            used - 1,
+            "the merge freed a segment"
+        );
+        assert_eq!(entry(&c, "b0").unwrap().0.seg, a);
+        assert!(c.segs.headers[a as usize].is_split());
+        assert_eq!(c.segs.windows(a).as_slice().len(), 2);
+        c.check_invariants();
+        // Each item reports its own time left.
+        let left = |c: &mut Segcache, key: &str| c.get(key).map(|i| i.ttl().duration().unwrap());
+        assert_eq!(left(&mut c, "a0"), Some(Duration::from_secs(800)));
+        assert_eq!(left(&mut c, "b0"), Some(Duration::from_secs(900)));
+        // At the first window's deadline its items go, the others stay;
+        // the expiry walk reaps the first window's unread items.
+        clock.set(2_000);
+        assert!(c.get("a0").is_none());
+        assert!(c.get("b0").is_some());
+        let expired = c.expire();
+        assert_eq!((expired.items, expired.segments), (19, 0));
+        assert!((0..20u32).all(|k| c.contains(format!("b{k}"))));
+        c.check_invariants();
+        // The segment goes with its last window.
+        clock.set(2_100);
+        let expired = c.expire();
+        assert_eq!((expired.items, expired.segments), (20, 1));
+        assert!(c.get("b1").is_none());
         c.check_invariants();
     }
 

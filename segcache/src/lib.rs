@@ -138,6 +138,7 @@ mod segments;
 mod sharded;
 pub mod storage;
 mod ttl;
+mod windows;
 
 #[cfg(test)]
 mod model_tests;

@@ -19,13 +19,14 @@ use crate::cache::Counters;
 use crate::hashtable::{HashTable, Location};
 use crate::segments::{SegState, SegmentHeader, Segments, NONE};
 use crate::ttl::{TtlBucket, BUCKETS};
+use crate::windows::{Window, Windows, MAX_WINDOWS};
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 const MAGIC: [u8; 8] = *b"SEGCMETA";
 /// Bumped whenever the snapshot, item or table layout changes.
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 
 /// The snapshot's path for a datapool file: `<datapool>.meta`.
 pub(crate) fn meta_path(datapool: &Path) -> PathBuf {
@@ -71,6 +72,8 @@ pub(crate) struct Restored {
 /// Everything a restore needs besides the heap.
 pub(crate) struct Snapshot {
     headers: Vec<SegmentHeader>,
+    /// The deadline windows of the split segments.
+    windows: Vec<(u32, Windows)>,
     ttl: Vec<TtlBucket>,
     table_homes: usize,
     table_words: Vec<u64>,
@@ -206,6 +209,20 @@ pub(crate) fn save(datapool: &Path, parts: SaveParts<'_>) -> io::Result<()> {
         }
         w.u16(h.ttl_bucket);
         w.u8(h.state as u8);
+        w.u8(h.split);
+    }
+    // The windows of the split segments (also in the heap, past their
+    // items, where the heap's checksum does not reach), after all headers.
+    for (id, h) in headers.iter().enumerate() {
+        if h.split != 0 {
+            let windows = parts.segs.windows(id as u32);
+            w.u8(windows.as_slice().len() as u8);
+            for win in windows.as_slice() {
+                for v in [win.end, win.at, win.last] {
+                    w.u32(v);
+                }
+            }
+        }
     }
     for b in parts.ttl {
         for v in [b.head, b.tail, b.segments, b.merge_cursor] {
@@ -296,6 +313,7 @@ pub(crate) fn load(path: &Path, settings: Settings) -> Result<Snapshot, String> 
             2 => SegState::Sealed,
             other => return Err(format!("segment {id}: bad state {other}")),
         };
+        let split = r.u8()?;
         let h = SegmentHeader {
             create_at: f[0],
             expire_at: f[1],
@@ -308,6 +326,7 @@ pub(crate) fn load(path: &Path, settings: Settings) -> Result<Snapshot, String> 
             generation: f[8],
             ttl_bucket,
             state,
+            split,
         };
         if h.write_offset as u64 > settings.segment_size
             || h.live_bytes > h.write_offset
@@ -318,6 +337,24 @@ pub(crate) fn load(path: &Path, settings: Settings) -> Result<Snapshot, String> 
             return Err(format!("segment {id}: inconsistent header"));
         }
         headers.push(h);
+    }
+    let mut windows = Vec::new();
+    for (id, h) in headers.iter().enumerate().filter(|(_, h)| h.split != 0) {
+        let len = r.u8()? as usize;
+        let room = Segments::window_room(len) as u64;
+        if !(2..=MAX_WINDOWS).contains(&len)
+            || len != h.split as usize
+            || h.write_offset as u64 + room > settings.segment_size
+        {
+            return Err(format!("segment {id}: {len} deadline windows"));
+        }
+        let mut list = [Window::default(); MAX_WINDOWS];
+        for win in &mut list[..len] {
+            (win.end, win.at, win.last) = (r.u32()?, r.u32()?, r.u32()?);
+        }
+        let saved = Windows::from_saved(&list[..len], h.write_offset)
+            .ok_or_else(|| format!("segment {id}: inconsistent deadline windows"))?;
+        windows.push((id as u32, saved));
     }
     let mut ttl = Vec::with_capacity(BUCKETS);
     for _ in 0..BUCKETS {
@@ -351,6 +388,7 @@ pub(crate) fn load(path: &Path, settings: Settings) -> Result<Snapshot, String> 
     }
     Ok(Snapshot {
         headers,
+        windows,
         ttl,
         table_homes: table_homes as usize,
         table_words,
@@ -383,6 +421,9 @@ impl Snapshot {
             })
         })?;
         segs.headers = self.headers.into_boxed_slice();
+        for (id, windows) in &self.windows {
+            segs.set_windows(*id, windows);
+        }
         segs.rebuild_free_list();
         Ok(Restored {
             ttl: self.ttl,

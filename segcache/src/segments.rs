@@ -11,6 +11,7 @@
 use crate::hashtable::Location;
 use crate::item::RawItem;
 use crate::memory::Heap;
+use crate::windows::{Window, Windows, WINDOW_BYTES};
 
 /// "No segment" in the prev/next links.
 pub(crate) const NONE: u32 = u32::MAX;
@@ -30,10 +31,12 @@ pub(crate) enum SegState {
 pub(crate) struct SegmentHeader {
     /// When the segment was taken from the free list (cache seconds).
     pub create_at: u32,
-    /// Earliest deadline of any item written into it; 0 means never.
+    /// Earliest deadline of any item written into it (of a window not yet
+    /// reaped, if `split`); 0 means never.
     pub expire_at: u32,
     /// Latest deadline of any item written into it (0: never); with
-    /// `expire_at` it bounds how early an item here can go (`ttl::spread`).
+    /// `expire_at` it bounds how early an item here can go (`ttl::spread`),
+    /// unless the segment is `split`.
     pub expire_last: u32,
     /// Bytes written so far; the next item goes here.
     pub write_offset: u32,
@@ -50,6 +53,12 @@ pub(crate) struct SegmentHeader {
     /// The TTL bucket this segment belongs to.
     pub ttl_bucket: u16,
     pub state: SegState,
+    /// A merge packed items of deadlines further apart than the bucket's
+    /// spread into it: each item expires with its window, and this many
+    /// windows ([`Segments::windows`]) are kept in the segment's last
+    /// bytes, past its items; `expire_at` is only the earliest. 0: the
+    /// header's deadlines hold for every item.
+    pub split: u8,
 }
 
 impl SegmentHeader {
@@ -81,7 +90,14 @@ impl SegmentHeader {
             generation,
             ttl_bucket: 0,
             state: SegState::Free,
+            split: 0,
         }
+    }
+
+    /// True if a merge split the segment's items into deadline windows.
+    #[inline]
+    pub(crate) fn is_split(&self) -> bool {
+        self.split != 0
     }
 
     /// True once the segment's earliest item deadline has passed.
@@ -364,16 +380,16 @@ impl Segments {
         *meta |= crate::item::UNLINKED;
     }
 
-    /// The item at `loc` as a plain read returns it, with its segment's
-    /// header and the marks it had before this read: sets the item's
-    /// `fetched` mark first if it is missing (the byte is written only
-    /// then, so later reads leave its line clean).
+    /// The item at `loc` as a plain read returns it, with the segments
+    /// (for its header and deadline) and the marks it had before this
+    /// read: sets the item's `fetched` mark first if it is missing (the
+    /// byte is written only then, so later reads leave its line clean).
     #[inline]
-    pub(crate) fn fetch(&mut self, loc: Location) -> (RawItem<'_>, &SegmentHeader, u8) {
+    pub(crate) fn fetch(&mut self, loc: Location) -> (RawItem<'_>, &Segments, u8) {
         let (start, end) = self.item_span(loc);
-        let bytes = &mut self.data[start..end];
-        let before = crate::item::mark(bytes, crate::item::FETCHED);
-        (RawItem::at(bytes), &self.headers[loc.seg as usize], before)
+        let before = crate::item::mark(&mut self.data[start..end], crate::item::FETCHED);
+        let this: &Segments = self;
+        (RawItem::at(&this.data[start..end]), this, before)
     }
 
     /// [`fetch`](Self::fetch) of an item a lookup has just found: no
@@ -383,25 +399,22 @@ impl Segments {
     /// `loc` names a whole item inside its segment (as every location the
     /// table holds does, see [`size_if_key`](Self::size_if_key)).
     #[inline(always)]
-    pub(crate) unsafe fn fetch_compared(&mut self, loc: Location) -> (RawItem<'_>, &SegmentHeader) {
+    pub(crate) unsafe fn fetch_compared(&mut self, loc: Location) -> (RawItem<'_>, &Segments) {
         let (start, end) = self.item_span(loc);
-        let seg = loc.seg as usize;
         debug_assert!(start + crate::item::HEADER_LEN <= end && end <= self.data.len());
-        debug_assert!(seg < self.headers.len());
+        debug_assert!((loc.seg as usize) < self.headers.len());
         // SAFETY: the caller guarantees a whole item at `loc`, so
         // `start..end` (from it to its segment's end) is in the heap.
-        // The heap holds `headers.len()` segments back to back, so a
-        // segment whose end is in bounds has a header.
-        let (bytes, header) = unsafe {
-            (
-                self.data.get_unchecked_mut(start..end),
-                self.headers.get_unchecked(seg),
-            )
-        };
+        let bytes = unsafe { self.data.get_unchecked_mut(start..end) };
         // SAFETY: a whole item is at least its header long.
         unsafe { std::hint::assert_unchecked(bytes.len() > crate::item::META_AT) };
         crate::item::mark(bytes, crate::item::FETCHED);
-        (RawItem::at(bytes), header)
+        let this: &Segments = self;
+        // SAFETY: as above, the same bytes, now only read.
+        (
+            RawItem::at(unsafe { this.data.get_unchecked(start..end) }),
+            this,
+        )
     }
 
     /// Copies `len` bytes from one location to another (the ranges may
@@ -414,11 +427,110 @@ impl Segments {
 
     /// Offsets of every item written to a segment, oldest first.
     pub(crate) fn item_offsets(&self, id: u32) -> ItemOffsets<'_> {
+        self.item_offsets_between(id, 0, self.headers[id as usize].write_offset)
+    }
+
+    /// Offsets of the items of a segment from byte `start` (an item's
+    /// offset) up to `end` (just past an item), oldest first.
+    pub(crate) fn item_offsets_between(&self, id: u32, start: u32, end: u32) -> ItemOffsets<'_> {
+        debug_assert!(start <= end && end <= self.headers[id as usize].write_offset);
         ItemOffsets {
             data: self.data(id),
-            at: 0,
-            end: self.headers[id as usize].write_offset as usize,
+            at: start as usize,
+            end: end as usize,
         }
+    }
+
+    /// The deadline windows of segment `id`: one, from its header, unless
+    /// it is `split`.
+    pub(crate) fn windows(&self, id: u32) -> Windows {
+        let h = &self.headers[id as usize];
+        if h.split == 0 {
+            return Windows::single(h.write_offset, h.expire_at, h.expire_last);
+        }
+        let mut windows = Windows::default();
+        for i in 0..h.split as usize {
+            windows.push_raw(self.stored_window(id, i));
+        }
+        windows
+    }
+
+    /// Window `i` of split segment `id`, from the segment's last bytes.
+    fn stored_window(&self, id: u32, i: usize) -> Window {
+        let n = self.headers[id as usize].split as usize;
+        let at = self.segment_size - (n - i) * WINDOW_BYTES;
+        Window::decode(&self.data(id)[at..at + WINDOW_BYTES])
+    }
+
+    /// Bytes a merge output must leave free at its end to keep `windows`
+    /// deadline windows there (none for one).
+    pub(crate) fn window_room(windows: usize) -> usize {
+        if windows > 1 {
+            windows * WINDOW_BYTES
+        } else {
+            0
+        }
+    }
+
+    /// Gives segment `id` these windows (ending at its write offset): its
+    /// header's deadlines become their bounds, and if there is more than
+    /// one it is `split` and they go into its last bytes, which its items
+    /// must have left free ([`window_room`](Self::window_room)).
+    pub(crate) fn set_windows(&mut self, id: u32, windows: &Windows) {
+        let (at, last) = windows.bounds();
+        let list = windows.as_slice();
+        let segment_size = self.segment_size;
+        let h = &mut self.headers[id as usize];
+        debug_assert!(list.last().is_none_or(|w| w.end == h.write_offset));
+        (h.expire_at, h.expire_last) = (at, last);
+        h.split = if list.len() > 1 { list.len() as u8 } else { 0 };
+        let room = Self::window_room(list.len());
+        assert!(
+            h.write_offset as usize + room <= segment_size,
+            "the items left room for their windows"
+        );
+        let start = id as usize * segment_size + segment_size - room;
+        for (i, w) in list.iter().enumerate().take(h.split as usize) {
+            let at = start + i * WINDOW_BYTES;
+            w.encode(&mut self.data[at..at + WINDOW_BYTES]);
+        }
+    }
+
+    /// The deadline of the item at `loc` (0: never): its segment's, or
+    /// its window's in a `split` segment.
+    pub(crate) fn deadline(&self, loc: Location) -> u32 {
+        let h = &self.headers[loc.seg as usize];
+        if h.split == 0 {
+            h.expire_at
+        } else {
+            self.window_of(loc).at
+        }
+    }
+
+    /// The window of the item at `loc` in a `split` segment.
+    fn window_of(&self, loc: Location) -> Window {
+        let n = self.headers[loc.seg as usize].split as usize;
+        (0..n)
+            .map(|i| self.stored_window(loc.seg, i))
+            .find(|w| loc.offset < w.end)
+            .unwrap_or_else(|| self.stored_window(loc.seg, n - 1))
+    }
+
+    /// True if the item at `loc` has expired at `now`: its segment's
+    /// earliest deadline has passed and, in a `split` segment, its own
+    /// window's too.
+    #[inline(always)]
+    pub(crate) fn expired(&self, loc: Location, now: u32) -> bool {
+        let h = &self.headers[loc.seg as usize];
+        h.is_expired(now) && (h.split == 0 || self.window_expired(loc, now))
+    }
+
+    /// [`expired`](Self::expired)'s test of a `split` segment's window.
+    #[cold]
+    #[inline(never)]
+    fn window_expired(&self, loc: Location, now: u32) -> bool {
+        let at = self.window_of(loc).at;
+        at != 0 && at <= now
     }
 }
 

@@ -8,10 +8,11 @@
 //! through the segment headers, oldest at the head; the tail takes writes.
 //!
 //! **Precision.** A segment expires with its earliest item. To bound how
-//! early any item goes, a segment only ever holds items whose deadlines
-//! (in whole clock seconds) lie within [`spread`] of each other, both when
-//! the tail takes a write and when eviction merges segments; `spread` is
-//! `max(1 s, TTL/16) - 1 s` for the bucket's shortest TTL. With the clock's
+//! early any item goes, a segment the tail writes only ever holds items
+//! whose deadlines (in whole clock seconds) lie within [`spread`] of each
+//! other; `spread` is `max(1 s, TTL/16) - 1 s` for the bucket's shortest
+//! TTL. A segment eviction packs from several keeps the same bound per
+//! deadline window (`windows.rs`): its items expire window by window. With the clock's
 //! own 1 s granularity, no item is ever served after its deadline, and none
 //! expires more than `max(1 s, TTL / 16)` before it.
 //!
