@@ -21,7 +21,7 @@ use crate::ttl;
 
 /// Most windows one segment keeps. Packing stops taking segments into a
 /// run once their items would need more.
-pub(crate) const MAX_WINDOWS: usize = 8;
+pub(crate) const MAX_WINDOWS: usize = 16;
 
 /// A window's deadline once the expiry walk has unlinked its items.
 const REAPED: u32 = u32::MAX;
