@@ -113,6 +113,25 @@ fn churn_op(keys: u16) -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Writes of a few TTLs (two buckets, some deadlines within a bucket's
+/// precision of each other, most not), reads that keep items through
+/// merges, and time passing in steps of up to a few precisions: merges
+/// then join segments of far-apart deadlines into deadline windows, which
+/// the expiry walk reaps one by one.
+fn window_op(keys: u16) -> impl Strategy<Value = Op> {
+    let k = 0..keys;
+    let ttl = prop_oneof![Just(600u32), Just(620), Just(3600)].prop_map(TtlChoice::Secs);
+    prop_oneof![
+        6 => (k.clone(), value(), ttl.clone()).prop_map(|(k, v, t)| Op::Set(k, v, 0, t)),
+        6 => k.clone().prop_map(Op::Get),
+        1 => k.clone().prop_map(Op::Delete),
+        1 => k.clone().prop_map(Op::Ttl),
+        1 => (k, ttl).prop_map(|(k, t)| Op::Touch(k, t)),
+        2 => (20u32..200).prop_map(Op::Advance),
+        1 => Just(Op::Expire),
+    ]
+}
+
 #[derive(Clone, Debug)]
 struct Entry {
     value: Vec<u8>,
@@ -568,6 +587,17 @@ proptest! {
         let mut h = Harness::with_table(true, 3);
         h.churn(ops);
         h.finish(400);
+    }
+
+    /// Merges across deadline windows under eviction: items expire with
+    /// their own window, never late and never earlier than the bound.
+    #[test]
+    fn never_wrong_when_merges_join_deadlines(ops in prop::collection::vec(window_op(500), 1..4000)) {
+        let mut h = Harness::new(true);
+        for op in ops {
+            h.step(op);
+        }
+        h.finish(500);
     }
 
     /// A small heap under many keys: eviction may lose items, never corrupt
