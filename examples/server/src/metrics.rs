@@ -8,7 +8,10 @@
 
 use hdrhistogram::Histogram;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed},
+};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -349,7 +352,9 @@ impl Metrics {
         v.push(("max_connections", self.max_connections.to_string()));
         v.push((
             "curr_connections",
-            self.curr_connections.load(Relaxed).to_string(),
+            // Acquire: a closed connection's buffers (`buffered_bytes`,
+            // read below) are released before its count drops.
+            self.curr_connections.load(Acquire).to_string(),
         ));
         v.push((
             "total_connections",

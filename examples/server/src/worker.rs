@@ -696,10 +696,15 @@ impl Worker {
             let _ = self.poll.registry().deregister(&mut conn.stream);
             self.budget.release(&mut conn.held);
             self.free.push(t);
+            // The buffers' release is published before the connection
+            // count drops (Release; `stats` reads the count with Acquire):
+            // whoever sees the connection gone sees its buffers gone too,
+            // also when this worker has no further round soon.
+            self.stats.set_buffered(self.budget.used());
             self.ctx
                 .metrics
                 .curr_connections
-                .fetch_sub(1, Ordering::Relaxed);
+                .fetch_sub(1, Ordering::Release);
         }
     }
 }
