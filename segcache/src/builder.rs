@@ -41,7 +41,9 @@ pub enum Eviction {
     /// heap of fewer than 16 segments every segment they do not need is
     /// freed); the rest are evicted. Runs thinned out by deletes and overwrites are
     /// compacted first, evicting nothing. Merges never let an item expire
-    /// earlier than its bucket's precision allows.
+    /// earlier than its bucket's precision allows: segments of far-apart
+    /// deadlines merge into one that keeps each group's deadline (up to
+    /// sixteen groups).
     ///
     /// [`Stats::admission_bytes`]: crate::Stats::admission_bytes
     #[default]

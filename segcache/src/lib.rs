@@ -110,7 +110,9 @@
 //! # Layout
 //! One module per concept: `item` (the 5-byte header layout), `hashtable`,
 //! `segments` (heap and segment headers), `ttl` (TTL buckets and their
-//! precision rule), `eviction` (merge eviction and the simple policies),
+//! precision rule), `windows` (the deadline windows a merged segment keeps
+//! so each item expires on its own), `eviction` (merge eviction and the
+//! simple policies),
 //! `admission` (merge eviction's small and main pools) and `ghost` (keys
 //! recently evicted), `cache` (the operations), [`ops`] (the
 //! operation vocabulary), `sharded`, [`storage`] (the storage thread),
