@@ -507,13 +507,9 @@ impl Segments {
         }
     }
 
-    /// The window of the item at `loc` in a `split` segment.
+    /// The window of the item at `loc` (in a `split` segment: its own).
     fn window_of(&self, loc: Location) -> Window {
-        let n = self.headers[loc.seg as usize].split as usize;
-        (0..n)
-            .map(|i| self.stored_window(loc.seg, i))
-            .find(|w| loc.offset < w.end)
-            .unwrap_or_else(|| self.stored_window(loc.seg, n - 1))
+        self.windows(loc.seg).window_at(loc.offset)
     }
 
     /// True if the item at `loc` has expired at `now`: its segment's
