@@ -1,5 +1,5 @@
-//! Evaluation suite for `segcache`: workloads (the CloudPhysics trace and
-//! synthetic Twitter cluster streams), a miss-ratio simulator with adapters
+//! Evaluation suite for `segcache`: workloads (the CloudPhysics trace,
+//! synthetic block traces and synthetic Twitter cluster streams), a miss-ratio simulator with adapters
 //! for segcache and peer caches, a counting allocator for equal-memory
 //! comparisons, single-thread throughput adapters, the full-heap bytes per
 //! item measurement, the `demo` run and a look-aside client that replays a
@@ -7,6 +7,7 @@
 //! criterion benches in `benches/`.
 
 pub mod alloc;
+pub mod blocks;
 pub mod concurrent;
 pub mod demo;
 pub mod fullheap;

@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand};
 use segcache_bench::alloc::{self, CountingAlloc};
 use segcache_bench::sim::{self, Kind, ObjLru, ReplayStats, SimCache, Typical};
 use segcache_bench::throughput::{self, Contender, Dist, KeySeq, Keys, Op};
-use segcache_bench::{demo, fullheap, trace, twitter, wire};
+use segcache_bench::{blocks, demo, fullheap, trace, twitter, wire};
 use std::process::Command;
 
 #[global_allocator]
@@ -143,8 +143,18 @@ enum Cmd {
         #[arg(long, default_value_t = 1 << 20)]
         segment_size: usize,
     },
-    /// Miss ratio on the CloudPhysics block-I/O trace at several budgets.
+    /// Miss ratio on a block-I/O trace at several budgets: the CloudPhysics
+    /// trace from the shared data directory, any `oracleGeneral` file, or a
+    /// synthetic block trace.
     Trace {
+        /// An `oracleGeneral` trace file (libCacheSim's binary format) to
+        /// replay instead of the CloudPhysics trace.
+        #[arg(long, conflicts_with = "synthetic")]
+        file: Option<std::path::PathBuf>,
+        /// Replay a synthetic block trace of this shape instead (512-byte
+        /// blocks, 914,000 requests, seed 42).
+        #[arg(long, value_enum)]
+        synthetic: Option<blocks::Shape>,
         /// Memory budgets in MiB.
         #[arg(long, value_delimiter = ',', default_value = "128,256,512,1024")]
         budgets_mib: Vec<u64>,
@@ -310,10 +320,19 @@ fn main() {
             segment_size,
         } => run_full_heap(&configs, overfill, segment_size),
         Cmd::Trace {
+            file,
+            synthetic,
             budgets_mib,
             caches,
             layout,
-        } => run_trace(&budgets_mib, &kinds(&caches), layout.into()),
+        } => {
+            let source = match (file, synthetic) {
+                (Some(f), _) => TraceSource::File(f),
+                (None, Some(s)) => TraceSource::Synthetic(s),
+                (None, None) => TraceSource::File(trace::cloudphysics_path()),
+            };
+            run_trace(&source, &budgets_mib, &kinds(&caches), layout.into())
+        }
         Cmd::ServerReplay {
             addr,
             cluster,
@@ -600,8 +619,36 @@ fn mem_cell(r: &Result<ReplayStats, String>, budget: usize) -> String {
     }
 }
 
-fn run_trace(budgets_mib: &[u64], kinds: &[Kind], layout: sim::Layout) -> Result<(), String> {
-    let t = trace::read_cloudphysics().map_err(|e| e.to_string())?;
+/// Where `trace` gets its requests.
+enum TraceSource {
+    File(std::path::PathBuf),
+    Synthetic(blocks::Shape),
+}
+
+fn run_trace(
+    source: &TraceSource,
+    budgets_mib: &[u64],
+    kinds: &[Kind],
+    layout: sim::Layout,
+) -> Result<(), String> {
+    let (t, name) = match source {
+        TraceSource::File(path) => {
+            let t = trace::read(path).map_err(|e| e.to_string())?;
+            let name = if *path == trace::cloudphysics_path() {
+                "CloudPhysics trace".to_string()
+            } else {
+                format!("Trace {}", path.display())
+            };
+            (t, name)
+        }
+        TraceSource::Synthetic(shape) => (
+            blocks::generate(*shape, 42),
+            format!("Synthetic block trace `{}`", shape.label()),
+        ),
+    };
+    if t.is_empty() {
+        return Err(format!("{name}: no requests"));
+    }
     let mut sizes = std::collections::HashMap::new();
     for r in &t {
         sizes.insert(r.obj_id, r.obj_size as u64);
@@ -612,7 +659,7 @@ fn run_trace(budgets_mib: &[u64], kinds: &[Kind], layout: sim::Layout) -> Result
         value_len: mean as usize,
     };
     println!(
-        "CloudPhysics trace: {} requests, {} objects, mean object {} B\n",
+        "{name}: {} requests, {} objects, mean object {} B\n",
         t.len(),
         sizes.len(),
         mean
