@@ -588,24 +588,9 @@ fn run_full_heap(configs: &[String], overfill: f64, segment_size: usize) -> Resu
     Ok(())
 }
 
-/// A replay that ends holding more than this share of the budget is run
-/// again with a smaller cache (see [`measure`]).
-const OVER_BUDGET: f64 = 1.005;
-/// Most replays [`measure`] runs per cell.
-const MEASURE_RUNS: usize = 3;
-
-/// Build `kind` for `budget` bytes and replay with `f`; errors become a
-/// table cell.
-///
-/// Equal real memory is checked where it counts, at the end of the
-/// replay: a peer is sized by filling it with typical items
-/// ([`sim::calibrate`]), but the replay's own keys, sizes and churn can
-/// leave it holding more (quick_cache 1.02x the budget with 512-byte
-/// blocks, up to 1.25x on the Twitter-like clusters, Pelikan's S3Fifo up
-/// to 2x). Such a cache is built again for `budget x budget / end bytes`
-/// and the replay re-run, up to [`MEASURE_RUNS`] times; the last run is
-/// reported. segcache counts its own bytes and never ends above the
-/// budget.
+/// Build `kind` for `budget` bytes and replay with `f`, at equal real
+/// memory where it counts, the end of the replay
+/// ([`sim::within_budget`]); errors become a table cell.
 fn measure(
     kind: Kind,
     budget: usize,
@@ -613,20 +598,11 @@ fn measure(
     layout: sim::Layout,
     f: impl Fn(&mut dyn SimCache, usize) -> ReplayStats,
 ) -> Result<ReplayStats, String> {
-    let mut build_for = budget;
-    let mut runs = 0;
-    loop {
+    sim::within_budget(budget, |build_for| {
         let base = alloc::live_bytes();
         let mut cache = sim::build(kind, build_for, typ, layout)?;
-        let stats = f(cache.as_mut(), base);
-        drop(cache);
-        runs += 1;
-        let over = stats.end_bytes as f64 / budget as f64;
-        if runs == MEASURE_RUNS || stats.end_bytes == 0 || over <= OVER_BUDGET {
-            return Ok(stats);
-        }
-        build_for = (build_for as f64 / over) as usize;
-    }
+        Ok(f(cache.as_mut(), base))
+    })
 }
 
 fn cell(r: &Result<ReplayStats, String>, baseline: Option<f64>) -> String {
