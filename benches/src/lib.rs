@@ -1,9 +1,10 @@
 //! Evaluation suite for `segcache`: workloads (the CloudPhysics trace,
-//! synthetic block traces and synthetic Twitter cluster streams), a miss-ratio simulator with adapters
-//! for segcache and peer caches, a counting allocator for equal-memory
-//! comparisons, single-thread throughput adapters, the full-heap bytes per
-//! item measurement, the `demo` run and a look-aside client that replays a
-//! cluster's stream to a running memcache server (`wire`). The CLI lives in `main.rs`; the
+//! synthetic block traces and synthetic Twitter cluster streams), a
+//! miss-ratio simulator with adapters for segcache and peer caches, a
+//! counting allocator for equal-memory comparisons, single-thread
+//! throughput adapters, the full-heap bytes per item measurement, the
+//! `demo` run and a look-aside client that replays a cluster's stream to
+//! a running memcache server (`wire`). The CLI lives in `main.rs`; the
 //! criterion benches in `benches/`.
 
 pub mod alloc;
