@@ -60,7 +60,7 @@ use crate::hashtable::{self, Location};
 use crate::segments::{SegState, NONE};
 use crate::segments::{SegmentHeader, Segments};
 use crate::ttl::BUCKETS;
-use crate::windows::Windows;
+use crate::windows::{Window, Windows};
 use crate::{Error, Segcache};
 
 /// Most segments one merge pass reads.
@@ -1364,7 +1364,7 @@ struct SourceWindows {
 impl SourceWindows {
     /// The window of the item at `loc`, from its segment's windows as
     /// they were before the merge (outputs are rewritten only at its end).
-    fn of(&mut self, segs: &crate::segments::Segments, loc: Location) -> crate::windows::Window {
+    fn of(&mut self, segs: &Segments, loc: Location) -> Window {
         if self.seg != Some(loc.seg) {
             self.seg = Some(loc.seg);
             self.windows = segs.windows(loc.seg);

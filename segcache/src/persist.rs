@@ -19,7 +19,7 @@ use crate::cache::Counters;
 use crate::hashtable::{HashTable, Location};
 use crate::segments::{SegState, SegmentHeader, Segments, NONE};
 use crate::ttl::{TtlBucket, BUCKETS};
-use crate::windows::{Window, Windows, MAX_WINDOWS};
+use crate::windows::{Window, Windows, MAX_WINDOWS, WINDOW_BYTES};
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -218,9 +218,9 @@ pub(crate) fn save(datapool: &Path, parts: SaveParts<'_>) -> io::Result<()> {
             let windows = parts.segs.windows(id as u32);
             w.u8(windows.as_slice().len() as u8);
             for win in windows.as_slice() {
-                for v in [win.end, win.at, win.last] {
-                    w.u32(v);
-                }
+                let mut bytes = [0u8; WINDOW_BYTES];
+                win.encode(&mut bytes);
+                w.0.extend_from_slice(&bytes);
             }
         }
     }
@@ -350,7 +350,7 @@ pub(crate) fn load(path: &Path, settings: Settings) -> Result<Snapshot, String> 
         }
         let mut list = [Window::default(); MAX_WINDOWS];
         for win in &mut list[..len] {
-            (win.end, win.at, win.last) = (r.u32()?, r.u32()?, r.u32()?);
+            *win = Window::decode(&r.take::<WINDOW_BYTES>()?);
         }
         let saved = Windows::from_saved(&list[..len], h.write_offset)
             .ok_or_else(|| format!("segment {id}: inconsistent deadline windows"))?;

@@ -458,8 +458,15 @@ impl Segments {
     /// Window `i` of split segment `id`, from the segment's last bytes.
     fn stored_window(&self, id: u32, i: usize) -> Window {
         let n = self.headers[id as usize].split as usize;
-        let at = self.segment_size - (n - i) * WINDOW_BYTES;
-        Window::decode(&self.data(id)[at..at + WINDOW_BYTES])
+        Window::decode(&self.data[self.window_slot(id, n, i)])
+    }
+
+    /// Where in the heap window `i` of `n` kept by segment `id` lies: the
+    /// segment's last `n` x [`WINDOW_BYTES`] bytes, in write order.
+    fn window_slot(&self, id: u32, n: usize, i: usize) -> std::ops::Range<usize> {
+        debug_assert!(i < n);
+        let at = (id as usize + 1) * self.segment_size - (n - i) * WINDOW_BYTES;
+        at..at + WINDOW_BYTES
     }
 
     /// Bytes a merge output must leave free at its end to keep `windows`
@@ -484,15 +491,14 @@ impl Segments {
         debug_assert!(list.last().is_none_or(|w| w.end == h.write_offset));
         (h.expire_at, h.expire_last) = (at, last);
         h.split = if list.len() > 1 { list.len() as u8 } else { 0 };
-        let room = Self::window_room(list.len());
+        let split = h.split as usize;
         assert!(
-            h.write_offset as usize + room <= segment_size,
+            h.write_offset as usize + Self::window_room(list.len()) <= segment_size,
             "the items left room for their windows"
         );
-        let start = id as usize * segment_size + segment_size - room;
-        for (i, w) in list.iter().enumerate().take(h.split as usize) {
-            let at = start + i * WINDOW_BYTES;
-            w.encode(&mut self.data[at..at + WINDOW_BYTES]);
+        for (i, w) in list.iter().enumerate().take(split) {
+            let slot = self.window_slot(id, split, i);
+            w.encode(&mut self.data[slot]);
         }
     }
 
