@@ -598,11 +598,7 @@ fn measure(
     layout: sim::Layout,
     f: impl Fn(&mut dyn SimCache, usize) -> ReplayStats,
 ) -> Result<ReplayStats, String> {
-    let segment_cache = matches!(
-        kind,
-        Kind::Segcache | Kind::PelikanMerge | Kind::PelikanS3Fifo
-    );
-    sim::within_budget(budget, !segment_cache, |build_for| {
+    sim::within_budget(budget, !kind.is_segment_cache(), |build_for| {
         let base = alloc::live_bytes();
         let mut cache = sim::build(kind, build_for, typ, layout)?;
         Ok(f(cache.as_mut(), base))

@@ -813,6 +813,15 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// segcache or Pelikan's crate: a heap of whole segments sized for the
+    /// budget, not a peer sized by per-item weights ([`calibrate`]).
+    pub fn is_segment_cache(self) -> bool {
+        matches!(
+            self,
+            Kind::Segcache | Kind::PelikanMerge | Kind::PelikanS3Fifo
+        )
+    }
+
     /// Every cache, segcache first (the baseline for ratios).
     pub const ALL: [Kind; 6] = [
         Kind::Segcache,
@@ -885,12 +894,7 @@ pub fn calibrate(kind: Kind, budget: usize, typ: Typical) -> Sizing {
         per_item: 0,
         capacity: budget as u64,
     };
-    if !alloc::installed()
-        || matches!(
-            kind,
-            Kind::Segcache | Kind::PelikanMerge | Kind::PelikanS3Fifo
-        )
-    {
+    if !alloc::installed() || kind.is_segment_cache() {
         return naive;
     }
     // Step 1: per-item and fixed overhead at roughly the final item count.
@@ -1076,11 +1080,7 @@ pub fn build(
     typ: Typical,
     layout: Layout,
 ) -> Result<Box<dyn SimCache>, String> {
-    let segment_cache = matches!(
-        kind,
-        Kind::Segcache | Kind::PelikanMerge | Kind::PelikanS3Fifo
-    );
-    if !segment_cache {
+    if !kind.is_segment_cache() {
         return Ok(build_peer(kind, calibrate(kind, budget, typ), typ));
     }
     let seg = segment_size_for(budget, SEGMENT_SIZE, typ, layout.segments);
