@@ -126,9 +126,8 @@ pub fn hash_power_for(items: usize) -> u8 {
 
 impl SegcacheOps {
     /// Heap of about twice the items' segment bytes (at least 64 segments
-    /// of 1 MiB) and the default hash table for that heap (sized for
-    /// ~100-byte items filling it: ~43% load with these items, growing if
-    /// need be).
+    /// of 1 MiB) and the default hash table for that heap (sized for 1 KiB
+    /// items filling it; these smaller items make it grow, to ~87% load).
     pub fn for_items(items: usize, value_len: usize) -> SegcacheOps {
         let seg = 1usize << 20;
         let item = 5 + KEY_LEN + value_len;

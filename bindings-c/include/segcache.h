@@ -117,7 +117,8 @@ typedef struct segcache_config_t {
   // shard count.
   size_t segment_size;
   // The hash table has 2^hash_power buckets of 7 items, over all shards
-  // (3 to 30); 0 (the default) sizes it for ~100-byte items.
+  // (3 to 30); 0 (the default) sizes it for 1 KiB items filling the
+  // heap and grows it for smaller ones.
   uint32_t hash_power;
   // Number of independently locked shards: a power of two up to 1024;
   // 0 (the default) picks one from the number of CPUs, keeping at least

@@ -32,7 +32,8 @@ pub struct segcache_config_t {
     /// shard count.
     pub segment_size: usize,
     /// The hash table has 2^hash_power buckets of 7 items, over all shards
-    /// (3 to 30); 0 (the default) sizes it for ~100-byte items.
+    /// (3 to 30); 0 (the default) sizes it for 1 KiB items filling the
+    /// heap and grows it for smaller ones.
     pub hash_power: u32,
     /// Number of independently locked shards: a power of two up to 1024;
     /// 0 (the default) picks one from the number of CPUs, keeping at least

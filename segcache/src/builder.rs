@@ -175,7 +175,7 @@ impl Builder {
 
     /// The hash table starts with `2^hash_power` buckets of seven items
     /// each (3..=30), 64 bytes per bucket. By default it starts sized for
-    /// ~100-byte items filling the heap. This is a hint, not a cap: when a
+    /// 1 KiB items filling the heap. This is a hint, not a cap: when a
     /// key's neighbourhood of buckets is full while the heap has room for
     /// more items than the table holds, the table grows (incrementally, a
     /// few buckets moved per operation). Only when the heap is full too is
@@ -492,12 +492,15 @@ pub fn default_shards(heap: usize, segment_size: Option<usize>, most: usize) -> 
 }
 
 /// The starting bucket count (any count, not only a power of two) that
-/// puts ~100-byte items filling `heap` at 87% of the table's seven slots
-/// per bucket: dense enough that a full heap of such items costs ~10 bytes
-/// of table per item, sparse enough that few windows fill. Smaller items
-/// make the table grow.
+/// puts 1 KiB items filling `heap` at 87% of the table's seven slots per
+/// bucket. Smaller items make the table grow (incrementally, at most
+/// doubling per step) to what their count needs; a table sized for them
+/// up front (~100-byte items, ten times as many buckets) cost caches of
+/// larger items a tenth of their heap in table bytes and, with the table
+/// too large for the CPU's caches, a memory miss on every read (Python
+/// `Cache(heap_size=...)` 1 KiB get hits at 2x the time).
 fn default_buckets(heap: usize) -> usize {
-    let buckets = (heap as f64 / (100.0 * 7.0 * 0.87)).ceil() as usize;
+    let buckets = (heap as f64 / (1024.0 * 7.0 * 0.87)).ceil() as usize;
     buckets.clamp(1 << MIN_HASH_POWER, 1 << MAX_HASH_POWER)
 }
 
@@ -681,11 +684,46 @@ mod tests {
 
     #[test]
     fn default_table_size_follows_the_heap() {
-        // 64 MiB of ~100-byte items is ~671k items: ~110k buckets.
-        assert_eq!(default_buckets(64 << 20), 110_196);
-        assert_eq!(default_buckets(1 << 30), 1_763_123);
+        // 64 MiB of 1 KiB items is 65,536 items: ~10.8k buckets.
+        assert_eq!(default_buckets(64 << 20), 10_762);
+        assert_eq!(default_buckets(1 << 30), 172_180);
         assert_eq!(default_buckets(4096), 1 << MIN_HASH_POWER);
         let c = Segcache::builder().heap_size(64 << 20).build().unwrap();
-        assert_eq!(c.stats().hash_table_bytes, (110_196 + 7) * 64);
+        assert_eq!(c.stats().hash_table_bytes, (10_762 + 7) * 64);
+    }
+
+    #[test]
+    fn default_table_follows_the_items_held() {
+        // Bytes of table per item held once `value_len`-byte values (8-byte
+        // keys) filled a default 16 MiB cache twice over, and whether the
+        // table grew.
+        fn table_per_item(value_len: usize) -> (f64, bool) {
+            let mut c = Segcache::builder().heap_size(16 << 20).build().unwrap();
+            let start = c.stats().hash_table_bytes;
+            let value = vec![7u8; value_len];
+            let n = 2 * (16 << 20) / (value_len + 13);
+            for i in 0..n as u64 {
+                c.set(i.to_le_bytes(), &value, 0, None).unwrap();
+            }
+            let s = c.stats();
+            assert!(s.items as usize > n / 3, "{value_len}: {} items", s.items);
+            let per_item = s.hash_table_bytes as f64 / s.items as f64;
+            (per_item, s.hash_table_bytes > start)
+        }
+        // 1 KiB values: the table it starts with holds them densely.
+        let (kib, grew) = table_per_item(1024);
+        assert!(!grew, "1 KiB values fit the starting table");
+        assert!(
+            kib < 64.0 / (7.0 * 0.80),
+            "1 KiB values: {kib:.1} B of table per item"
+        );
+        // 100-byte values: it grows to as dense a table (~10.6 B per item
+        // at 87%), not to a sparser one.
+        let (small, grew) = table_per_item(100);
+        assert!(grew, "100-byte values outgrow the starting table");
+        assert!(
+            (64.0 / (7.0 * 0.95)..64.0 / (7.0 * 0.80)).contains(&small),
+            "100-byte values: {small:.1} B of table per item"
+        );
     }
 }

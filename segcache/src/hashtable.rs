@@ -91,8 +91,9 @@ pub(crate) const GROW_STEP_READ: usize = 1;
 /// into it.
 const HOP_SEARCH: usize = 32;
 /// Share of its slots a grown table is sized to fill with the items the
-/// heap is expected to hold.
-const TARGET_LOAD: f64 = 0.85;
+/// heap is expected to hold: the load `builder::default_buckets` gives its
+/// items, so a table grown to a full heap ends as dense as one sized for it.
+const TARGET_LOAD: f64 = 0.87;
 
 /// The one key hash of the crate, with fixed seeds so runs are repeatable:
 /// aHash's portable algorithm (`ahash::RandomState::with_seeds` with

@@ -101,7 +101,8 @@ class Cache(_segcache.CacheSlots, collections.abc.MutableMapping):
     ``stats()["total_bytes"]``). ``segment_size``: bytes per segment
     (default: the size that cuts the heap into 256 to 512 segments,
     16 KiB to 1 MiB; the largest item must fit in one). ``hash_power``: ``2**hash_power`` buckets of 7 slots
-    (default: sized for ~100-byte items filling the heap). ``eviction``:
+    (default: sized for 1 KiB items filling the heap, grown for smaller
+    ones). ``eviction``:
     ``"merge"`` (default), ``"none"`` (full: ``CacheFullError``),
     ``"random"``, ``"random_fifo"``, ``"fifo"``, ``"cte"`` or ``"util"``.
     ``shards``: independently locked parts (a power of two; default from

@@ -141,7 +141,7 @@ class Cache:
     segments, 16 KiB to 1 MiB, as more segments give more hits); the
     largest item must fit in one segment.
     ``hash_power``: the table has ``2**hash_power`` buckets of 7 slots
-    (default: sized for ~100-byte items filling the heap).
+    (default: sized for 1 KiB items filling the heap, grown for smaller ones).
     ``eviction``: ``"merge"`` (default), ``"none"`` (writes fail with
     ``CacheFullError`` when full), ``"random"``, ``"random_fifo"``,
     ``"fifo"``, ``"cte"`` (closest to expiry) or ``"util"`` (least live
