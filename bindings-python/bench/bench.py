@@ -44,7 +44,6 @@ import argparse
 import functools
 import gc
 import json
-import math
 import os
 import platform
 import statistics
@@ -65,13 +64,10 @@ def make_map(name: str, n: int, value_len: int = 1024):
         import segcache
 
         # Twice the item bytes (a shard's keys are not spread perfectly
-        # evenly, and eviction starts when one shard is full); the hash
-        # table is sized by the core for ~100-byte items filling the heap,
-        # so a heap far larger than needed would cost table memory.
-        # As the peers get maxsize=n, the table gets room for n keys (7
-        # slots per bucket, at most ~75% full).
-        hash_power = max(10, math.ceil(math.log2(n / 7 / 0.75)))
-        c = segcache.Cache(heap_size=max(16 << 20, n * (value_len + 40) * 2), hash_power=hash_power)
+        # evenly, and eviction starts when one shard is full), and the
+        # default hash table, as users build it: it starts sized for 1 KiB
+        # items filling the heap and grows with the keys written.
+        c = segcache.Cache(heap_size=max(16 << 20, n * (value_len + 40) * 2))
         return c.get, c.__setitem__, c.__delitem__
     if name == "cachebox.LRUCache":
         import cachebox
