@@ -181,6 +181,12 @@ impl Builder {
     /// few buckets moved per operation). Only when the heap is full too is
     /// the least-read item of the neighbourhood evicted (or, under
     /// [`Eviction::None`], the write fails with [`Error::HashTableFull`]).
+    /// While it grows, the table it replaces lives until it is drained:
+    /// for that moment both count (up to 1.9x the new table's bytes, in
+    /// [`Stats::hash_table_bytes`](crate::Stats::hash_table_bytes)). A
+    /// cache of items much smaller than 1 KiB grows its table three or
+    /// four times while it fills; giving `hash_power` for their count
+    /// sizes it once.
     pub fn hash_power(mut self, power: u8) -> Self {
         self.hash_power = Some(power);
         self
