@@ -8,7 +8,7 @@ use crate::cache::RestoreOutcome;
 use crate::clock::{Clock, ManualClock};
 use crate::hashtable::HashTable;
 pub use crate::hashtable::MIN_HASH_POWER;
-use crate::hashtable::{MAX_SEGMENTS, MAX_SEGMENT_SIZE};
+use crate::hashtable::{MAX_SEGMENTS, MAX_SEGMENT_SIZE, SLOTS, TARGET_LOAD};
 use crate::memory::Heap;
 use crate::persist;
 use crate::segments::Segments;
@@ -498,15 +498,15 @@ pub fn default_shards(heap: usize, segment_size: Option<usize>, most: usize) -> 
 }
 
 /// The starting bucket count (any count, not only a power of two) that
-/// puts 1 KiB items filling `heap` at 87% of the table's seven slots per
-/// bucket. Smaller items make the table grow (incrementally, at most
+/// puts 1 KiB items filling `heap` at [`TARGET_LOAD`] of the table's
+/// seven slots per bucket. Smaller items make the table grow (incrementally, at most
 /// doubling per step) to what their count needs; a table sized for them
 /// up front (~100-byte items, ten times as many buckets) cost caches of
 /// larger items a tenth of their heap in table bytes and, with the table
 /// too large for the CPU's caches, a memory miss on every read (Python
 /// `Cache(heap_size=...)` 1 KiB get hits at 2x the time).
 fn default_buckets(heap: usize) -> usize {
-    let buckets = (heap as f64 / (1024.0 * 7.0 * 0.87)).ceil() as usize;
+    let buckets = (heap as f64 / (1024.0 * SLOTS as f64 * TARGET_LOAD)).ceil() as usize;
     buckets.clamp(1 << MIN_HASH_POWER, 1 << MAX_HASH_POWER)
 }
 

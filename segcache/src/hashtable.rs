@@ -63,7 +63,7 @@ pub const MIN_HASH_POWER: u8 = 3;
 const MAX_HOMES: usize = 1 << 30;
 
 /// Item slots per bucket.
-const SLOTS: usize = 7;
+pub(crate) const SLOTS: usize = 7;
 const SEG_SHIFT: u32 = 21;
 const SEG_MASK: u64 = (1 << 20) - 1;
 const OFFSET_MASK: u64 = (1 << 21) - 1;
@@ -90,10 +90,11 @@ pub(crate) const GROW_STEP_READ: usize = 1;
 /// Buckets past a full window searched for a free slot to move back
 /// into it.
 const HOP_SEARCH: usize = 32;
-/// Share of its slots a grown table is sized to fill with the items the
-/// heap is expected to hold: the load `builder::default_buckets` gives its
-/// items, so a table grown to a full heap ends as dense as one sized for it.
-const TARGET_LOAD: f64 = 0.87;
+/// Share of its slots a table is sized to fill with the items the heap is
+/// expected to hold: when it grows, and at build for the default size
+/// (`builder::default_buckets`), so a table grown to a full heap ends as
+/// dense as one sized for it.
+pub(crate) const TARGET_LOAD: f64 = 0.87;
 
 /// The one key hash of the crate, with fixed seeds so runs are repeatable:
 /// aHash's portable algorithm (`ahash::RandomState::with_seeds` with
