@@ -1,8 +1,8 @@
 """Get-hit time of a cache built the way users build it.
 
 `segcache.Cache(heap_size=...)` with nothing else given (the default hash
-table, segment size and shard count) against `cachebox.LRUCache(n)`, one
-process, interleaved rounds. `bench.py` times every operation; this one
+table, segment size and shard count) against `cachebox.LRUCache(n)`, both
+built by `bench.py`'s `make_map`, one process, interleaved rounds. `bench.py` times every operation; this one
 times only the get hit, for value sizes where the default table's size
 matters (a table sized for far more keys than the heap holds misses the
 CPU's caches on every lookup).
@@ -16,8 +16,8 @@ import argparse
 import statistics
 import time
 
-import cachebox
-import segcache
+# bench.py, beside this file: the same caches, built the same way.
+from bench import make_map
 
 
 def get_hit_ns(cache, keys, repeats: int) -> float:
@@ -43,13 +43,12 @@ def main() -> None:
     print("|---|---:|---:|---|---:|")
     for size in (int(v) for v in args.values.split(",")):
         value = b"v" * size
-        # Twice the item bytes, as bench.py gives it; nothing else set.
-        ours = segcache.Cache(heap_size=max(16 << 20, args.keys * (size + 40) * 2))
-        peer = cachebox.LRUCache(args.keys)
+        caches = [make_map(name, args.keys, size) for name in ("segcache", "cachebox.LRUCache")]
         for _ in range(2):
-            for k in keys:
-                ours[k] = value
-                peer[k] = value
+            for _, put, _ in caches:
+                for k in keys:
+                    put(k, value)
+        ours, peer = (get.__self__ for get, _, _ in caches)
         assert ours.get(keys[-1]) == value and len(ours) == args.keys
         samples = []
         for _ in range(args.rounds):
