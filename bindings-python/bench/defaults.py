@@ -2,10 +2,11 @@
 
 `segcache.Cache(heap_size=...)` with nothing else given (the default hash
 table, segment size and shard count) against `cachebox.LRUCache(n)`, both
-built by `bench.py`'s `make_map`, one process, interleaved rounds. `bench.py` times every operation; this one
-times only the get hit, for value sizes where the default table's size
-matters (a table sized for far more keys than the heap holds misses the
-CPU's caches on every lookup).
+built by `bench.py`'s `make_map`, one process, interleaved rounds.
+`bench.py` times every operation; this one times only the get hit, for
+value sizes where the default table's size matters (a table sized for
+far more keys than the heap holds misses the CPU's caches on every
+lookup).
 
     python bench/defaults.py --values 64,1024 --rounds 5
 """
