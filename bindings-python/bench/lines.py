@@ -96,7 +96,7 @@ def annotate(path: str, by_file: bool) -> tuple[list[int], dict]:
         if where == "PROGRAM TOTALS":
             totals = nums
         elif by_file and ".rs:" in where and "segcache::" in where:
-            # The last three parts of the path: segcache/src/cache.rs and
+            # The last three parts of the path: the core's src/cache/read.rs and
             # bindings-python/src/cache.rs stay apart.
             src = "/".join(where.split(":", 1)[0].split("/")[-3:])
             files[src] = [a + b for a, b in zip(files[src], nums)]

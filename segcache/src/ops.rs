@@ -12,7 +12,8 @@
 //! field concerned.
 //!
 //! This module owns the types and their documentation only; what each
-//! request does lives in `cache.rs`.
+//! request does lives in `cache/` ([`Segcache::execute`](crate::Segcache::execute)
+//! and the read, write and remove paths it dispatches to).
 
 use crate::cache::{Expired, OwnedItem, Stats};
 use crate::Error;

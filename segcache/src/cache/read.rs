@@ -1,0 +1,475 @@
+//! The read path of [`Segcache`]: look a key up, check its deadline
+//! (an expired item found here is unlinked on the spot), count the access
+//! for eviction, and hand the item out borrowed or copied.
+//!
+//! Must never: change a segment's bytes (a read only bumps the table's
+//! access counter and may set meta-protocol marks), or serve an item
+//! past its deadline.
+
+use super::*;
+
+impl Segcache {
+    /// Looks a key up. Counts a hit or a miss and, on a hit, an access for
+    /// eviction's frequency counter. Never returns an expired item.
+    ///
+    /// ```
+    /// use segcache::Ttl;
+    /// let mut cache = segcache::Segcache::builder().build().unwrap();
+    /// cache.set("greeting", "hello", 42, None).unwrap();
+    /// let item = cache.get("greeting").unwrap();
+    /// assert_eq!((item.value(), item.flags(), item.ttl()), (&b"hello"[..], 42, Ttl::Never));
+    /// assert!(cache.get("nobody").is_none());
+    /// ```
+    #[inline(always)]
+    pub fn get(&mut self, key: impl AsRef<[u8]>) -> Option<Item<'_>> {
+        let key = key.as_ref();
+        self.get_hashed(key, hash_key(key))
+    }
+
+    /// [`get`](Self::get) with the key's hash already computed (by a
+    /// sharded cache, which hashes once to pick the shard).
+    #[inline(always)]
+    pub(crate) fn get_hashed(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
+        if self.read_is_unsettled() {
+            return self.get_unsettled(key, hash);
+        }
+        let probe = self.table.probe_home(hash);
+        if probe.proves_absent() {
+            self.counters.misses += 1;
+            return None;
+        }
+        self.get_found(key, hash, probe)
+    }
+
+    /// The rest of [`get_hashed`](Self::get_hashed), once the tags did not
+    /// rule the key out (out of line, so a miss stays short); the home's
+    /// control word is not read again.
+    #[inline(never)]
+    fn get_found(&mut self, key: &[u8], hash: u64, probe: HomeProbe) -> Option<Item<'_>> {
+        let (loc, now) = self.hit_probed(key, hash, probe)?;
+        // SAFETY: `hit_probed` found `loc` in the table (whose locations
+        // name whole items) and changed no segment since (a hit only bumps
+        // the table's counter; an expired item returned `None`).
+        let (raw, segs) = unsafe { self.segs.fetch_compared(loc) };
+        Some(Item {
+            raw,
+            segs,
+            loc,
+            now,
+        })
+    }
+
+    /// [`get_hashed`](Self::get_hashed) while a delayed flush is pending or
+    /// the table grows.
+    #[cold]
+    #[inline(never)]
+    fn get_unsettled(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
+        let (loc, now) = self.hit_slow(key, hash)?;
+        let (raw, segs, _) = self.segs.fetch(loc);
+        Some(Item {
+            raw,
+            segs,
+            loc,
+            now,
+        })
+    }
+
+    /// True while a read must take the general path: a delayed flush is
+    /// pending (it runs first) or the table grows (a drain step is taken,
+    /// and the key may be in either table).
+    #[inline(always)]
+    fn read_is_unsettled(&self) -> bool {
+        self.flush_at.is_some() || self.table.is_growing()
+    }
+
+    /// Reads a key's value and client flags the cheapest way: lends them
+    /// to `f` and returns its result, or `None` on a miss.
+    ///
+    /// Counts a hit or a miss and, on a hit, the access eviction's
+    /// frequency counter needs, as [`get`](Self::get) does; unlike `get`
+    /// it works out no CAS token and no TTL and sets no meta-protocol mark
+    /// (a later memcache `mg ... h` does not see this read as a fetch).
+    /// This is the read for bindings that only want the value.
+    ///
+    /// ```
+    /// let mut cache = segcache::Segcache::builder().build()?;
+    /// cache.set("k", "v", 7, None)?;
+    /// assert_eq!(cache.get_value_with("k", |v, flags| (v.to_vec(), flags)), Some((b"v".to_vec(), 7)));
+    /// assert_eq!(cache.get_value_with("absent", |v, _| v.len()), None);
+    /// assert_eq!((cache.stats().hits, cache.stats().misses), (1, 1));
+    /// # Ok::<(), segcache::Error>(())
+    /// ```
+    #[inline]
+    pub fn get_value_with<R>(
+        &mut self,
+        key: impl AsRef<[u8]>,
+        f: impl FnOnce(&[u8], u32) -> R,
+    ) -> Option<R> {
+        let key = key.as_ref();
+        self.get_value_hashed(key, hash_key(key), f)
+    }
+
+    /// [`get_value_with`](Self::get_value_with) with the key's hash
+    /// already computed.
+    #[inline]
+    pub(crate) fn get_value_hashed<R>(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        f: impl FnOnce(&[u8], u32) -> R,
+    ) -> Option<R> {
+        let loc = if self.read_is_unsettled() {
+            self.hit_slow(key, hash)?.0
+        } else {
+            let probe = self.table.probe_home(hash);
+            if probe.proves_absent() {
+                self.counters.misses += 1;
+                return None;
+            }
+            self.hit_probed(key, hash, probe)?.0
+        };
+        let raw = self.segs.item(loc);
+        Some(f(raw.value(), raw.client_flags()))
+    }
+
+    /// A miss the table's tags prove with one load, counted: the fast
+    /// exit of a read (not taken while a delayed flush is pending, which
+    /// runs first, nor while the table grows).
+    #[inline(always)]
+    fn tags_say_miss(&mut self, hash: u64) -> bool {
+        let absent = self.flush_at.is_none() && self.table.absent_by_tags(hash);
+        self.counters.misses += absent as u64;
+        absent
+    }
+
+    /// The counted part of every plain read: finds the key's live item,
+    /// counts a hit (and the access, for eviction) or a miss, and returns
+    /// the item's location and the time it was read at.
+    ///
+    /// The common case stays inline and short: no delayed flush pending,
+    /// no table growing. A miss whose tags say no reads one control word
+    /// and no clock; the clock is read once an entry is found.
+    #[inline(always)]
+    fn hit(&mut self, key: &[u8], hash: u64) -> Option<(Location, u32)> {
+        if self.read_is_unsettled() {
+            return self.hit_slow(key, hash);
+        }
+        let probe = self.table.probe_home(hash);
+        self.hit_probed(key, hash, probe)
+    }
+
+    /// [`hit`](Self::hit) in a settled table (no flush pending, no growth)
+    /// from a [`HashTable::probe_home`] of `hash`.
+    #[inline(always)]
+    fn hit_probed(&mut self, key: &[u8], hash: u64, probe: HomeProbe) -> Option<(Location, u32)> {
+        debug_assert!(!self.read_is_unsettled());
+        // An empty or over-long key matches no item (lengths are compared
+        // first), so it needs no check of its own here.
+        let segs = &self.segs;
+        let Some((bucket, slot, info)) = self
+            .table
+            .lookup_probed(hash, probe, move |at| key_is(segs, at, key))
+        else {
+            self.counters.misses += 1;
+            return None;
+        };
+        let loc = hashtable::location(info);
+        // An item in a segment with a deadline is judged on a fresh
+        // reading; one without needs the time only for the access stamp
+        // (counted at most once per second), which tolerates a reading a
+        // few hits old.
+        // SAFETY: `loc` came from the table, which points only into
+        // segments that exist.
+        let expire_at = unsafe { self.segs.header_unchecked(loc.seg) }.expire_at;
+        let now = if expire_at != 0 {
+            let now = self.clock.now();
+            if expire_at <= now && self.segs.expired(loc, now) {
+                self.expired_on_read(hash, loc);
+                return None;
+            }
+            now
+        } else {
+            self.recent_now()
+        };
+        self.counters.hits += 1;
+        self.table.record_access_seen(bucket, slot, info, now);
+        Some((loc, now))
+    }
+
+    /// Cache time for an access stamp: the system clock as read at most
+    /// [`RECENT_READS`] hits ago (saves the clock read, ~30 instructions
+    /// with the vDSO, on 15 hits of 16). A stale reading can only merge
+    /// two reads of one item within those hits into one count, which the
+    /// once-per-second rule does anyway at any rate above
+    /// [`RECENT_READS`] hits per second; it never decides an expiry.
+    #[inline(always)]
+    fn recent_now(&mut self) -> u32 {
+        if self.recent_left == 0 {
+            return self.refresh_recent();
+        }
+        self.recent_left -= 1;
+        self.recent
+    }
+
+    /// Reads the clock for [`recent_now`](Self::recent_now). A manual
+    /// clock (tests, simulations) is read on every hit: its reading is a
+    /// load, and its users count accesses second by second.
+    #[inline(never)]
+    fn refresh_recent(&mut self) -> u32 {
+        self.recent = self.clock.now();
+        self.recent_left = match self.clock {
+            Clock::System { .. } => RECENT_READS - 1,
+            Clock::Manual(_) => 0,
+        };
+        self.recent
+    }
+
+    /// A read that found the item at `loc` expired: unlinks it and counts
+    /// the expiration and the miss.
+    #[cold]
+    #[inline(never)]
+    fn expired_on_read(&mut self, hash: u64, loc: Location) {
+        self.table.remove_at(hash, loc);
+        self.account_unlinked(loc);
+        self.counters.expirations += 1;
+        self.counters.misses += 1;
+    }
+
+    /// [`hit`](Self::hit) while a delayed flush is pending or the table
+    /// grows: the flush runs first, a drain step is taken, then the same
+    /// lookup in whichever table holds the key.
+    #[cold]
+    #[inline(never)]
+    fn hit_slow(&mut self, key: &[u8], hash: u64) -> Option<(Location, u32)> {
+        // A miss needs no time: the clock is read once an entry is found,
+        // unless a delayed flush is pending (then it goes first, as always).
+        let pending = self.flush_at.is_some().then(|| self.now());
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            self.counters.misses += 1;
+            return None;
+        }
+        if self.table.is_growing() {
+            self.grow_step(hashtable::GROW_STEP_READ);
+        }
+        let segs = &self.segs;
+        let Some((bucket, slot, info)) = self.table.lookup(hash, |at| key_is(segs, at, key)) else {
+            self.counters.misses += 1;
+            return None;
+        };
+        let loc = hashtable::location(info);
+        let now = pending.unwrap_or_else(|| self.clock.now());
+        if !self.live_or_unlink(hash, loc, now) {
+            self.counters.misses += 1;
+            return None;
+        }
+        self.counters.hits += 1;
+        self.table.record_access_seen(bucket, slot, info, now);
+        Some((loc, now))
+    }
+
+    /// Starts loading the hash-table lines a lookup of the key hashed to
+    /// `hash` will read (the storage thread runs this a few requests ahead).
+    #[inline]
+    pub(crate) fn prefetch(&self, hash: u64) {
+        self.table.prefetch(hash);
+    }
+
+    /// Starts loading the item a lookup of the key hashed to `hash` will
+    /// most likely compare, once the table lines [`prefetch`](Self::prefetch)
+    /// asked for have arrived (the storage thread runs this a couple of
+    /// requests ahead, after `prefetch` further ahead).
+    #[inline]
+    pub(crate) fn prefetch_item(&self, hash: u64) {
+        if let Some(info) = self.table.home_candidate(hash) {
+            self.segs.prefetch_item(hashtable::location(info));
+        }
+    }
+
+    /// Looks a key up without counting a hit, a miss or an access.
+    pub fn peek(&mut self, key: impl AsRef<[u8]>) -> Option<Item<'_>> {
+        let key = key.as_ref();
+        self.peek_hashed(key, hash_key(key))
+    }
+
+    /// [`peek`](Self::peek) with the key's hash already computed.
+    pub(crate) fn peek_hashed(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
+        let now = self.now();
+        let (.., loc) = self.lookup_live(key, hash, now)?;
+        Some(self.item_view(loc, now))
+    }
+
+    /// True if the key is present and not expired (counts nothing).
+    pub fn contains(&mut self, key: impl AsRef<[u8]>) -> bool {
+        let key = key.as_ref();
+        self.contains_hashed(key, hash_key(key))
+    }
+
+    /// [`contains`](Self::contains) with the key's hash already computed.
+    pub(crate) fn contains_hashed(&mut self, key: &[u8], hash: u64) -> bool {
+        let now = self.now();
+        self.lookup_live(key, hash, now).is_some()
+    }
+
+    /// Reads an item with memcache's read options (`gat`, `mg` with `T`,
+    /// `N`, `R`, `u`) as one step: a touch keeps the CAS token, a vivified
+    /// miss creates an empty item and hands this caller the win token.
+    pub fn read(&mut self, key: impl AsRef<[u8]>, opts: &GetOpts) -> Result<Option<Found>, Error> {
+        let key = key.as_ref();
+        self.read_reusing(key, hash_key(key), opts, &mut None)
+    }
+
+    /// [`read_reusing`](Self::read_reusing) with [`GetOpts::default`] (a
+    /// plain `get`), the way [`get`](Self::get) reads: the same effects on
+    /// the cache, through the short inline path. A hit is copied into a
+    /// buffer taken from `free` (a new one if it is empty).
+    #[inline(always)]
+    pub(crate) fn read_plain(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        free: &mut Vec<OwnedItem>,
+    ) -> Option<Found> {
+        if self.tags_say_miss(hash) {
+            return None;
+        }
+        let (loc, now) = self.hit(key, hash)?;
+        let (raw, segs, marks) = self.segs.fetch(loc);
+        let view = Item {
+            raw,
+            segs,
+            loc,
+            now,
+        };
+        let item = match free.pop() {
+            Some(mut old) => {
+                old.refill(view);
+                old
+            }
+            None => view.to_owned(),
+        };
+        Some(Found {
+            item,
+            win: false,
+            stale: marks & item::STALE != 0,
+            won_before: marks & item::WIN_SENT != 0,
+            hit_before: marks & item::FETCHED != 0,
+            vivified: false,
+        })
+    }
+
+    /// [`read`](Self::read) with the key's hash already computed, copying
+    /// a hit into `reuse`'s buffers when given (taken out of it; a miss
+    /// leaves it there: a [`Batch`](crate::Batch) keeps free reply buffers).
+    pub(crate) fn read_reusing(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        opts: &GetOpts,
+        reuse: &mut Option<OwnedItem>,
+    ) -> Result<Option<Found>, Error> {
+        let touch = opts.touch.map(live_secs).transpose()?;
+        let vivify = opts.vivify.map(live_secs).transpose()?;
+        let now = self.now();
+        let Some((bucket, slot, mut loc)) = self.lookup_live(key, hash, now) else {
+            if opts.bump {
+                self.counters.misses += 1;
+            }
+            let Some(secs) = vivify else {
+                return Ok(None);
+            };
+            check_key(key)?;
+            let item = match secs {
+                Some(ttl) => {
+                    let meta = Meta {
+                        marks: item::WIN_SENT,
+                        ..Meta::default()
+                    };
+                    let loc = self.write(key, hash, [&[], &[]], &meta, ttl, now)?;
+                    self.item_view(loc, now).to_owned()
+                }
+                None => OwnedItem {
+                    key: key.to_vec(),
+                    value: Vec::new(),
+                    flags: 0,
+                    cas: 0,
+                    ttl: Ttl::Expired,
+                },
+            };
+            return Ok(Some(Found {
+                item,
+                win: true,
+                stale: false,
+                won_before: false,
+                hit_before: false,
+                vivified: true,
+            }));
+        };
+        if opts.bump {
+            self.counters.hits += 1;
+            self.table.record_access(bucket, slot, now);
+        }
+        let marks = self.segs.item(loc).marks();
+        let (hit_before, stale, won_before) = (
+            marks & item::FETCHED != 0,
+            marks & item::STALE != 0,
+            marks & item::WIN_SENT != 0,
+        );
+        // Seconds left as `recache` judges them (None: never expires).
+        let left = match (opts.recache_after_touch, touch) {
+            (true, Some(None)) => Some(0),
+            (true, Some(Some(0))) => None,
+            (true, Some(Some(ttl))) => Some(ttl),
+            _ => Some(self.remaining_ttl(loc, now)).filter(|&s| s != 0),
+        };
+        let recache = opts
+            .recache
+            .is_some_and(|below| left.is_some_and(|left| left < below));
+        let win = opts.win_tokens && !won_before && (stale || recache);
+        let mut gone = false;
+        if let Some(secs) = touch {
+            match secs {
+                None => gone = true,
+                Some(_) => loc = self.retouch(key, hash, loc, secs, now)?.unwrap_or(loc),
+            }
+        }
+        let mut add = if win { item::WIN_SENT } else { 0 };
+        if opts.bump {
+            add |= item::FETCHED;
+        }
+        self.mark(loc, add);
+        let view = self.item_view(loc, now);
+        let mut item = match reuse.take() {
+            Some(mut old) => {
+                old.refill(view);
+                old
+            }
+            None => view.to_owned(),
+        };
+        if gone {
+            item.ttl = Ttl::Expired;
+            self.unlink_item(hash, loc);
+        }
+        Ok(Some(Found {
+            item,
+            win,
+            stale,
+            won_before,
+            hit_before,
+            vivified: false,
+        }))
+    }
+
+    /// Time left for a key: `None` if absent, else [`Ttl::Never`] or
+    /// [`Ttl::After`].
+    pub fn ttl(&mut self, key: impl AsRef<[u8]>) -> Option<Ttl> {
+        let key = key.as_ref();
+        self.ttl_hashed(key, hash_key(key))
+    }
+
+    /// [`ttl`](Self::ttl) with the key's hash already computed.
+    pub(crate) fn ttl_hashed(&mut self, key: &[u8], hash: u64) -> Option<Ttl> {
+        let now = self.now();
+        let (.., loc) = self.lookup_live(key, hash, now)?;
+        Some(self.item_view(loc, now).ttl())
+    }
+}
