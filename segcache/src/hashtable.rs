@@ -98,7 +98,7 @@ pub(crate) const TARGET_LOAD: f64 = 0.87;
 
 /// The one key hash of the crate, with fixed seeds so runs are repeatable:
 /// aHash's portable algorithm (`ahash::RandomState::with_seeds` with
-/// [`SEEDS`], then `write(key)` and `finish()`, where aHash has no AES
+/// [`SEEDS`](key_hash::SEEDS), then `write(key)` and `finish()`, where aHash has no AES
 /// hardware to use), written out for one byte string so that a key of 17
 /// to 32 bytes, the common size, is two rounds with no loop to test; the
 /// test `key_hash_is_ahash_fallback` checks it against the crate.
