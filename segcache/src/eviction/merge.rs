@@ -125,6 +125,28 @@ pub(super) fn pack(
 }
 
 impl Segcache {
+    /// Calls `found` with each item of segment `src` that the table still
+    /// points at, in write order: its size, its key's hash and its table
+    /// entry (bucket, slot, item info), the records a merge pass reads. A
+    /// segment the table no longer points into is skipped without reading
+    /// its items' headers.
+    #[inline]
+    fn for_each_live(&self, src: u32, mut found: impl FnMut(usize, u64, usize, usize, u64)) {
+        if self.segs.headers[src as usize].live_items == 0 {
+            return;
+        }
+        for (offset, item) in self.segs.item_offsets(src) {
+            if item.is_unlinked() {
+                continue;
+            }
+            let hash = self.table.hash(item.key());
+            let loc = Location { seg: src, offset };
+            if let Some((bucket, slot, info)) = self.table.locate(hash, loc) {
+                found(item.size(), hash, bucket, slot, info);
+            }
+        }
+    }
+
     /// Packs the chain's kept items, in chain order, into its first
     /// segments (the outputs) and evicts the rest; frees the other
     /// segments. Packing in order never writes ahead of what is still to be
@@ -160,38 +182,26 @@ impl Segcache {
         let mut forced_items = 0usize;
         let mut largest = 0usize;
         for (index, &src) in chain.iter().enumerate() {
-            // A segment the table no longer points into has nothing to
-            // keep: its items' headers are not read.
-            if self.segs.headers[src as usize].live_items == 0 {
-                continue;
-            }
-            for (offset, item) in self.segs.item_offsets(src) {
-                if item.is_unlinked() {
-                    continue;
+            self.for_each_live(src, |size, hash, bucket, slot, info| {
+                debug_assert!(live.len() < live.capacity(), "the scratch never grows");
+                let mut freq = hashtable::frequency(info);
+                if plan.promote_dropped
+                    && index >= plan.forced
+                    && (freq as usize) < plan.min_freq
+                    && self.admission.promotes_unread(hash, size, mean_size)
+                {
+                    // Judged as read (its count stays 0).
+                    freq = plan.min_freq as u8;
                 }
-                let hash = self.table.hash(item.key());
-                let loc = Location { seg: src, offset };
-                if let Some((bucket, slot, info)) = self.table.locate(hash, loc) {
-                    debug_assert!(live.len() < live.capacity(), "the scratch never grows");
-                    let mut freq = hashtable::frequency(info);
-                    if plan.promote_dropped
-                        && index >= plan.forced
-                        && (freq as usize) < plan.min_freq
-                        && self.admission.promotes_unread(hash, item.size(), mean_size)
-                    {
-                        // Judged as read (its count stays 0).
-                        freq = plan.min_freq as u8;
-                    }
-                    if index < plan.forced {
-                        forced_bytes += item.size();
-                        forced_items += 1;
-                    } else {
-                        histogram[freq as usize] += item.size();
-                    }
-                    largest = largest.max(item.size());
-                    live.push(LiveItem::new(bucket, slot, item.size(), freq));
+                if index < plan.forced {
+                    forced_bytes += size;
+                    forced_items += 1;
+                } else {
+                    histogram[freq as usize] += size;
                 }
-            }
+                largest = largest.max(size);
+                live.push(LiveItem::new(bucket, slot, size, freq));
+            });
         }
         // How many outputs: enough for the forced items and those read at
         // least `min_freq` times, at least one, at most one fewer than the
@@ -445,18 +455,11 @@ impl Segcache {
             }
             assert!(next > start, "every segment of the run fits the scratch");
             for &src in &chain[start..next] {
-                for (offset, item) in self.segs.item_offsets(src) {
-                    if item.is_unlinked() {
-                        continue;
-                    }
-                    let hash = self.table.hash(item.key());
-                    let loc = Location { seg: src, offset };
-                    if let Some((bucket, slot, info)) = self.table.locate(hash, loc) {
-                        debug_assert!(records.len() < capacity, "the scratch never grows");
-                        let freq = hashtable::frequency(info);
-                        records.push(LiveItem::new(bucket, slot, item.size(), freq));
-                    }
-                }
+                self.for_each_live(src, |size, _, bucket, slot, info| {
+                    debug_assert!(records.len() < capacity, "the scratch never grows");
+                    let freq = hashtable::frequency(info);
+                    records.push(LiveItem::new(bucket, slot, size, freq));
+                });
             }
             for &item in &records {
                 let size = item.size();
