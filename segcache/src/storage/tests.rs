@@ -1,0 +1,313 @@
+use super::*;
+use std::sync::mpsc;
+
+/// A storage thread and a client whose notifications arrive on `woken`.
+fn notified(capacity: usize) -> (StorageHandle, StorageThread, Client, mpsc::Receiver<()>) {
+    let config = StorageConfig {
+        queue_capacity: capacity,
+        ..StorageConfig::default()
+    };
+    let (handle, thread) = Segcache::builder().spawn_storage(config).unwrap();
+    let (tx, woken) = mpsc::sync_channel(64);
+    let client = handle.client_with_notify(move || {
+        let _ = tx.try_send(());
+    });
+    (handle, thread, client, woken)
+}
+
+/// Waits (bounded) for a notification.
+fn wait(woken: &mpsc::Receiver<()>) {
+    woken
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the storage thread never notified");
+}
+
+#[test]
+fn a_submitted_batch_notifies_and_comes_back_without_blocking() {
+    let (handle, thread, mut client, woken) = notified(8);
+    let mut batch = Batch::new();
+    for round in 0..50u32 {
+        batch.clear();
+        batch.set(format!("k{}", round % 7), round.to_string(), 0, None);
+        batch.get(format!("k{}", round % 7));
+        batch.get("absent");
+        assert_eq!(client.submit_batch(&mut batch), Ok(true));
+        // The batch is out: the caller's is empty meanwhile.
+        assert!(batch.is_empty());
+        while !client.try_complete(&mut batch).unwrap() {
+            wait(&woken);
+        }
+        assert_eq!(batch.len(), 3);
+        let responses = batch.responses();
+        assert!(matches!(responses[0], Response::Stored(Ok(_))));
+        assert!(
+            matches!(&responses[1], Response::Get(Ok(Some(f))) if f.item.value() == round.to_string().as_bytes()),
+            "{:?}",
+            responses[1]
+        );
+        assert_eq!(responses[2], Response::Get(Ok(None)));
+        // Nothing out: completes at once, the batch untouched.
+        assert_eq!(client.try_complete(&mut batch), Ok(true));
+        assert_eq!(batch.len(), 3);
+    }
+    drop((client, handle));
+    thread.join().unwrap();
+}
+
+#[test]
+fn one_batch_out_at_a_time_and_blocking_calls_keep_it() {
+    let (handle, thread, mut client, woken) = notified(8);
+    client
+        .submit(Request::Store(Store::new(
+            StoreMode::Set,
+            b"a".to_vec(),
+            b"1".to_vec(),
+        )))
+        .unwrap();
+    let mut batch = Batch::new();
+    batch.get("a");
+    assert_eq!(client.submit_batch(&mut batch), Ok(true));
+    // A second batch is refused, untouched, while the first is out.
+    let mut second = Batch::new();
+    second.get("a");
+    assert_eq!(client.submit_batch(&mut second), Ok(false));
+    assert!(matches!(
+        client.run(&mut second),
+        Err(Error::InvalidConfig { field: "batch", .. })
+    ));
+    assert_eq!(second.len(), 1);
+    // A blocking recv answers the single request and keeps the batch.
+    assert!(matches!(client.recv(), Ok(Some(Response::Stored(Ok(_))))));
+    assert_eq!(client.recv(), Ok(None));
+    while !client.try_complete(&mut batch).unwrap() {
+        wait(&woken);
+    }
+    assert!(matches!(
+        &batch.responses()[0],
+        Response::Get(Ok(Some(f))) if f.item.value() == b"1"
+    ));
+    // Back: the blocking run works again.
+    client.run(&mut second).unwrap();
+    assert!(matches!(&second.responses()[0], Response::Get(Ok(Some(_)))));
+    drop((client, handle));
+    thread.join().unwrap();
+}
+
+#[test]
+fn a_full_queue_refuses_a_batch_until_replies_are_collected() {
+    let (handle, thread, mut client, _woken) = notified(2);
+    for _ in 0..2 {
+        client.submit(Request::Len).unwrap();
+    }
+    let mut batch = Batch::new();
+    batch.get("k");
+    assert_eq!(client.submit_batch(&mut batch), Ok(false));
+    assert_eq!(batch.len(), 1);
+    assert!(matches!(client.recv(), Ok(Some(Response::Len(0)))));
+    assert_eq!(client.submit_batch(&mut batch), Ok(true));
+    client.run(&mut Batch::new()).unwrap_err();
+    drop((client, handle));
+    thread.join().unwrap();
+}
+
+/// CPU time (user + system, clock ticks) used so far by this process's
+/// thread named `name`.
+#[cfg(target_os = "linux")]
+fn thread_ticks(name: &str) -> u64 {
+    for entry in std::fs::read_dir("/proc/self/task").expect("list threads") {
+        let dir = entry.expect("thread entry").path();
+        let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
+            continue; // the thread ended meanwhile
+        };
+        if comm.trim_end() != name {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("stat")).expect("thread stat");
+        // Fields after the parenthesised name; utime and stime are the
+        // 14th and 15th of the line, so the 12th and 13th here.
+        let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..]
+            .split_whitespace()
+            .collect();
+        return fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    }
+    panic!("no thread named {name}");
+}
+
+/// The storage thread polls for work a little after it runs dry (and a
+/// blocking client yields a while before parking): after a burst of
+/// large batches and blocking calls it must still go to sleep. A
+/// resource check, not a timing one: the bound is a tenth of a core
+/// over the window, where a thread left polling would use all of it.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_storage_thread_sleeps_after_a_burst() {
+    const NAME: &str = "sc-idle-probe";
+    let config = StorageConfig {
+        name: NAME.into(),
+        ..StorageConfig::default()
+    };
+    let (handle, thread) = Segcache::builder().spawn_storage(config).unwrap();
+    let mut client = handle.client();
+    let mut batch = Batch::new();
+    for round in 0..200u32 {
+        batch.clear();
+        for i in 0..256u32 {
+            let key = format!("k{}", (round * 256 + i) % 5000);
+            if i % 10 == 0 {
+                batch.set(&key, "value", 0, None);
+            } else {
+                batch.get(&key);
+            }
+        }
+        client.run(&mut batch).unwrap();
+        handle.set("blocking", round.to_string(), 0, None).unwrap();
+    }
+    thread::sleep(Duration::from_millis(300));
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    assert!(hz > 0);
+    let window = Duration::from_secs(2);
+    let before = thread_ticks(NAME);
+    thread::sleep(window);
+    let used = thread_ticks(NAME) - before;
+    let bound = window.as_secs() * hz as u64 / 10;
+    assert!(
+        used <= bound,
+        "an idle storage thread used {used} ticks in {window:?}"
+    );
+    // Still serving after the quiet time.
+    assert_eq!(handle.get("blocking").unwrap().unwrap().value(), b"199");
+    drop((client, handle));
+    thread.join().unwrap();
+}
+
+/// Takes the token from the test thread, waiting (bounded) until the
+/// storage thread has released it.
+fn hold_token(handle: &StorageHandle) -> Turn<'_> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(turn) = Turn::try_take(&handle.shared, CLIENT) {
+            return turn;
+        }
+        assert!(Instant::now() < deadline, "the token was never free");
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A request pushed while someone else holds the token is left to the
+/// holder: it is not run by its client, and the holder's release finds
+/// it pending; the next turn (here the client's own next push) runs it
+/// before the later one, in order.
+#[test]
+fn a_request_pushed_while_the_token_is_held_waits_for_the_holder() {
+    let (handle, thread) = Segcache::builder()
+        .spawn_storage(StorageConfig::default())
+        .unwrap();
+    let mut client = handle.client();
+    let turn = hold_token(&handle);
+    let before = handle.counters();
+    client
+        .try_submit(Request::Store(Store::new(
+            StoreMode::Set,
+            b"k".to_vec(),
+            b"1".to_vec(),
+        )))
+        .unwrap();
+    assert!(client.channel.replies.is_empty(), "ran without the token");
+    assert!(handle.shared.pending.load(SeqCst));
+    assert_eq!(handle.counters(), before);
+    drop(turn);
+    // The next push takes the free token and runs both, in order.
+    client
+        .try_submit(Request::Get {
+            key: b"k".to_vec(),
+            opts: GetOpts::default(),
+        })
+        .unwrap();
+    assert!(matches!(client.recv(), Ok(Some(Response::Stored(Ok(_))))));
+    assert!(matches!(
+        client.recv(),
+        Ok(Some(Response::Get(Ok(Some(f))))) if f.item.value() == b"1"
+    ));
+    drop((client, handle));
+    thread.join().unwrap();
+}
+
+/// The storage thread waits for a client's turn to end before it
+/// touches the cache (here: to stop and hand the cache back).
+#[test]
+fn the_storage_thread_waits_for_a_clients_turn_to_end() {
+    let (handle, thread) = Segcache::builder()
+        .spawn_storage(StorageConfig::default())
+        .unwrap();
+    handle.set("k", "v", 0, None).unwrap();
+    let turn = hold_token(&handle);
+    handle.shutdown();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !handle.shared.storage_waits.load(SeqCst) {
+        assert!(Instant::now() < deadline, "the storage thread never asked");
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        !handle.is_stopped(),
+        "stopped while a client held the cache"
+    );
+    drop(turn);
+    assert_eq!(thread.join().unwrap().items, 1);
+    assert!(handle.is_stopped());
+}
+
+/// A panic while a client holds the token (here a notify callback,
+/// called for another client's answered batch) retires the token:
+/// nobody runs on the cache again, waiting clients fail with `Closed`,
+/// and `join` reports it.
+#[test]
+fn a_panic_while_a_client_holds_the_cache_stops_the_service() {
+    let (handle, thread) = Segcache::builder()
+        .spawn_storage(StorageConfig::default())
+        .unwrap();
+    let mut doomed = handle.client_with_notify(|| panic!("notify fails"));
+    let turn = hold_token(&handle);
+    let mut batch = Batch::new();
+    batch.set("k", "v", 0, None);
+    assert_eq!(doomed.submit_batch(&mut batch), Ok(true));
+    // The holder runs the queued batch and calls its notify, which
+    // panics on the holder's thread.
+    let shared = Arc::clone(&handle.shared);
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let mut turn = turn;
+        turn.drain(None);
+    }));
+    assert!(ran.is_err());
+    assert_eq!(shared.token.load(SeqCst), GONE);
+    assert!(handle.is_stopped());
+    assert_eq!(handle.set("k2", "v", 0, None), Err(Error::Closed));
+    let err = thread.join().unwrap_err();
+    assert!(err.contains("panicked while it held the cache"), "{err}");
+    drop((doomed, handle));
+}
+
+#[test]
+fn stopping_notifies_and_a_stopped_thread_refuses_batches() {
+    let (handle, thread, mut client, woken) = notified(4);
+    let mut batch = Batch::new();
+    batch.set("k", "v", 0, None);
+    assert_eq!(client.submit_batch(&mut batch), Ok(true));
+    handle.shutdown();
+    // Accepted before the shutdown: answered, and we are told.
+    while !client.try_complete(&mut batch).unwrap() {
+        wait(&woken);
+    }
+    assert!(matches!(batch.responses()[0], Response::Stored(Ok(_))));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !handle.is_stopped() {
+        assert!(Instant::now() < deadline, "the thread never stopped");
+        thread::sleep(Duration::from_millis(1));
+    }
+    batch.clear();
+    batch.get("k");
+    assert_eq!(client.submit_batch(&mut batch), Err(Error::Closed));
+    assert_eq!(batch.len(), 1, "a refused batch is given back untouched");
+    drop((client, handle));
+    thread.join().unwrap();
+}
