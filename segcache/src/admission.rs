@@ -3,7 +3,7 @@
 //! pool), plus the [`Ghosts`] of keys dropped from probation.
 //!
 //! Every segment the write path opens starts small. Merge eviction (in
-//! `eviction.rs`) evaluates the oldest small segments first, while the
+//! `eviction/`) evaluates the oldest small segments first, while the
 //! small pool is over its target (from [`SMALL_PERCENT`] of the heap, then
 //! adapted by the ghosts, see [`Admission::readmit`]): items read
 //! since they were written move on to main segments, the rest are evicted

@@ -17,7 +17,7 @@
 //! - `view.rs`: [`Item`] and [`OwnedItem`], what reads hand out;
 //! - `stats.rs`: [`Stats`] and [`Expired`], the counters as reported.
 //!
-//! Choosing what to evict lives in `eviction.rs`; none of these files
+//! Choosing what to evict lives in `eviction/`; none of these files
 //! picks a victim.
 
 mod read;

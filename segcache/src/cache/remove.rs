@@ -2,7 +2,7 @@
 //! (now or delayed), clear, and proactive expiry of segments whose
 //! deadline passed (split segments window by window).
 //!
-//! Must never: pick eviction victims (that is `eviction.rs`), or unlink
+//! Must never: pick eviction victims (that is `eviction/`), or unlink
 //! a live item that no request asked to remove.
 
 use super::*;
