@@ -2,9 +2,10 @@
 //! (an expired item found here is unlinked on the spot), count the access
 //! for eviction, and hand the item out borrowed or copied.
 //!
-//! Must never: change a segment's bytes (a read only bumps the table's
-//! access counter and may set meta-protocol marks), or serve an item
-//! past its deadline.
+//! Must never: serve an item past its deadline, or rewrite an item
+//! itself: a read bumps the table's access counter and may set
+//! meta-protocol marks in the item's header; a get-and-touch writes the
+//! new version through the write path (`write.rs`).
 
 use super::*;
 

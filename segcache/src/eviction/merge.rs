@@ -5,8 +5,10 @@
 //! that evict nothing, run a window of segments at a time when longer
 //! than the scratch.
 //!
-//! Must never: repoint a table entry before its item's copy is complete,
-//! or choose which segments to read (that is `runs.rs`).
+//! Must never: return with a copy still pending (entries are repointed
+//! as items are placed and the copies batched, so every moved item is
+//! whole again before the pass returns), or choose which segments to
+//! read (that is `runs.rs`).
 
 use super::*;
 
