@@ -67,12 +67,13 @@
 //! are nonzero, + 8 if a touch had to move it and keep its CAS token), and
 //! one 8-byte hash-table slot; the table is buckets of 64 bytes (7 slots
 //! each), sized at build for 1 KiB items filling the heap and grown
-//! incrementally while the heap has room for more items than it holds. Merge eviction's admission ghosts
-//! (fingerprints of recently evicted keys, one per four items held) add
-//! about 0.55 bytes per item, and its merge scratch (8 bytes for each
-//! live item one merge reads at once, reserved at build: 1/512 of the
-//! heap, at least half a segment, at most 1.5 segments) about 0.2 bytes
-//! per ~100-byte item in a heap of 256 segments or more. At a full heap
+//! incrementally while the heap has room for more items than it holds.
+//! Merge eviction's admission ghosts (fingerprints of recently evicted
+//! keys, one per four items held) add about 0.55 bytes per item, and its
+//! merge scratch (8 bytes for each live item one merge reads at once,
+//! reserved at build: 1/512 of the heap, at least half a segment, at most
+//! 1.5 segments) about 0.2 bytes per ~100-byte item in a heap of 256
+//! segments or more. At a full heap
 //! that is about `5 + key + value + 64 / (7 × load) + 0.55` bytes per item
 //! plus the scratch's share, with the table ~87 % loaded: ~16.1 bytes of
 //! overhead per item, plus the scratch and under 1 byte of heap not yet
