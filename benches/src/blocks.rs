@@ -158,6 +158,31 @@ pub fn generate(shape: Shape, seed: u64) -> Vec<Record> {
     records
 }
 
+/// Requests that fill a cache with `bytes` of cold objects before `trace`
+/// (`trace --fill-first-mib`): objects read once each, their sizes those of
+/// requests of `trace` drawn at random (seeded), their ids above every id
+/// in `trace`, at its first request's time. Empty if `trace` is.
+pub fn cold_prefix(trace: &[Record], bytes: u64, seed: u64) -> Vec<Record> {
+    let Some(first) = trace.first() else {
+        return Vec::new();
+    };
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut id = trace.iter().map(|r| r.obj_id).max().unwrap_or(0);
+    let (mut out, mut total) = (Vec::new(), 0u64);
+    while total < bytes {
+        let size = trace[rng.gen_range(0..trace.len())].obj_size;
+        id += 1;
+        out.push(Record {
+            time: first.time,
+            obj_id: id,
+            obj_size: size,
+            next_access_vtime: -1,
+        });
+        total += size.max(1) as u64;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,6 +225,28 @@ mod tests {
             .filter(|&id| id < 20_000)
             .collect();
         assert!(hot.len() > 15_000, "{}", hot.len());
+    }
+
+    #[test]
+    fn a_cold_prefix_is_new_objects_read_once_with_the_traces_sizes() {
+        let trace: Vec<Record> = (0..100u64)
+            .map(|i| Record {
+                time: 7 + i as u32,
+                obj_id: 1_000 + i % 10,
+                obj_size: if i % 2 == 0 { 512 } else { 4096 },
+                next_access_vtime: -1,
+            })
+            .collect();
+        let p = cold_prefix(&trace, 1 << 20, 1);
+        let bytes: u64 = p.iter().map(|r| r.obj_size as u64).sum();
+        assert!((1 << 20..(1 << 20) + 4096).contains(&bytes), "{bytes}");
+        let ids: HashSet<u64> = p.iter().map(|r| r.obj_id).collect();
+        assert_eq!(ids.len(), p.len(), "each read once");
+        assert!(ids.iter().all(|&id| id > 1_009), "none of the trace's ids");
+        assert!(p.iter().all(|r| r.time == 7 && [512, 4096].contains(&r.obj_size)));
+        assert!(p.iter().any(|r| r.obj_size == 512) && p.iter().any(|r| r.obj_size == 4096));
+        assert_eq!(p, cold_prefix(&trace, 1 << 20, 1), "seeded");
+        assert!(cold_prefix(&[], 1 << 20, 1).is_empty());
     }
 
     #[test]

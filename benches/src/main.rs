@@ -158,6 +158,12 @@ enum Cmd {
         /// Memory budgets in MiB.
         #[arg(long, value_delimiter = ',', default_value = "128,256,512,1024")]
         budgets_mib: Vec<u64>,
+        /// Before the trace, write this many MiB of objects that are read
+        /// once (`blocks::cold_prefix`), so the trace starts in a cache
+        /// already full of cold objects, as in one that has run for a
+        /// while; those requests are not counted.
+        #[arg(long, default_value_t = 0)]
+        fill_first_mib: u64,
         /// Caches to run (segcache,pelikan-merge,pelikan-s3fifo,quick_cache,moka,lru).
         #[arg(
             long,
@@ -323,6 +329,7 @@ fn main() {
             file,
             synthetic,
             budgets_mib,
+            fill_first_mib,
             caches,
             layout,
         } => {
@@ -331,7 +338,13 @@ fn main() {
                 (None, Some(s)) => TraceSource::Synthetic(s),
                 (None, None) => TraceSource::File(trace::cloudphysics_path()),
             };
-            run_trace(&source, &budgets_mib, &kinds(&caches), layout.into())
+            run_trace(
+                &source,
+                &budgets_mib,
+                fill_first_mib,
+                &kinds(&caches),
+                layout.into(),
+            )
         }
         Cmd::ServerReplay {
             addr,
@@ -631,6 +644,7 @@ enum TraceSource {
 fn run_trace(
     source: &TraceSource,
     budgets_mib: &[u64],
+    fill_first_mib: u64,
     kinds: &[Kind],
     layout: sim::Layout,
 ) -> Result<(), String> {
@@ -667,6 +681,23 @@ fn run_trace(
         sizes.len(),
         mean
     );
+    let uncounted = if fill_first_mib > 0 {
+        let prefix = blocks::cold_prefix(&t, fill_first_mib << 20, 42);
+        println!(
+            "Replayed after {} requests of {fill_first_mib} MiB of objects read once (not counted)\n",
+            prefix.len()
+        );
+        prefix.len()
+    } else {
+        0
+    };
+    let t = if uncounted > 0 {
+        let mut all = blocks::cold_prefix(&t, fill_first_mib << 20, 42);
+        all.extend_from_slice(&t);
+        all
+    } else {
+        t
+    };
     let mut header = "| budget MiB | obj-lru (object bytes only) |".to_string();
     for k in kinds {
         header += &format!(" {} |", k.label());
@@ -677,13 +708,13 @@ fn run_trace(
     for &mib in budgets_mib {
         let budget = (mib << 20) as usize;
         let mut lru = ObjLru::new(budget as u64);
-        let reference = sim::replay_trace(&mut lru, &t, 0);
+        let reference = sim::replay_trace(&mut lru, &t, uncounted, 0);
         drop(lru);
         let results: Vec<_> = kinds
             .iter()
             .map(|&k| {
                 measure(k, budget, typ, layout, |c, base| {
-                    sim::replay_trace(c, &t, base)
+                    sim::replay_trace(c, &t, uncounted, base)
                 })
             })
             .collect();

@@ -1150,24 +1150,32 @@ impl ReplayStats {
 
 /// Replay an `oracleGeneral` trace: every request is a lookup of the 8-byte
 /// object id; a miss inserts the object (`obj_size` value bytes, no TTL).
+/// The first `uncounted` requests (a prefix that fills the cache, see
+/// `blocks::cold_prefix`) are replayed alike but not counted.
 /// `base_bytes` is the live-bytes reading taken before the cache was built.
-pub fn replay_trace(cache: &mut dyn SimCache, trace: &[Record], base_bytes: usize) -> ReplayStats {
+pub fn replay_trace(
+    cache: &mut dyn SimCache,
+    trace: &[Record],
+    uncounted: usize,
+    base_bytes: usize,
+) -> ReplayStats {
     let start = Instant::now();
     let mut misses = 0;
-    for r in trace {
+    for (i, r) in trace.iter().enumerate() {
         let key = r.key();
         let now = r.time as u64;
         if !cache.get(&key, now) {
-            misses += 1;
+            misses += (i >= uncounted) as u64;
             cache.set(&key, r.obj_size as usize, None, now);
         }
     }
+    let counted = trace.len().saturating_sub(uncounted) as u64;
     let wall = start.elapsed();
     cache.settle();
     ReplayStats {
         cache: cache.name(),
-        requests: trace.len() as u64,
-        reads: trace.len() as u64,
+        requests: counted,
+        reads: counted,
         misses,
         end_bytes: alloc::live_bytes().saturating_sub(base_bytes) + cache.mapped_bytes(),
         wall,
@@ -1222,7 +1230,7 @@ mod tests {
 
     fn misses(mk: impl Fn(u64) -> Box<dyn SimCache>, mib: u64, trace: &[Record]) -> u64 {
         let mut c = mk(mib * MIB);
-        replay_trace(c.as_mut(), trace, 0).misses
+        replay_trace(c.as_mut(), trace, 0, 0).misses
     }
 
     /// A replay whose cache ends holding `end(build budget)` bytes; its
@@ -1342,6 +1350,25 @@ mod tests {
         assert!(!fifo.get(b"a", 0) && fifo.get(b"b", 0));
         assert_eq!(lru.used(), 30);
         assert_eq!(lru.len(), 3);
+    }
+
+    #[test]
+    fn an_uncounted_prefix_is_replayed_but_not_counted() {
+        let rec = |id: u64| Record {
+            time: 0,
+            obj_id: id,
+            obj_size: 10,
+            next_access_vtime: -1,
+        };
+        // a b | a c a: the prefix inserts a and b; then a hits, c misses,
+        // a hits again.
+        let t = [rec(1), rec(2), rec(1), rec(3), rec(1)];
+        let mut lru = ObjLru::new(100);
+        let s = replay_trace(&mut lru, &t, 2, 0);
+        assert_eq!((s.reads, s.misses), (3, 1));
+        let mut cold = ObjLru::new(100);
+        let s = replay_trace(&mut cold, &t[2..], 0, 0);
+        assert_eq!((s.reads, s.misses), (3, 2), "without the prefix a misses first");
     }
 
     fn peers(capacity: u64) -> Vec<Box<dyn SimCache>> {
