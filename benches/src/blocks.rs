@@ -243,7 +243,9 @@ mod tests {
         let ids: HashSet<u64> = p.iter().map(|r| r.obj_id).collect();
         assert_eq!(ids.len(), p.len(), "each read once");
         assert!(ids.iter().all(|&id| id > 1_009), "none of the trace's ids");
-        assert!(p.iter().all(|r| r.time == 7 && [512, 4096].contains(&r.obj_size)));
+        assert!(p
+            .iter()
+            .all(|r| r.time == 7 && [512, 4096].contains(&r.obj_size)));
         assert!(p.iter().any(|r| r.obj_size == 512) && p.iter().any(|r| r.obj_size == 4096));
         assert_eq!(p, cold_prefix(&trace, 1 << 20, 1), "seeded");
         assert!(cold_prefix(&[], 1 << 20, 1).is_empty());
@@ -254,11 +256,11 @@ mod tests {
         let t = generate(Shape::LateLoop, 1);
         let (prefix, rest) = t.split_at(LATE_PREFIX);
         assert!(prefix.iter().all(|r| LATE_BLOCKS.contains(&r.obj_id)));
-        assert!(rest.iter().all(|r| r.obj_id < 60_000), "hot set and loop only");
-        let once = prefix
-            .iter()
-            .filter(|r| r.next_access_vtime < 0)
-            .count();
+        assert!(
+            rest.iter().all(|r| r.obj_id < 60_000),
+            "hot set and loop only"
+        );
+        let once = prefix.iter().filter(|r| r.next_access_vtime < 0).count();
         assert!(once > LATE_PREFIX * 3 / 4, "most read once: {once}");
         let looped: Vec<u64> = rest
             .iter()

@@ -1368,7 +1368,11 @@ mod tests {
         assert_eq!((s.reads, s.misses), (3, 1));
         let mut cold = ObjLru::new(100);
         let s = replay_trace(&mut cold, &t[2..], 0, 0);
-        assert_eq!((s.reads, s.misses), (3, 2), "without the prefix a misses first");
+        assert_eq!(
+            (s.reads, s.misses),
+            (3, 2),
+            "without the prefix a misses first"
+        );
     }
 
     fn peers(capacity: u64) -> Vec<Box<dyn SimCache>> {
