@@ -32,15 +32,7 @@ pub enum Shape {
     /// loop over 40,000 other blocks, in order, again and again: a table
     /// scanned repeatedly beside a hot index (LRU's worst case).
     Loop,
-    /// [`Loop`](Shape::Loop) after [`LATE_PREFIX`] reads spread evenly
-    /// over 1,000,000 other blocks (most read once): the loop starts in a
-    /// cache that is already full, as in one that has run for a while,
-    /// not in an empty one. Its miss ratio counts the prefix's misses too.
-    LateLoop,
 }
-
-/// Reads before the loop of [`Shape::LateLoop`].
-pub const LATE_PREFIX: usize = 200_000;
 
 impl Shape {
     /// Name used in tables and on the command line.
@@ -49,7 +41,6 @@ impl Shape {
             Shape::Zipf => "zipf",
             Shape::Scan => "scan",
             Shape::Loop => "loop",
-            Shape::LateLoop => "late-loop",
         }
     }
 }
@@ -104,34 +95,22 @@ fn block_ids(shape: Shape, seed: u64) -> Vec<u64> {
                 }
             }
         }
-        Shape::Loop => hot_and_loop(&mut out, &mut rng),
-        Shape::LateLoop => {
-            while out.len() < LATE_PREFIX {
-                out.push(rng.gen_range(LATE_BLOCKS));
+        Shape::Loop => {
+            let (hot, cycle) = (20_000u64, 40_000u64);
+            let pop = Popularity::new(hot, 0.9, 0, &mut rng);
+            let mut next = 0;
+            while out.len() < REQUESTS {
+                if rng.gen_bool(0.5) {
+                    out.push(pop.draw(&mut rng));
+                } else {
+                    out.push(hot + next);
+                    next = (next + 1) % cycle;
+                }
             }
-            hot_and_loop(&mut out, &mut rng);
         }
     }
     out.truncate(REQUESTS);
     out
-}
-
-/// Block ids of [`Shape::LateLoop`]'s prefix: none of the loop's.
-const LATE_BLOCKS: std::ops::Range<u64> = 100_000..1_100_000;
-
-/// Appends [`Shape::Loop`]'s reads until the trace is [`REQUESTS`] long.
-fn hot_and_loop(out: &mut Vec<u64>, rng: &mut StdRng) {
-    let (hot, cycle) = (20_000u64, 40_000u64);
-    let pop = Popularity::new(hot, 0.9, 0, rng);
-    let mut next = 0;
-    while out.len() < REQUESTS {
-        if rng.gen_bool(0.5) {
-            out.push(pop.draw(rng));
-        } else {
-            out.push(hot + next);
-            next = (next + 1) % cycle;
-        }
-    }
 }
 
 /// A trace of `shape`: [`REQUESTS`] reads of [`BLOCK`]-byte blocks.
@@ -190,7 +169,7 @@ mod tests {
 
     #[test]
     fn shapes_are_deterministic_and_link_each_request_to_the_next() {
-        for shape in [Shape::Zipf, Shape::Scan, Shape::Loop, Shape::LateLoop] {
+        for shape in [Shape::Zipf, Shape::Scan, Shape::Loop] {
             let t = generate(shape, 7);
             assert_eq!(t.len(), REQUESTS);
             assert_eq!(t, generate(shape, 7), "{shape:?} is seeded");
@@ -204,27 +183,6 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn the_loop_repeats_its_blocks_in_order_beside_the_hot_set() {
-        let t = generate(Shape::Loop, 1);
-        let looped: Vec<u64> = t
-            .iter()
-            .map(|r| r.obj_id)
-            .filter(|&id| id >= 20_000)
-            .collect();
-        assert!(looped
-            .windows(2)
-            .all(|w| w[1] == w[0] + 1 || (w[0] == 59_999 && w[1] == 20_000)));
-        let share = looped.len() as f64 / t.len() as f64;
-        assert!((0.49..0.51).contains(&share), "{share}");
-        let hot: HashSet<u64> = t
-            .iter()
-            .map(|r| r.obj_id)
-            .filter(|&id| id < 20_000)
-            .collect();
-        assert!(hot.len() > 15_000, "{}", hot.len());
     }
 
     #[test]
@@ -252,24 +210,23 @@ mod tests {
     }
 
     #[test]
-    fn the_late_loop_is_the_loop_after_reads_of_other_blocks() {
-        let t = generate(Shape::LateLoop, 1);
-        let (prefix, rest) = t.split_at(LATE_PREFIX);
-        assert!(prefix.iter().all(|r| LATE_BLOCKS.contains(&r.obj_id)));
-        assert!(
-            rest.iter().all(|r| r.obj_id < 60_000),
-            "hot set and loop only"
-        );
-        let once = prefix.iter().filter(|r| r.next_access_vtime < 0).count();
-        assert!(once > LATE_PREFIX * 3 / 4, "most read once: {once}");
-        let looped: Vec<u64> = rest
+    fn the_loop_repeats_its_blocks_in_order_beside_the_hot_set() {
+        let t = generate(Shape::Loop, 1);
+        let looped: Vec<u64> = t
             .iter()
             .map(|r| r.obj_id)
             .filter(|&id| id >= 20_000)
             .collect();
-        assert_eq!(looped[0], 20_000, "the loop starts at its first block");
         assert!(looped
             .windows(2)
             .all(|w| w[1] == w[0] + 1 || (w[0] == 59_999 && w[1] == 20_000)));
+        let share = looped.len() as f64 / t.len() as f64;
+        assert!((0.49..0.51).contains(&share), "{share}");
+        let hot: HashSet<u64> = t
+            .iter()
+            .map(|r| r.obj_id)
+            .filter(|&id| id < 20_000)
+            .collect();
+        assert!(hot.len() > 15_000, "{}", hot.len());
     }
 }
