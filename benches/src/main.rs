@@ -195,6 +195,11 @@ enum Cmd {
         /// TTL (as the `demo` does with 2).
         #[arg(long)]
         ttl_spans: Option<f64>,
+        /// Count only the reads after this share of each stream (0 to
+        /// 1): the cache has then run through the rest, as one that has
+        /// run for a while, instead of starting empty.
+        #[arg(long, default_value_t = 0.0)]
+        count_after: f64,
         #[arg(long, default_value_t = 42)]
         seed: u64,
         #[arg(
@@ -359,6 +364,7 @@ fn main() {
             budget_mib,
             time_scale,
             ttl_spans,
+            count_after,
             seed,
             caches,
             layout,
@@ -370,6 +376,7 @@ fn main() {
                 time_scale,
             },
             ttl_spans,
+            count_after,
             budget_mib,
             &kinds(&caches),
             layout.into(),
@@ -791,10 +798,17 @@ fn run_twitter(
     clusters: &[u32],
     cfg: twitter::WorkloadConfig,
     ttl_spans: Option<f64>,
+    count_after: f64,
     budget_mib: Option<f64>,
     kinds: &[Kind],
     layout: sim::Layout,
 ) -> Result<(), String> {
+    if !(0.0..1.0).contains(&count_after) {
+        return Err(format!(
+            "--count-after {count_after}: must be at least 0 and below 1"
+        ));
+    }
+    let uncounted = (cfg.requests as f64 * count_after) as u64;
     let table = twitter::load_stats(&twitter::stats_path()).map_err(|e| e.to_string())?;
     let mut header =
         "| cluster | TTLs | simulated h | reads | unique MiB | budget MiB |".to_string();
@@ -827,7 +841,7 @@ fn run_twitter(
             .iter()
             .map(|&k| {
                 measure(k, budget, typ, layout, |c, base| {
-                    sim::replay_workload(c, w.clone(), base)
+                    sim::replay_workload(c, w.clone(), uncounted, base)
                 })
             })
             .collect();
@@ -867,6 +881,9 @@ fn run_twitter(
             None => format!("time scale {}", cfg.time_scale),
         }
     );
+    if uncounted > 0 {
+        println!("Reads counted after the first {uncounted} requests of each stream\n");
+    }
     println!("{header}");
     println!("|{}", "---|".repeat(kinds.len() + 6));
     for r in rows {

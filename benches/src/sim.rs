@@ -1183,10 +1183,12 @@ pub fn replay_trace(
 }
 
 /// Replay a synthetic Twitter stream as a look-aside cache: reads that miss
-/// are followed by a set of the key; writes set; deletes delete.
+/// are followed by a set of the key; writes set; deletes delete. Reads
+/// among the first `uncounted` requests are replayed alike but not counted.
 pub fn replay_workload(
     cache: &mut dyn SimCache,
     workload: Workload,
+    uncounted: u64,
     base_bytes: usize,
 ) -> ReplayStats {
     let start = Instant::now();
@@ -1197,11 +1199,12 @@ pub fn replay_workload(
         r.write_key(&mut key);
         let now = r.now_secs();
         let ttl = Some(r.ttl_secs);
+        let counted = requests > uncounted;
         match r.op.action() {
             Action::Read => {
-                reads += 1;
+                reads += counted as u64;
                 if !cache.get(&key, now) {
-                    misses += 1;
+                    misses += counted as u64;
                     cache.set(&key, r.value_len as usize, ttl, now);
                 }
             }
@@ -1373,6 +1376,33 @@ mod tests {
             (3, 2),
             "without the prefix a misses first"
         );
+    }
+
+    #[test]
+    fn a_stream_counts_only_the_reads_after_its_uncounted_requests() {
+        let c = crate::twitter::load_cluster(52).unwrap();
+        let cfg = crate::twitter::WorkloadConfig {
+            requests: 20_000,
+            ..Default::default()
+        };
+        let w = Workload::new(c, cfg).unwrap();
+        let first_reads = w
+            .clone()
+            .take(8_000)
+            .filter(|r| r.op.action() == Action::Read)
+            .count() as u64;
+        let mut all = ObjLru::new(1 << 20);
+        let whole = replay_workload(&mut all, w.clone(), 0, 0);
+        let mut later = ObjLru::new(1 << 20);
+        let tail = replay_workload(&mut later, w, 8_000, 0);
+        assert_eq!(tail.requests, whole.requests, "every request is replayed");
+        assert_eq!(tail.reads, whole.reads - first_reads);
+        assert!(first_reads > 0 && tail.misses > 0);
+        // The same cache state at every step: the misses counted are the
+        // whole replay's less those among the first requests, and those
+        // include the cold misses of the start.
+        assert!(tail.misses < whole.misses);
+        assert_eq!(all.used(), later.used(), "the same replay either way");
     }
 
     fn peers(capacity: u64) -> Vec<Box<dyn SimCache>> {
