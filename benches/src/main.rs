@@ -688,22 +688,17 @@ fn run_trace(
         sizes.len(),
         mean
     );
-    let uncounted = if fill_first_mib > 0 {
-        let prefix = blocks::cold_prefix(&t, fill_first_mib << 20, 42);
-        println!(
-            "Replayed after {} requests of {fill_first_mib} MiB of objects read once (not counted)\n",
-            prefix.len()
-        );
-        prefix.len()
+    let prefix = blocks::cold_prefix(&t, fill_first_mib << 20, 42);
+    let uncounted = prefix.len();
+    let t = if prefix.is_empty() {
+        t
     } else {
-        0
-    };
-    let t = if uncounted > 0 {
-        let mut all = blocks::cold_prefix(&t, fill_first_mib << 20, 42);
+        println!(
+            "Replayed after {uncounted} requests of {fill_first_mib} MiB of objects read once (not counted)\n"
+        );
+        let mut all = prefix;
         all.extend_from_slice(&t);
         all
-    } else {
-        t
     };
     let mut header = "| budget MiB | obj-lru (object bytes only) |".to_string();
     for k in kinds {
