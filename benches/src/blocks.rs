@@ -4,8 +4,10 @@
 //!
 //! Owns generating [`Record`]s in the `oracleGeneral` layout the trace
 //! replay reads (fixed 512-byte blocks, as in the ARC paper's OLTP trace;
-//! one request per simulated 4 ms; `next_access_vtime` filled in). Every
-//! shape is seeded and deterministic. It never replays anything itself.
+//! one request per simulated 4 ms; `next_access_vtime` filled in), and the
+//! cold prefix that fills a cache before any trace ([`cold_prefix`]).
+//! Every shape is seeded and deterministic. It never replays anything
+//! itself.
 
 use crate::trace::Record;
 use rand::rngs::StdRng;

@@ -1129,7 +1129,8 @@ pub struct ReplayStats {
     pub cache: String,
     /// Requests replayed (all operations).
     pub requests: u64,
-    /// Lookups (the miss-ratio denominator).
+    /// Lookups counted (the miss-ratio denominator: a replay may leave its
+    /// first requests uncounted).
     pub reads: u64,
     pub misses: u64,
     /// Live allocated bytes attributable to the cache at the end (0 when the
@@ -1174,7 +1175,7 @@ pub fn replay_trace(
     cache.settle();
     ReplayStats {
         cache: cache.name(),
-        requests: counted,
+        requests: trace.len() as u64,
         reads: counted,
         misses,
         end_bytes: alloc::live_bytes().saturating_sub(base_bytes) + cache.mapped_bytes(),
@@ -1368,7 +1369,7 @@ mod tests {
         let t = [rec(1), rec(2), rec(1), rec(3), rec(1)];
         let mut lru = ObjLru::new(100);
         let s = replay_trace(&mut lru, &t, 2, 0);
-        assert_eq!((s.reads, s.misses), (3, 1));
+        assert_eq!((s.requests, s.reads, s.misses), (5, 3, 1));
         let mut cold = ObjLru::new(100);
         let s = replay_trace(&mut cold, &t[2..], 0, 0);
         assert_eq!(
