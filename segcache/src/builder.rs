@@ -497,13 +497,13 @@ pub fn default_shards(heap: usize, segment_size: Option<usize>, most: usize) -> 
     shards
 }
 
-/// The starting bucket count (any count, not only a power of two) that
-/// puts 1 KiB items filling `heap` at [`TARGET_LOAD`] of the table's
-/// seven slots per bucket. Smaller items make the table grow
-/// (incrementally, at most doubling per step) to what their count needs;
-/// a table sized for them up front (~100-byte items, ten times as many
-/// buckets) cost caches of larger items a tenth of their heap in table bytes and, with the table
-/// too large for the CPU's caches, a memory miss on every read (Python
+/// The starting bucket count (any count, not only a power of two) that puts
+/// 1 KiB items filling `heap` at [`TARGET_LOAD`] of the table's seven slots
+/// per bucket. Smaller items make the table grow (incrementally, at most
+/// doubling per step) to what their count needs; a table sized for them up
+/// front (~100-byte items, ten times as many buckets) cost caches of larger
+/// items a tenth of their heap in table bytes and, with the table too large
+/// for the CPU's caches, a memory miss on every read (Python
 /// `Cache(heap_size=...)` 1 KiB get hits at 2x the time).
 fn default_buckets(heap: usize) -> usize {
     let buckets = (heap as f64 / (1024.0 * SLOTS as f64 * TARGET_LOAD)).ceil() as usize;

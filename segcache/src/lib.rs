@@ -73,14 +73,14 @@
 //! merge scratch (8 bytes for each live item one merge reads at once,
 //! reserved at build: 1/512 of the heap, at least half a segment, at most
 //! 1.5 segments) about 0.2 bytes per ~100-byte item in a heap of 256
-//! segments or more. At a full heap
-//! that is about `5 + key + value + 64 / (7 × load) + 0.55` bytes per item
-//! plus the scratch's share, with the table ~87 % loaded: ~16.1 bytes of
-//! overhead per item, plus the scratch and under 1 byte of heap not yet
-//! reclaimed (measured with 256 KiB segments, 32-byte keys and 64-byte
-//! values: 16.2 B per item at a 1 GiB heap, 16.8 B at 64 MiB). Segment
-//! headers add 44 bytes per segment. [`Segcache::stats`] reports every
-//! byte allocated.
+//! segments or more. At a full heap that is about
+//! `5 + key + value + 64 / (7 × load) + 0.55` bytes per item plus the
+//! scratch's share, with the table ~87 % loaded: ~16.1 bytes of overhead
+//! per item, plus the scratch and under 1 byte of heap not yet reclaimed
+//! (measured with 256 KiB segments, 32-byte keys and 64-byte values:
+//! 16.2 B per item at a 1 GiB heap, 16.8 B at 64 MiB). Segment headers
+//! add 44 bytes per segment. [`Segcache::stats`] reports every byte
+//! allocated.
 //!
 //! # Guarantees
 //! - Item data never exceeds `heap_size`.
