@@ -560,10 +560,11 @@ impl Segcache {
         self.counters.live_bytes -= size as u64;
     }
 
-    /// Unlinks every live item of a segment from the table; returns how many.
-    pub(crate) fn unlink_segment(&mut self, id: u32) -> usize {
+    /// Unlinks every live item of a segment from the table; returns how
+    /// many. `remember`: the expiry walk's ghosts (see `unlink_between`).
+    pub(crate) fn unlink_segment(&mut self, id: u32, remember: bool) -> usize {
         let written = self.segs.headers[id as usize].write_offset;
-        let unlinked = self.unlink_between(id, 0, written);
+        let unlinked = self.unlink_between(id, 0, written, remember);
         debug_assert_eq!(self.segs.headers[id as usize].live_items, 0);
         unlinked
     }

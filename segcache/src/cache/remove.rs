@@ -1,6 +1,8 @@
 //! What takes items out of [`Segcache`] without eviction: delete, flush
 //! (now or delayed), clear, and proactive expiry of segments whose
-//! deadline passed (split segments window by window).
+//! deadline passed (split segments window by window). Under merge
+//! eviction the expiry walk leaves a ghost of each item that had proved
+//! itself, so that the key starts warm when it is written again.
 //!
 //! Must never: pick eviction victims (that is `eviction/`), or unlink
 //! a live item that no request asked to remove.
@@ -163,15 +165,16 @@ impl Segcache {
 
     pub(crate) fn expire_at(&mut self, now: u32) -> Expired {
         let mut freed = Expired::default();
+        let remember = self.eviction == Eviction::Merge;
         for bucket in 0..NEVER {
             let mut at = self.ttl.buckets[bucket].head;
             while at != NONE && self.segs.headers[at as usize].is_expired(now) {
                 let next = self.segs.headers[at as usize].next;
                 let whole = !self.segs.headers[at as usize].is_split();
                 let items = if whole {
-                    self.unlink_segment(at)
+                    self.unlink_segment(at, remember)
                 } else {
-                    self.reap_windows(at, now)
+                    self.reap_windows(at, now, remember)
                 };
                 self.counters.expirations += items as u64;
                 freed.items += items;
@@ -189,14 +192,15 @@ impl Segcache {
     /// Unlinks the items of the windows of `split` segment `id` whose
     /// deadline has passed at `now` and marks those windows reaped; the
     /// segment's deadline becomes that of its earliest window left.
-    /// Returns how many items it unlinked.
-    fn reap_windows(&mut self, id: u32, now: u32) -> usize {
+    /// Returns how many items it unlinked; `remember` as for
+    /// [`unlink_between`](Self::unlink_between).
+    fn reap_windows(&mut self, id: u32, now: u32, remember: bool) -> usize {
         let mut windows = self.segs.windows(id);
         let mut start = 0;
         let mut unlinked = 0;
         for w in windows.as_mut_slice() {
             if !w.is_reaped() && w.at != 0 && w.at <= now {
-                unlinked += self.unlink_between(id, start, w.end);
+                unlinked += self.unlink_between(id, start, w.end, remember);
                 w.reap();
             }
             start = w.end;
@@ -208,10 +212,21 @@ impl Segcache {
     /// Unlinks the live items of segment `id` from byte `start` up to
     /// `end` (item boundaries); returns how many. (They are not marked
     /// unlinked: a later walk finds them dead by probing the table.) The
-    /// walk stops once the segment has no live item left.
-    pub(super) fn unlink_between(&mut self, id: u32, start: u32, end: u32) -> usize {
+    /// walk stops once the segment has no live item left. With `remember`
+    /// (the expiry walk under merge eviction), each unlinked item that
+    /// had proved itself (in a main segment, or read since its last move)
+    /// leaves a ghost
+    /// ([`Admission::remember_expired`](crate::admission::Admission::remember_expired)).
+    pub(super) fn unlink_between(
+        &mut self,
+        id: u32,
+        start: u32,
+        end: u32,
+        remember: bool,
+    ) -> usize {
         let segs = &self.segs;
         let table = &mut self.table;
+        let in_main = remember && self.admission.is_main(id);
         let (mut unlinked, mut bytes) = (0usize, 0usize);
         let live = segs.headers[id as usize].live_items as usize;
         for (offset, item) in segs.item_offsets_between(id, start, end) {
@@ -222,12 +237,12 @@ impl Segcache {
                 continue;
             }
             let hash = table.hash(item.key());
-            if table
-                .remove_at(hash, Location { seg: id, offset })
-                .is_some()
-            {
+            if let Some(info) = table.remove_at(hash, Location { seg: id, offset }) {
                 unlinked += 1;
                 bytes += item.size();
+                if remember && (in_main || hashtable::frequency(info) > 0) {
+                    self.admission.remember_expired(hash);
+                }
             }
         }
         let header = &mut self.segs.headers[id as usize];

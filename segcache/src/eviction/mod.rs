@@ -225,7 +225,7 @@ impl Segcache {
                 }
             }
         }
-        let items = self.unlink_segment(id);
+        let items = self.unlink_segment(id, false);
         self.retire_segment(id);
         self.counters.evictions += items as u64;
         self.counters.evicted_segments += 1;

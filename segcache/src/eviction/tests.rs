@@ -621,6 +621,66 @@ fn keys_of_a_segment_evicted_whole_come_back_warm() {
 }
 
 #[test]
+fn keys_that_expire_after_proving_themselves_come_back_warm() {
+    // Under merge eviction the expiry walk leaves a ghost of each item
+    // that had been read since its last move (or sat in a main segment):
+    // written again after its miss, the key starts warm. An item expired
+    // unread leaves none.
+    let clock = ManualClock::new();
+    let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+    let ttl = Some(Duration::from_secs(100));
+    for k in 0..40u32 {
+        c.set(format!("k{k}"), [1u8; 80], 0, ttl).unwrap();
+    }
+    // A read in the second of the write is not counted (`hit_probed`).
+    clock.advance(Duration::from_secs(1));
+    for k in 0..20u32 {
+        assert!(c.get(format!("k{k}")).is_some());
+    }
+    clock.advance(Duration::from_secs(200));
+    assert!(c.expire().items >= 40);
+    assert!((0..40u32).all(|k| !c.contains(format!("k{k}"))));
+    for k in 0..40u32 {
+        c.set(format!("k{k}"), [1u8; 80], 0, ttl).unwrap();
+    }
+    let freq = |k: u32| entry(&c, &format!("k{k}")).unwrap().1;
+    // A probation ghost starts warm once the small pool's wanted size is
+    // above its floor, which the first returns raise (`readmit`).
+    let warm = (0..20u32)
+        .filter(|&k| freq(k) == super::PROMOTE_FREQ)
+        .count();
+    assert!(warm >= 15, "{warm}/20 read keys back warm");
+    assert!(
+        (20..40u32).all(|k| freq(k) == 0),
+        "unread keys come back cold"
+    );
+    c.check_invariants();
+}
+
+#[test]
+fn keys_that_expire_leave_no_ghosts_without_merge_eviction() {
+    // Only merge eviction reads ghosts: under FIFO eviction the expiry
+    // walk leaves none.
+    let clock = ManualClock::new();
+    let mut c = small_cache(128 << 10, 4 << 10, 12, Eviction::Fifo, &clock);
+    let ttl = Some(Duration::from_secs(100));
+    for k in 0..20u32 {
+        c.set(format!("k{k}"), [1u8; 80], 0, ttl).unwrap();
+    }
+    clock.advance(Duration::from_secs(1));
+    for k in 0..20u32 {
+        assert!(c.get(format!("k{k}")).is_some());
+    }
+    clock.advance(Duration::from_secs(200));
+    assert!(c.expire().items >= 20);
+    for k in 0..20u32 {
+        let hash = c.table.hash(format!("k{k}").as_bytes());
+        assert_eq!(c.admission.ghosts.take(hash), None, "k{k} left a ghost");
+    }
+    c.check_invariants();
+}
+
+#[test]
 fn an_overwrite_counts_as_an_access() {
     let clock = ManualClock::new();
     let mut c = merge_cache(128 << 10, 4 << 10, &clock);
