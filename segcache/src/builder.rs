@@ -33,8 +33,10 @@ pub enum Eviction {
     /// which pool's evicted keys come back), its oldest segments are
     /// evaluated: items read since they were written are packed into main
     /// segments in place, the others are evicted and their keys kept as
-    /// ghosts (about 2 bytes each, in [`Stats::admission_bytes`]); a key
-    /// written again while a ghost is promoted at its next evaluation.
+    /// ghosts (about 2 bytes each, in [`Stats::admission_bytes`]), as are
+    /// the keys of items that expire after proving themselves (read since
+    /// their last move, or in a main segment); a key written again while a
+    /// ghost is promoted at its next evaluation.
     /// Otherwise up to 8 consecutive main segments are merged: items read
     /// since their last move stay, their access counts halved, and one
     /// segment is freed, unread items filling the room they leave (in a

@@ -1,4 +1,5 @@
-//! Ghosts: fingerprints of keys that eviction dropped recently, with the
+//! Ghosts: fingerprints of keys that eviction dropped recently (or that
+//! expired after proving themselves, remembered as probation's), with the
 //! pool (small or main) each was dropped from; and [`DropCounts`], a long,
 //! counted memory of probation's drops.
 //!

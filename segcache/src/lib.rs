@@ -113,13 +113,12 @@
 //! `segments` (heap and segment headers), `ttl` (TTL buckets and their
 //! precision rule), `windows` (the deadline windows a merged segment keeps
 //! so each item expires on its own), `eviction` (merge eviction and the
-//! simple policies),
-//! `admission` (merge eviction's small and main pools) and `ghost` (keys
-//! recently evicted), `cache` (the operations), [`ops`] (the
-//! operation vocabulary), `sharded`, [`storage`] (the storage thread),
-//! `batch` ([`Batch`]: the storage thread's request arena),
-//! `flight` (single-flight for `get_or_insert_with`), `builder`, `clock`,
-//! `persist` (warm restart).
+//! simple policies), `admission` (merge eviction's small and main pools)
+//! and `ghost` (keys recently evicted, or expired after proving
+//! themselves), `cache` (the operations), [`ops`] (the operation
+//! vocabulary), `sharded`, [`storage`] (the storage thread), `batch`
+//! ([`Batch`]: the storage thread's request arena), `flight` (single-flight
+//! for `get_or_insert_with`), `builder`, `clock`, `persist` (warm restart).
 
 #![warn(missing_docs)]
 
