@@ -358,7 +358,6 @@ fn replay_peer(cache: &mut dyn SimCache, reqs: &[Request]) -> (u64, u64) {
     (reads, misses)
 }
 
-/// Runs the demo for one cluster.
 /// A default-built cache filled to its first eviction (see
 /// [`DemoReport::full`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -393,6 +392,7 @@ fn fill_to_first_eviction(builder: segcache::Builder, payload: usize) -> Result<
     })
 }
 
+/// Runs the demo for one cluster.
 pub fn run(stats: ClusterStats, cfg: &DemoConfig) -> Result<DemoReport, String> {
     let cluster = stats.cluster;
     let ttl_mix = stats.ttl_mix.clone();
