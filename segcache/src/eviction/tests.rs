@@ -658,6 +658,49 @@ fn keys_that_expire_after_proving_themselves_come_back_warm() {
 }
 
 #[test]
+fn a_key_that_expires_in_main_leaves_a_ghost_even_unread() {
+    // An item in a main segment proved itself once, whatever its access
+    // count is now: expired, it leaves a probation ghost; an unread item
+    // of probation leaves none.
+    let clock = ManualClock::new();
+    let mut c = merge_cache(128 << 10, 4 << 10, &clock);
+    let ttl = Some(Duration::from_secs(100));
+    for k in 0..600u32 {
+        c.set(format!("k{k}"), [1u8; 80], 0, ttl).unwrap();
+    }
+    // Promoted unread: dropped often lately, while main has room.
+    c.admission.give_drop_counts(1024);
+    let hash = |c: &Segcache, key: &str| c.table.hash(key.as_bytes());
+    let h3 = hash(&c, "k3");
+    for _ in 0..crate::admission::DROPS_TO_PROMOTE {
+        c.admission.remember(h3, false);
+    }
+    c.admission.ghosts.take(h3);
+    assert!(c.evaluate_small(1, false));
+    let (at, freq) = entry(&c, "k3").expect("promoted");
+    assert!(c.admission.is_main(at.seg) && freq == 0, "in main, unread");
+    let (last, freq) = entry(&c, "k599").unwrap();
+    assert!(
+        !c.admission.is_main(last.seg) && freq == 0,
+        "in probation, unread"
+    );
+    clock.advance(Duration::from_secs(200));
+    c.expire();
+    assert!(!c.contains("k3") && !c.contains("k599"));
+    assert_eq!(
+        c.admission.ghosts.take(h3),
+        Some(false),
+        "k3: a probation ghost"
+    );
+    assert_eq!(
+        c.admission.ghosts.take(hash(&c, "k599")),
+        None,
+        "k599: none"
+    );
+    c.check_invariants();
+}
+
+#[test]
 fn keys_that_expire_leave_no_ghosts_without_merge_eviction() {
     // Only merge eviction reads ghosts: under FIFO eviction the expiry
     // walk leaves none.
