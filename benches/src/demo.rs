@@ -24,6 +24,7 @@
 //! table and segment headers, and replays the same requests.
 
 use crate::alloc;
+use crate::fullheap;
 use crate::sim::{self, Kind, SimCache, Typical};
 use crate::twitter::{Action, ClusterStats, Op, Request, Workload, WorkloadConfig};
 use segcache::{ManualClock, Segcache};
@@ -138,10 +139,11 @@ pub struct DemoReport {
     /// Key+value bytes of the keys found.
     pub payload_bytes: u64,
     pub stats: segcache::Stats,
-    /// A cache built the same way, filled with items of the held items'
-    /// mean key+value size up to its first eviction: the items it held
-    /// then and all the memory it had (its table grown for them).
-    pub full: FullHeap,
+    /// A cache built the same way, filled past full with items of the held
+    /// items' mean key+value size ([`FULL_OVERFILL`] times what its heap
+    /// holds, `fullheap::fill`): the stats of that full heap, its table
+    /// grown for the items.
+    pub full: segcache::Stats,
     /// Wall time of the request loop only.
     pub elapsed: Duration,
     pub peer: Option<PeerReport>,
@@ -165,7 +167,7 @@ impl DemoReport {
     }
 
     /// How many items of the held items' mean size a full heap stores
-    /// (measured: [`FullHeap`]).
+    /// (measured: [`DemoReport::full`]).
     pub fn full_heap_items(&self) -> u64 {
         self.full.items
     }
@@ -358,39 +360,9 @@ fn replay_peer(cache: &mut dyn SimCache, reqs: &[Request]) -> (u64, u64) {
     (reads, misses)
 }
 
-/// A default-built cache filled to its first eviction (see
-/// [`DemoReport::full`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FullHeap {
-    /// Items held when the first eviction came.
-    pub items: u64,
-    /// All the cache's memory then (`Stats::total_bytes`).
-    pub total_bytes: u64,
-}
-
-/// Fills a cache from `builder` with items of `payload` key+value bytes
-/// (16-byte keys) until its first eviction, and says what it held.
-fn fill_to_first_eviction(builder: segcache::Builder, payload: usize) -> Result<FullHeap, String> {
-    let mut cache = builder.build().map_err(|e| e.to_string())?;
-    let value = vec![0u8; payload.saturating_sub(16).max(1)];
-    let limit = cache.stats().heap_bytes / (payload as u64).max(1) * 2 + 1024;
-    let mut held = cache.stats();
-    for i in 0..limit {
-        let key = format!("{i:016x}");
-        cache
-            .set(&key, &value, 0, None)
-            .map_err(|e| e.to_string())?;
-        let now = cache.stats();
-        if now.evictions > 0 || now.evicted_segments > 0 || now.merges > 0 {
-            break;
-        }
-        held = now;
-    }
-    Ok(FullHeap {
-        items: held.items,
-        total_bytes: held.total_bytes,
-    })
-}
+/// How far past full [`DemoReport::full`]'s cache is written, as the
+/// `full-heap` subcommand does by default: eviction has run for a while.
+pub const FULL_OVERFILL: f64 = 3.0;
 
 /// Runs the demo for one cluster.
 pub fn run(stats: ClusterStats, cfg: &DemoConfig) -> Result<DemoReport, String> {
@@ -506,7 +478,14 @@ pub fn run(stats: ClusterStats, cfg: &DemoConfig) -> Result<DemoReport, String> 
         builder = builder.heap_size(h);
     }
     let mean = (payload / found.max(1)) as usize;
-    let full = fill_to_first_eviction(builder, mean)?;
+    let key_len = mean.clamp(8, 32);
+    let (full, _) = fullheap::fill(
+        builder,
+        key_len,
+        mean.saturating_sub(key_len),
+        FULL_OVERFILL,
+    )
+    .map_err(|e| e.to_string())?;
 
     let peer = match cfg.peer {
         Some(kind) => {

@@ -76,11 +76,36 @@ impl FullHeap {
     }
 }
 
-/// Writes the key of item `i` into `buf`.
-pub fn key(i: u64, buf: &mut [u8; KEY]) {
+/// Writes the key of item `i` into `buf` (at least 8 bytes: the index,
+/// then a hex digest of it, then `k` padding, cut to the buffer's length).
+pub fn key(i: u64, buf: &mut [u8]) {
     buf.fill(b'k');
     buf[..8].copy_from_slice(&i.to_le_bytes());
-    buf[8..24].copy_from_slice(format!("{:016x}", crate::twitter::mix64(i)).as_bytes());
+    let hex = format!("{:016x}", crate::twitter::mix64(i));
+    let n = (buf.len() - 8).min(16);
+    buf[8..8 + n].copy_from_slice(&hex.as_bytes()[..n]);
+}
+
+/// Builds a cache from `builder` and writes distinct items of `key_len`
+/// (at least 8) and `value_len` bytes, no TTL, until `overfill` times the
+/// items its heap could hold have gone in; returns its stats then and how
+/// many items were written.
+pub fn fill(
+    builder: segcache::Builder,
+    key_len: usize,
+    value_len: usize,
+    overfill: f64,
+) -> Result<(segcache::Stats, u64), segcache::Error> {
+    let mut cache = builder.build()?;
+    let value = vec![b'v'; value_len];
+    let mut k = vec![0u8; key_len.max(8)];
+    let item = (k.len() + value_len + 5) as f64;
+    let writes = (overfill * cache.stats().heap_bytes as f64 / item) as u64;
+    for i in 0..writes {
+        key(i, &mut k);
+        cache.set(&k, &value, 0, None)?;
+    }
+    Ok((cache.stats(), writes))
 }
 
 /// Fills a `heap`-byte cache with `hash_power` past full: `overfill` times
@@ -98,20 +123,13 @@ pub fn measure(
     if let Some(p) = hash_power {
         builder = builder.hash_power(p);
     }
-    let mut cache = builder.build()?;
-    let value = [b'v'; VALUE];
-    let mut k = [0u8; KEY];
-    let writes = (overfill * heap as f64 / (KEY + VALUE + 5) as f64) as u64;
-    for i in 0..writes {
-        key(i, &mut k);
-        cache.set(k, value, 0, None)?;
-    }
+    let (stats, writes) = fill(builder, KEY, VALUE, overfill)?;
     Ok(FullHeap {
-        heap_bytes: cache.stats().heap_bytes,
+        heap_bytes: stats.heap_bytes,
         hash_power,
-        slots: cache.stats().hash_table_bytes / 64 * 7,
+        slots: stats.hash_table_bytes / 64 * 7,
         writes,
-        stats: cache.stats(),
+        stats,
     })
 }
 
