@@ -3,9 +3,7 @@
 //! as [`Layout`] says. Never replays.
 
 use super::calibrate::build_peer;
-#[cfg(feature = "segcache-adapter")]
-use super::SegcacheSim;
-use super::{calibrate, Kind, PelikanPolicy, PelikanSim, SimCache, Typical};
+use super::{calibrate, Kind, PelikanPolicy, PelikanSim, SegcacheSim, SimCache, Typical};
 
 /// The largest segment the bench gives a segment cache ([`segment_size_for`]
 /// caps its choice here).
@@ -96,10 +94,7 @@ fn build_segment_cache(
     typ: Typical,
 ) -> Result<Box<dyn SimCache>, String> {
     match kind {
-        #[cfg(feature = "segcache-adapter")]
         Kind::Segcache => Ok(Box::new(SegcacheSim::for_budget(budget, seg, typ)?)),
-        #[cfg(not(feature = "segcache-adapter"))]
-        Kind::Segcache => Err("built without the segcache-adapter feature".into()),
         Kind::PelikanMerge => Ok(Box::new(PelikanSim::for_budget(
             budget,
             seg,

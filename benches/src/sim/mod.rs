@@ -4,7 +4,7 @@
 //!
 //! Caches:
 //! * [`SegcacheSim`] — the `segcache` crate on a [`segcache::ManualClock`]
-//!   driven by simulated time (behind the default `segcache-adapter` feature).
+//!   driven by simulated time.
 //! * [`PelikanSim`] — Pelikan's crate (crates.io `segcache` 0.4.4) in its
 //!   Merge or S3Fifo policy.
 //! * [`MokaSim`] — `moka::sync::Cache` with a byte weigher and per-entry TTL
@@ -40,7 +40,6 @@
 
 mod calibrate;
 mod layout;
-#[cfg(feature = "segcache-adapter")]
 mod ours;
 mod peers;
 mod pelikan;
@@ -53,7 +52,6 @@ pub use calibrate::{
     calibrate, within_budget, Kind, Typical, MEASURE_RUNS, NEAR_BUDGET, OVER_BUDGET,
 };
 pub use layout::{build, segment_size_for, Layout, ShardedSim, SEGMENT_SIZE};
-#[cfg(feature = "segcache-adapter")]
 pub use ours::SegcacheSim;
 pub use peers::{LruSim, MokaSim, QuickSim};
 pub use pelikan::{PelikanPolicy, PelikanSim};

@@ -204,7 +204,6 @@ fn peers_follow_simulated_ttl_and_delete() {
     }
 }
 
-#[cfg(feature = "segcache-adapter")]
 #[test]
 fn segcache_adapter_follows_simulated_ttl_and_budget() {
     let budget = 16 << 20;
