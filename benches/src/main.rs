@@ -16,7 +16,7 @@ use clap::{Args, Parser, Subcommand};
 use run::hit::{run_server_replay, run_trace, run_twitter, TraceSource};
 use run::memory::{measure_one, run_full_heap, run_memory};
 use run::run_demo;
-use run::speed::{run_opcount, run_throughput};
+use run::speed::{run_concurrent, run_opcount, run_throughput};
 use segcache_bench::alloc::CountingAlloc;
 use segcache_bench::sim::{self, Kind};
 use segcache_bench::{blocks, demo, trace, twitter};
@@ -319,15 +319,7 @@ fn main() {
             batches,
             rounds,
             only,
-        } => {
-            println!("```\ncargo run --release -p segcache-bench -- concurrent --keys {keys} --ops {ops} --rounds {rounds}\n```\n");
-            for line in
-                segcache_bench::concurrent::run(keys, ops, &threads, &batches, rounds, &only)
-            {
-                println!("{line}");
-            }
-            Ok(())
-        }
+        } => run_concurrent(keys, ops, &threads, &batches, rounds, &only),
         Cmd::FullHeap {
             configs,
             overfill,

@@ -48,6 +48,8 @@ pub enum TraceSource {
     Synthetic(blocks::Shape),
 }
 
+/// `trace`: one row per budget, the object-LRU reference first, then
+/// the real-allocation table.
 pub fn run_trace(
     source: &TraceSource,
     budgets_mib: &[u64],
@@ -154,6 +156,8 @@ fn print_mem_table(kinds: &[Kind], rows: &[String], first: &str) {
     println!();
 }
 
+/// `server-replay`: one Twitter-like stream sent to a running memcache
+/// server (or, with no address, the stream's unique bytes).
 pub fn run_server_replay(
     addr: Option<&str>,
     cluster: u32,
@@ -189,6 +193,8 @@ pub fn run_server_replay(
     Ok(())
 }
 
+/// `twitter`: one row per cluster, its budget a quarter of its unique
+/// bytes unless given, then the real-allocation table.
 pub fn run_twitter(
     clusters: &[u32],
     cfg: twitter::WorkloadConfig,

@@ -8,6 +8,8 @@ use segcache_bench::fullheap;
 use segcache_bench::sim::{self, Kind, SimCache};
 use std::process::Command;
 
+/// `full-heap`: one row per heap size and starting table, bytes per
+/// item split by where they go.
 pub fn run_full_heap(configs: &[String], overfill: f64, segment_size: usize) -> Result<(), String> {
     println!(
         "segcache bytes per item at a full heap: {} B keys + {} B values, merge eviction, {overfill}x heap written, {} KiB segments\n",
@@ -57,6 +59,8 @@ pub fn run_full_heap(configs: &[String], overfill: f64, segment_size: usize) -> 
 const MEM_KEY: usize = 32;
 const MEM_VALUE: usize = 64;
 
+/// `memory`: one fresh child process per cache (`measure_one`), so that
+/// each RSS is its own.
 pub fn run_memory(items: u64) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     println!("Memory overhead: {items} items of {MEM_KEY} B key + {MEM_VALUE} B value, one fresh process per cache\n");

@@ -5,7 +5,7 @@
 //!
 //! * `hit`: miss ratio at equal real memory (`trace`, `twitter`,
 //!   `server-replay`);
-//! * `speed`: single-thread operation throughput (`throughput`,
+//! * `speed`: operation throughput (`throughput`, `concurrent`,
 //!   `opcount`);
 //! * `memory`: bytes per item (`memory`, `full-heap`).
 
@@ -18,6 +18,7 @@ use segcache_bench::{demo, twitter};
 /// Bytes in a MiB, for the tables.
 pub const MIB: f64 = (1u64 << 20) as f64;
 
+/// `demo`: the report of one replay on the default cache.
 pub fn run_demo(cluster: u32, cfg: &demo::DemoConfig) -> Result<(), String> {
     let stats = twitter::load_cluster(cluster).map_err(|e| e.to_string())?;
     let report = demo::run(stats, cfg)?;

@@ -1,9 +1,12 @@
 //! Runners of the speed subcommands: `throughput` (every cache on every
-//! case, interleaved round by round, ratios to segcache's rate) and
+//! case, interleaved round by round, ratios to segcache's rate),
+//! `concurrent` (threads, the sharded cache and the storage thread) and
 //! `opcount` (one cache, one case, for instruction counters).
 
 use segcache_bench::throughput::{self, Contender, Dist, KeySeq, Keys, Op};
 
+/// `throughput`: one table row per operation, value size and key
+/// distribution, every cache in each.
 pub fn run_throughput(
     n: usize,
     ops: u64,
@@ -112,6 +115,23 @@ pub fn run_throughput(
     Ok(())
 }
 
+/// `concurrent`: its command, then the tables `concurrent::run` builds.
+pub fn run_concurrent(
+    keys: u64,
+    ops: usize,
+    threads: &[usize],
+    batches: &[usize],
+    rounds: usize,
+    only: &[String],
+) -> Result<(), String> {
+    println!("```\ncargo run --release -p segcache-bench -- concurrent --keys {keys} --ops {ops} --rounds {rounds}\n```\n");
+    for line in segcache_bench::concurrent::run(keys, ops, threads, batches, rounds, only) {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// `opcount`: one case on one cache, for counting its instructions.
 pub fn run_opcount(
     cache: &str,
     op: &str,
