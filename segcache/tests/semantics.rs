@@ -173,6 +173,31 @@ fn incr_reads_numbers_as_memcached_does() {
 }
 
 #[test]
+fn arith_refuses_an_empty_value_before_comparing_the_token() {
+    // memcached's order (do_add_delta): an empty value is non-numeric
+    // before a token is compared; any other value has its token compared
+    // first and is read as a number after.
+    let (mut c, _) = cache();
+    c.set("empty", "", 0, None).unwrap();
+    c.set("text", "x5", 0, None).unwrap();
+    c.set("n", "5", 0, None).unwrap();
+    let stale = |c: &mut Segcache, key: &str| ArithOpts {
+        cas: Some(c.get(key).unwrap().cas() ^ 1),
+        ..ArithOpts::new(true, 1)
+    };
+    let opts = stale(&mut c, "empty");
+    assert_eq!(c.arith("empty", &opts), Err(Error::NotNumeric));
+    let opts = stale(&mut c, "text");
+    assert_eq!(c.arith("text", &opts), Err(Error::Exists));
+    let opts = stale(&mut c, "n");
+    assert_eq!(c.arith("n", &opts), Err(Error::Exists));
+    // Nothing changed.
+    assert_eq!(value(&mut c, "empty").as_deref(), Some(&b""[..]));
+    assert_eq!(value(&mut c, "text").as_deref(), Some(&b"x5"[..]));
+    assert_eq!(value(&mut c, "n").as_deref(), Some(&b"5"[..]));
+}
+
+#[test]
 fn arith_vivifies_compares_and_sets_the_ttl() {
     let (mut c, _) = cache();
     let vivify = ArithOpts {
