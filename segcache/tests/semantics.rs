@@ -306,6 +306,33 @@ fn win_tokens_vivify_and_stale_items_follow_the_meta_protocol() {
 }
 
 #[test]
+fn a_vivifying_read_counts_as_the_items_first_fetch_unless_it_does_not_bump() {
+    // memcached: after `mg k N30` the next `mg k h` says h1; after
+    // `mg k u N30` (no bump) it says h0.
+    let (mut c, _) = cache();
+    for (key, bump) in [("bumped", true), ("quiet", false)] {
+        let read = |opts: GetOpts| Request::Get {
+            key: key.as_bytes().to_vec(),
+            opts,
+        };
+        let vivify = GetOpts {
+            vivify: Some(Ttl::secs(30)),
+            win_tokens: true,
+            bump,
+            ..GetOpts::default()
+        };
+        let Response::Get(Ok(Some(created))) = c.execute(&read(vivify)) else {
+            panic!()
+        };
+        assert!(created.vivified && !created.hit_before);
+        let Response::Get(Ok(Some(next))) = c.execute(&read(GetOpts::default())) else {
+            panic!()
+        };
+        assert_eq!(next.hit_before, bump, "{key}");
+    }
+}
+
+#[test]
 fn delete_with_a_token_compares() {
     let (mut c, _) = cache();
     c.set("k", "v", 0, None).unwrap();

@@ -907,15 +907,14 @@ fn padded(mc: &[u8], ours: &[u8]) -> bool {
         && ours.iter().all(u8::is_ascii_digit)
 }
 
-/// Compares two replies (memcached's first) under the rules in the module
-/// doc.
 /// The one known difference, memcached's own: an incr/decr whose digits
 /// fit the old value updates the item in place, keeping its marks (fetched,
 /// stale, win token), only when no reply still references the item;
 /// otherwise memcached writes a new item without them. Whether a reply
 /// still holds it depends on pipelining, so two memcacheds fed the same
 /// stream differ here too (`DIFF_SELF=1` shows both classes). The core
-/// keeps the marks whenever the digits fit. Replies equal but for:
+/// keeps the marks whenever the digits fit. Replies equal but for
+/// marks memcached's reply lacks and ours shows:
 /// * `fetched-mark`: `mg`'s `h` flag;
 /// * `win-token`: `mg`'s `Z`/`X`/`W` flags (and `h`).
 fn dropped_marks(mc: &[Elem], ours: &[Elem], cas: &mut CasPairs) -> Option<&'static str> {
@@ -933,6 +932,29 @@ fn dropped_marks(mc: &[Elem], ours: &[Elem], cas: &mut CasPairs) -> Option<&'sta
             })
             .collect()
     };
+    // Only marks memcached dropped are forgiven: every mark its reply shows
+    // (fetched `h1`, stale `X`, token sent `Z`) ours shows too. (`W`, the
+    // token handed out, may go either way once the marks differ.)
+    let marks = |reply: &[Elem]| -> Vec<Vec<u8>> {
+        let mut found = Vec::new();
+        for e in reply {
+            if let Elem::Line(l) = e {
+                if matches!(l.get(..2), Some(b"VA" | b"HD")) {
+                    let words = l.split(|&c| c == b' ' || c == b'\r' || c == b'\n');
+                    found.extend(
+                        words
+                            .filter(|w| matches!(*w, b"h1" | b"X" | b"Z"))
+                            .map(<[u8]>::to_vec),
+                    );
+                }
+            }
+        }
+        found
+    };
+    let ours_marks = marks(ours);
+    if !marks(mc).iter().all(|m| ours_marks.contains(m)) {
+        return None;
+    }
     let fetched = |w: &[u8]| w == b"h0" || w == b"h1";
     if same(&strip(mc, &fetched), &strip(ours, &fetched), cas) {
         return Some("fetched-mark");
@@ -944,6 +966,8 @@ fn dropped_marks(mc: &[Elem], ours: &[Elem], cas: &mut CasPairs) -> Option<&'sta
     None
 }
 
+/// Compares two replies (memcached's first) under the rules in the module
+/// doc.
 fn same(mc: &[Elem], ours: &[Elem], cas: &mut CasPairs) -> bool {
     if mc.len() != ours.len() {
         return false;

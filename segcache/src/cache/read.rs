@@ -381,8 +381,11 @@ impl Segcache {
             check_key(key)?;
             let item = match secs {
                 Some(ttl) => {
+                    // As memcached: the read that creates the item counts
+                    // as its first fetch, unless it asked for no bump.
+                    let fetched = if opts.bump { item::FETCHED } else { 0 };
                     let meta = Meta {
-                        marks: item::WIN_SENT,
+                        marks: item::WIN_SENT | fetched,
                         ..Meta::default()
                     };
                     let loc = self.write(key, hash, [&[], &[]], &meta, ttl, now)?;
