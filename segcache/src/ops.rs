@@ -187,7 +187,9 @@ pub struct GetOpts {
     /// [`Ttl::Expired`] returns the item and then removes it.
     pub touch: Option<Ttl>,
     /// `mg N`: on a miss, create an empty item with this TTL and hand the
-    /// caller the win token ([`Found::win`]).
+    /// caller the win token ([`Found::win`]). As in memcached, that read
+    /// counts as the new item's first fetch if it `bump`s (a later
+    /// [`Found::hit_before`] is true).
     pub vivify: Option<Ttl>,
     /// `mg R`: hand out the win token if the item has less than this many
     /// seconds left.
