@@ -333,6 +333,40 @@ fn a_vivifying_read_counts_as_the_items_first_fetch_unless_it_does_not_bump() {
 }
 
 #[test]
+fn a_touch_counts_as_a_fetch_unless_the_read_does_not_bump() {
+    // memcached: `touch`, `gat` and `mg T` mark the item fetched (the next
+    // `mg h` says h1); `mg u T` (no bump) touches without marking it.
+    let (mut c, _) = cache();
+    let hit_before = |c: &mut Segcache, key: &str| {
+        let Response::Get(Ok(Some(found))) = c.execute(&Request::Get {
+            key: key.as_bytes().to_vec(),
+            opts: GetOpts::default(),
+        }) else {
+            panic!()
+        };
+        found.hit_before
+    };
+    let touch_read = |bump: bool| GetOpts {
+        touch: Some(Ttl::secs(30)),
+        bump,
+        ..GetOpts::default()
+    };
+    for (key, bump) in [("read", true), ("quiet", false)] {
+        c.set(key, "v", 0, Duration::from_secs(100)).unwrap();
+        let request = Request::Get {
+            key: key.as_bytes().to_vec(),
+            opts: touch_read(bump),
+        };
+        assert!(matches!(c.execute(&request), Response::Get(Ok(Some(_)))));
+        assert_eq!(c.ttl(key), Some(Ttl::After(Duration::from_secs(30))));
+        assert_eq!(hit_before(&mut c, key), bump, "{key}");
+    }
+    c.set("touched", "v", 0, Duration::from_secs(100)).unwrap();
+    c.touch("touched", Duration::from_secs(30)).unwrap();
+    assert!(hit_before(&mut c, "touched"));
+}
+
+#[test]
 fn delete_with_a_token_compares() {
     let (mut c, _) = cache();
     c.set("k", "v", 0, None).unwrap();

@@ -524,6 +524,9 @@ impl Segcache {
         let secs = live_secs(ttl)?;
         let now = self.now();
         let (.., loc) = self.lookup_live(key, hash, now).ok_or(Error::NotFound)?;
+        // A touch counts as a fetch (memcached's `h`); the mark moves with
+        // the item if `retouch` rewrites it.
+        self.mark(loc, item::FETCHED);
         self.retouch(key, hash, loc, secs, now).map(drop)
     }
 
@@ -543,8 +546,6 @@ impl Segcache {
             self.unlink_item(hash, loc);
             return Ok(None);
         };
-        // A touch counts as a fetch (memcached's `h`).
-        self.mark(loc, item::FETCHED);
         let bucket = ttl::bucket_for(ttl);
         let header = &mut self.segs.headers[loc.seg as usize];
         if header.ttl_bucket as usize == bucket {
