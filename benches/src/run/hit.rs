@@ -25,6 +25,17 @@ fn measure(
     })
 }
 
+/// segcache's miss ratio among a row's results (the baseline of the
+/// row's ratios), if it ran and replayed.
+fn segcache_miss_ratio(results: &[Result<ReplayStats, String>], kinds: &[Kind]) -> Option<f64> {
+    results
+        .iter()
+        .zip(kinds)
+        .find(|(_, k)| **k == Kind::Segcache)
+        .and_then(|(r, _)| r.as_ref().ok())
+        .map(|s| s.miss_ratio())
+}
+
 fn cell(r: &Result<ReplayStats, String>, baseline: Option<f64>) -> String {
     match r {
         Ok(s) => match baseline {
@@ -122,12 +133,7 @@ pub fn run_trace(
                 })
             })
             .collect();
-        let seg = results
-            .iter()
-            .zip(kinds)
-            .find(|(_, k)| **k == Kind::Segcache)
-            .and_then(|(r, _)| r.as_ref().ok())
-            .map(|s| s.miss_ratio());
+        let seg = segcache_miss_ratio(&results, kinds);
         let mut row = format!("| {mib} | {} |", cell(&Ok(reference), seg));
         let mut mrow = format!("| {mib} |");
         for r in &results {
@@ -246,12 +252,7 @@ pub fn run_twitter(
                 })
             })
             .collect();
-        let seg = results
-            .iter()
-            .zip(kinds)
-            .find(|(_, k)| **k == Kind::Segcache)
-            .and_then(|(r, _)| r.as_ref().ok())
-            .map(|s| s.miss_ratio());
+        let seg = segcache_miss_ratio(&results, kinds);
         let reads = results
             .iter()
             .find_map(|r| r.as_ref().ok())

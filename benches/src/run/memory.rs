@@ -115,10 +115,29 @@ fn mem_key(i: u64, buf: &mut Vec<u8>) {
     buf.resize(MEM_KEY, b'm');
 }
 
+/// Writes the `items` keys of [`mem_key`] with [`MEM_VALUE`]-byte values.
+fn fill(c: &mut dyn SimCache, items: u64) {
+    let mut key = Vec::with_capacity(MEM_KEY);
+    for i in 0..items {
+        mem_key(i, &mut key);
+        c.set(&key, MEM_VALUE, None, 0);
+    }
+}
+
+/// How many of the `items` keys [`fill`] wrote the cache still holds.
+fn count_held(c: &mut dyn SimCache, items: u64) -> u64 {
+    let mut key = Vec::with_capacity(MEM_KEY);
+    (0..items)
+        .filter(|&i| {
+            mem_key(i, &mut key);
+            c.get(&key, 0)
+        })
+        .count() as u64
+}
+
 /// Insert `items` items into an unconstrained instance of `kind` and print
 /// `RESULT held alloc_bytes rss_bytes`.
 pub fn measure_one(kind: Kind, items: u64) -> Result<(), String> {
-    let mut key = Vec::with_capacity(MEM_KEY);
     let (held, alloc_b, rss_b) = match kind {
         Kind::Segcache => segcache_memory(items)?,
         _ => {
@@ -135,20 +154,11 @@ pub fn measure_one(kind: Kind, items: u64) -> Result<(), String> {
                 }
                 _ => Box::new(sim::LruSim::new(sizing)),
             };
-            for i in 0..items {
-                mem_key(i, &mut key);
-                c.set(&key, MEM_VALUE, None, 0);
-            }
+            fill(c.as_mut(), items);
             c.settle();
             let a = alloc::live_bytes() - a0;
             let r = alloc::rss_bytes().saturating_sub(rss0);
-            let held = (0..items)
-                .filter(|&i| {
-                    mem_key(i, &mut key);
-                    c.get(&key, 0)
-                })
-                .count() as u64;
-            (held, a, r)
+            (count_held(c.as_mut(), items), a, r)
         }
     };
     println!("RESULT {held} {alloc_b} {rss_b}");
@@ -158,7 +168,6 @@ pub fn measure_one(kind: Kind, items: u64) -> Result<(), String> {
 fn segcache_memory(items: u64) -> Result<(u64, usize, usize), String> {
     // Size the heap from the payload, growing it until every item is held;
     // the hash table gets one bucket per ~4 items.
-    let mut key = Vec::with_capacity(MEM_KEY);
     let mut hp = 4u8;
     while (1u64 << hp) * 4 < items {
         hp += 1;
@@ -171,19 +180,11 @@ fn segcache_memory(items: u64) -> Result<(u64, usize, usize), String> {
         let a0 = alloc::live_bytes();
         let mut c = sim::SegcacheSim::with_params(heap, seg, hp, segcache::Eviction::Merge)
             .map_err(|e| format!("{e:?}"))?;
-        for i in 0..items {
-            mem_key(i, &mut key);
-            c.set(&key, MEM_VALUE, None, 0);
-        }
+        fill(&mut c, items);
         // The heap is an anonymous mmap, outside the counting allocator.
         let a = alloc::live_bytes() - a0 + c.mapped_bytes();
         let r = alloc::rss_bytes().saturating_sub(rss0);
-        let held = (0..items)
-            .filter(|&i| {
-                mem_key(i, &mut key);
-                c.get(&key, 0)
-            })
-            .count() as u64;
+        let held = count_held(&mut c, items);
         // The neighbourhood hash table may drop the odd key from a full
         // window even at low load; 99.9% held is "all of them" here (and
         // the table reports the count actually held).
