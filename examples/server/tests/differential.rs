@@ -16,7 +16,13 @@
 //!   token 0; memcached reports the token of the item it stored expired.
 //! * memcached pads an incr/decr result that got shorter with spaces in
 //!   place (`"10"` decremented is `"9 "`): a memcached value that is our
-//!   value plus trailing spaces is equal, with its length fields.
+//!   value plus trailing spaces is equal, with its length fields. The
+//!   padding also leaves room for a later incr to stay in place there,
+//!   keeping the item's marks (`"9 "` incremented to `"10"`), where ours,
+//!   one digit long, becomes a new item without them: the `mg` after such
+//!   a pair differs in `h`/`X`/`Z` and counts as a mismatch (seeds 102,
+//!   111, 116, 131, 136 and 140 have one or two, within the 0.1% a seed
+//!   may have; the core stores no padding, so library users read `"9"`).
 //! * `t` (seconds left): ours may be lower by the core's documented TTL
 //!   precision, max(1 s, TTL/16), plus a second of clock skew; for an item
 //!   the request itself expired memcached prints an unsigned underflow and
