@@ -1,4 +1,4 @@
-//! The admin port: plain-text `stats` / `version` / `quit`, and HTTP
+//! The admin port: plain-text `stats` / `stats reset` / `version` / `quit`, and HTTP
 //! `GET /metrics` (Prometheus text) or `HEAD`, served by one thread with a
 //! mio event loop.
 //!
@@ -31,6 +31,10 @@ const MAX_COMMANDS: usize = 10_000;
 const MAX_OUTPUT: usize = 1 << 20;
 /// HTTP header lines read before answering anyway.
 const MAX_HEADERS: usize = 100;
+
+/// The admin port answers each line before reading the next, so no
+/// command of its own is counted ahead of its `stats`.
+const NONE_LATER: crate::metrics::CmdCounts = [0; crate::metrics::Cmd::ALL.len()];
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKE: Token = Token(usize::MAX);
@@ -108,8 +112,13 @@ impl AdminConn {
                         self.http = Some((method == "HEAD", path));
                     }
                 }
+                Some("stats") if words.next() == Some("reset") => {
+                    ctx.metrics.reset(stats.stats().as_ref(), &NONE_LATER);
+                    self.output.extend_from_slice(b"RESET\r\n");
+                }
                 Some("stats") => {
-                    for (name, value) in ctx.metrics.stat_lines(stats.stats().as_ref()) {
+                    for (name, value) in ctx.metrics.stat_lines(stats.stats().as_ref(), &NONE_LATER)
+                    {
                         crate::protocol::write_stat(&mut self.output, name, value);
                     }
                     self.output.extend_from_slice(b"END\r\n");

@@ -5,6 +5,11 @@
 //! Workers only ever touch their own [`WorkerStats`] (relaxed atomics, and
 //! a histogram lock that is contended only while the admin port reads it),
 //! so counting costs no shared cache-line traffic on the request path.
+//!
+//! `stats reset` never zeroes a counter: it records the counters' values
+//! as a [`Baseline`] that the `STAT` lines subtract, so the Prometheus
+//! text stays monotonic (as Prometheus requires) while `stats` counts
+//! from the reset, as memcached's does.
 
 use hdrhistogram::Histogram;
 use std::fmt::Write as _;
@@ -198,6 +203,9 @@ impl Outcome {
     }
 }
 
+/// A count per [`Cmd`], in [`Cmd::ALL`]'s order.
+pub type CmdCounts = [u64; Cmd::ALL.len()];
+
 fn new_histogram() -> Histogram<u64> {
     // 1 us .. 60 s in nanoseconds, 2 significant digits: a few KiB.
     Histogram::new_with_bounds(1_000, 60_000_000_000, 2).expect("valid histogram bounds")
@@ -236,6 +244,11 @@ impl WorkerStats {
         self.outcomes[outcome as usize].fetch_add(n, Relaxed);
     }
 
+    /// This worker's command counts now.
+    pub fn cmd_counts(&self) -> CmdCounts {
+        std::array::from_fn(|i| self.cmds[i].load(Relaxed))
+    }
+
     /// Sets the bytes of client buffers the worker holds.
     #[inline]
     pub fn set_buffered(&self, bytes: usize) {
@@ -268,11 +281,42 @@ pub struct Metrics {
     /// The storage thread, when there is one: its counters of who ran the
     /// requests (the storage thread, or workers combining while it slept).
     pub storage: std::sync::OnceLock<segcache::StorageHandle>,
+    /// The counters' values at the last `stats reset`.
+    baseline: Mutex<Baseline>,
+}
+
+/// The counters' values at the last `stats reset` (zero before any): what
+/// `stats` subtracts. Gauges (items, bytes, open connections, buffers)
+/// and the process's figures (uptime, CPU time) are not reset, as in
+/// memcached.
+#[derive(Default)]
+struct Baseline {
+    cmds: CmdCounts,
+    outcomes: [u64; Outcome::ALL.len()],
+    /// `None` before the first reset.
+    latency: Option<Histogram<u64>>,
+    total_connections: u64,
+    refused_connections: u64,
+    /// The core's counters (taken from the storage reply the reset waited
+    /// for): evictions, expirations, evicted and expired segments, merges.
+    core: [u64; 5],
+    storage: segcache::StorageCounters,
+}
+
+/// The core's counters a reset zeroes, in [`Baseline::core`]'s order.
+fn core_counters(st: &segcache::Stats) -> [u64; 5] {
+    [
+        st.evictions,
+        st.expirations,
+        st.evicted_segments,
+        st.expired_segments,
+        st.merges,
+    ]
 }
 
 /// A sum of every worker's counters at one moment.
 pub struct Snapshot {
-    pub cmds: [u64; Cmd::ALL.len()],
+    pub cmds: CmdCounts,
     pub outcomes: [u64; Outcome::ALL.len()],
     pub latency: Histogram<u64>,
 }
@@ -307,12 +351,45 @@ impl Metrics {
             limit_maxbytes: heap as u64,
             max_value: max_value as u64,
             storage: std::sync::OnceLock::new(),
+            baseline: Mutex::default(),
+        }
+    }
+
+    /// `stats reset`: from now on `stats` counts from the counters' present
+    /// values (`storage`: the core's stats, read for this reset; `later`:
+    /// see [`snapshot_before`](Self::snapshot_before)).
+    pub fn reset(&self, storage: Option<&segcache::Stats>, later: &CmdCounts) {
+        let s = self.snapshot_before(later);
+        let base = Baseline {
+            cmds: s.cmds,
+            outcomes: s.outcomes,
+            latency: Some(s.latency),
+            total_connections: self.total_connections.load(Relaxed),
+            refused_connections: self.refused_connections.load(Relaxed),
+            core: storage.map(core_counters).unwrap_or_default(),
+            storage: self.storage.get().map(|h| h.counters()).unwrap_or_default(),
+        };
+        if let Ok(mut b) = self.baseline.lock() {
+            *b = base;
         }
     }
 
     /// Bytes of client buffers all workers hold.
     pub fn buffered_bytes(&self) -> u64 {
         self.workers.iter().map(|w| w.buffered.load(Relaxed)).sum()
+    }
+
+    /// The counters as they were when a `stats` command was dispatched:
+    /// `later` counts the commands its worker dispatched after it (the rest
+    /// of its pipelined batch, whose outcomes are not counted yet: a worker
+    /// counts a command when it dispatches it and its outcome when it
+    /// renders the reply, in order).
+    pub fn snapshot_before(&self, later: &CmdCounts) -> Snapshot {
+        let mut s = self.snapshot();
+        for (v, l) in s.cmds.iter_mut().zip(later) {
+            *v = v.saturating_sub(*l);
+        }
+        s
     }
 
     pub fn snapshot(&self) -> Snapshot {
@@ -336,9 +413,36 @@ impl Metrics {
     }
 
     /// memcached's `stats` reply fields, in its order where they exist,
-    /// then segcache's own.
-    pub fn stat_lines(&self, storage: Option<&segcache::Stats>) -> Vec<(&'static str, String)> {
-        let s = self.snapshot();
+    /// then segcache's own; `later`: see
+    /// [`snapshot_before`](Self::snapshot_before).
+    pub fn stat_lines(
+        &self,
+        storage: Option<&segcache::Stats>,
+        later: &CmdCounts,
+    ) -> Vec<(&'static str, String)> {
+        let mut s = self.snapshot_before(later);
+        // Counters since the last `stats reset` (a poisoned lock: since start).
+        let guard = self.baseline.lock().ok();
+        let base = guard.as_deref();
+        if let Some(b) = base {
+            for (v, b) in s.cmds.iter_mut().zip(&b.cmds) {
+                *v = v.saturating_sub(*b);
+            }
+            for (v, b) in s.outcomes.iter_mut().zip(&b.outcomes) {
+                *v = v.saturating_sub(*b);
+            }
+            if let Some(h) = &b.latency {
+                // Counts only grow, so the earlier histogram is contained in
+                // this one; should that fail, the percentiles stay since start.
+                let since = s.latency.clone();
+                if s.latency.subtract(h).is_err() {
+                    s.latency = since;
+                }
+            }
+        }
+        let since = |now: u64, field: fn(&Baseline) -> u64| {
+            now.saturating_sub(base.map(field).unwrap_or(0))
+        };
         let now = unix_now();
         let mut v: Vec<(&'static str, String)> = Vec::with_capacity(64);
         let (user, system) = rusage();
@@ -358,11 +462,17 @@ impl Metrics {
         ));
         v.push((
             "total_connections",
-            self.total_connections.load(Relaxed).to_string(),
+            since(self.total_connections.load(Relaxed), |b| {
+                b.total_connections
+            })
+            .to_string(),
         ));
         v.push((
             "rejected_connections",
-            self.refused_connections.load(Relaxed).to_string(),
+            since(self.refused_connections.load(Relaxed), |b| {
+                b.refused_connections
+            })
+            .to_string(),
         ));
         let get_family = s.cmd(Cmd::Get) + s.cmd(Cmd::Gets) + s.cmd(Cmd::Mg);
         let gat_family = s.cmd(Cmd::Gat) + s.cmd(Cmd::Gats);
@@ -400,11 +510,15 @@ impl Metrics {
             v.push(("curr_items", st.items.to_string()));
             v.push(("total_items", s.get(Outcome::Stored).to_string()));
             v.push(("bytes", st.live_bytes.to_string()));
-            v.push(("evictions", st.evictions.to_string()));
-            v.push(("expirations", st.expirations.to_string()));
-            v.push(("evicted_segments", st.evicted_segments.to_string()));
-            v.push(("expired_segments", st.expired_segments.to_string()));
-            v.push(("merges", st.merges.to_string()));
+            let core = core_counters(st);
+            let base = base.map(|b| b.core).unwrap_or_default();
+            let [evictions, expirations, evicted_segments, expired_segments, merges] =
+                std::array::from_fn(|i| core[i].saturating_sub(base[i]));
+            v.push(("evictions", evictions.to_string()));
+            v.push(("expirations", expirations.to_string()));
+            v.push(("evicted_segments", evicted_segments.to_string()));
+            v.push(("expired_segments", expired_segments.to_string()));
+            v.push(("merges", merges.to_string()));
             v.push(("segments_used", st.segments_used.to_string()));
             v.push(("segments_free", st.segments_free.to_string()));
             v.push(("hash_table_bytes", st.hash_table_bytes.to_string()));
@@ -412,10 +526,16 @@ impl Metrics {
         }
         if let Some(handle) = self.storage.get() {
             let c = handle.counters();
-            v.push(("storage_thread_jobs", c.storage_jobs.to_string()));
-            v.push(("storage_worker_jobs", c.client_jobs.to_string()));
-            v.push(("storage_worker_turns", c.client_turns.to_string()));
-            v.push(("storage_thread_turns", c.storage_turns.to_string()));
+            let b = base.map(|b| b.storage).unwrap_or_default();
+            let jobs = [
+                ("storage_thread_jobs", c.storage_jobs, b.storage_jobs),
+                ("storage_worker_jobs", c.client_jobs, b.client_jobs),
+                ("storage_worker_turns", c.client_turns, b.client_turns),
+                ("storage_thread_turns", c.storage_turns, b.storage_turns),
+            ];
+            for (name, now, then) in jobs {
+                v.push((name, now.saturating_sub(then).to_string()));
+            }
         }
         for (q, name) in [
             (0.5, "latency_p50_us"),

@@ -3,7 +3,9 @@
 //! pipelining, and the data port's `stats`.
 
 mod common;
-use common::{stat, Server};
+use common::memcached::Memcached;
+use common::{stat, Conn, Server};
+use std::collections::HashMap;
 
 fn cas_of(reply: &[u8]) -> u64 {
     // "VALUE k f n cas\r\n..."
@@ -261,6 +263,89 @@ fn meta_commands() {
     // Letters memcached does not know are refused, not ignored.
     c.expect(b"mg t x v\r\n", b"CLIENT_ERROR invalid flag\r\n");
     c.expect(b"mg t v v\r\n", b"CLIENT_ERROR duplicate flag\r\n");
+}
+
+/// The `STAT` blocks of a reply, in order, as field -> value maps; and
+/// where each `RESET` line came among them (its index in the blocks).
+fn stat_blocks(reply: &str) -> (Vec<HashMap<String, String>>, Vec<usize>) {
+    let (mut blocks, mut resets, mut open) = (Vec::new(), Vec::new(), None);
+    for line in reply.split("\r\n") {
+        let mut w = line.split(' ');
+        match w.next() {
+            Some("STAT") => {
+                let (k, v) = (w.next().unwrap(), w.next().unwrap_or(""));
+                let block: &mut HashMap<_, _> = open.get_or_insert_with(HashMap::new);
+                block.insert(k.to_string(), v.to_string());
+            }
+            Some("END") => blocks.extend(open.take()),
+            Some("RESET") => resets.push(blocks.len()),
+            _ => {}
+        }
+    }
+    (blocks, resets)
+}
+
+/// `stats reset` against memcached itself: one pipelined stream sent to
+/// both; each `stats` must report what memcached's does for the counters
+/// both servers keep, counting from the reset (and only the commands
+/// before the `stats` in the stream). Gauges are not reset.
+#[test]
+fn stats_reset_counts_from_the_reset_as_memcached_does() {
+    let Some(mc) = Memcached::start(&[]) else {
+        return;
+    };
+    let ours = Server::start(&[]);
+    let stream: &[u8] = b"set a 0 0 1\r\nx\r\nget a\r\nget b\r\ndelete b\r\n\
+        touch a 100\r\ntouch b 100\r\nstats\r\nstats reset\r\nstats\r\n\
+        get a\r\ngets b\r\nset c 0 0 1\r\n1\r\nincr c 5\r\ndecr nope 1\r\n\
+        cas c 0 0 1 999\r\n2\r\ncas d 0 0 1 1\r\n3\r\ndelete a\r\nstats\r\n\
+        stats reset\r\nget c\r\nstats\r\nmn\r\n";
+    let run = |addr| {
+        let mut c = Conn::new(addr);
+        c.send(stream);
+        String::from_utf8(c.read_until_end(b"MN\r\n")).unwrap()
+    };
+    let (want, want_resets) = stat_blocks(&run(mc.addr));
+    let (got, got_resets) = stat_blocks(&run(ours.addr));
+    assert_eq!(want.len(), 4, "memcached's reply");
+    assert_eq!(got.len(), 4, "our reply");
+    assert_eq!(got_resets, want_resets, "where RESET came");
+    let counters = [
+        "cmd_get",
+        "cmd_set",
+        "cmd_touch",
+        "get_hits",
+        "get_misses",
+        "delete_hits",
+        "delete_misses",
+        "incr_hits",
+        "incr_misses",
+        "decr_hits",
+        "decr_misses",
+        "cas_hits",
+        "cas_misses",
+        "cas_badval",
+        "touch_hits",
+        "touch_misses",
+        "curr_items",
+        "total_items",
+        "evictions",
+        "curr_connections",
+    ];
+    for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+        // Connections made before the stream (each server's start-up
+        // probe) differ; from a reset on, both count none.
+        let fields = counters
+            .iter()
+            .chain((i > 0).then_some(&"total_connections"));
+        for field in fields {
+            assert_eq!(g.get(*field), w.get(*field), "{field} in stats reply {i}");
+        }
+    }
+    // The reset zeroed the counters, not the gauges.
+    assert_eq!(got[1]["cmd_get"], "0");
+    assert_eq!(got[1]["curr_items"], "1");
+    assert_ne!(got[2]["get_hits"], "0");
 }
 
 #[test]

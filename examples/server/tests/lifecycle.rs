@@ -5,7 +5,7 @@
 //! storage thread (2 workers) and with the cache inline (1 worker).
 
 mod common;
-use common::{Conn, Server, BIN};
+use common::{stat, Conn, Server, BIN};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -167,6 +167,32 @@ fn admin_reports(args: &[&str]) {
     ] {
         assert!(body.contains(needle), "missing {needle:?} in\n{body}");
     }
+
+    // `stats reset` (either port): `stats` counts from it, gauges stay,
+    // and Prometheus's counters stay monotonic.
+    admin.expect(b"stats reset\r\n", b"RESET\r\n");
+    admin.send(b"stats\r\n");
+    let text = String::from_utf8(admin.read_until_end(b"END\r\n")).unwrap();
+    for line in [
+        "get_hits 0",
+        "get_misses 0",
+        "cmd_get 0",
+        "total_items 0",
+        "curr_items 1",
+    ] {
+        assert!(text.contains(&format!("STAT {line}\r\n")), "{line}: {text}");
+    }
+    c.expect(b"get a\r\n", b"VALUE a 0 1\r\nx\r\nEND\r\n");
+    assert_eq!(stat(&mut c, "get_hits").as_deref(), Some("1"));
+    c.expect(b"stats reset\r\n", b"RESET\r\n");
+    assert_eq!(stat(&mut c, "get_hits").as_deref(), Some("0"));
+    let mut http = Conn::new(server.admin);
+    http.send(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut body = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut http.stream, &mut body);
+    let body = String::from_utf8(body).unwrap();
+    assert!(body.contains("segcache_get_hits_total 2\n"), "{body}");
+
     let mut http = Conn::new(server.admin);
     http.send(b"GET /nope HTTP/1.1\r\n\r\n");
     let mut body = Vec::new();

@@ -29,7 +29,7 @@ mod render;
 pub(crate) use render::render;
 
 use crate::backend::Backend;
-use crate::metrics::{Cmd, Metrics, Outcome, WorkerStats};
+use crate::metrics::{Cmd, CmdCounts, Metrics, Outcome, WorkerStats};
 use crate::protocol::{
     self, exptime_ttl, msg, write_client_error, write_meta_data, write_meta_end, write_meta_flag,
     write_meta_flag_num, write_meta_status, write_server_error, write_value, Command, MetaFlags,
@@ -83,7 +83,15 @@ pub(crate) enum Kind {
     Done {
         noreply: bool,
     },
-    Stats,
+    /// `stats`, or with `reset` `stats reset` (which needs the core's
+    /// counters too, to count from).
+    Stats {
+        reset: bool,
+        /// The worker's command counts when it dispatched the `stats`
+        /// (little-endian words in the arena): commands it dispatched
+        /// after are left out of the reply.
+        counted: Range<usize>,
+    },
     /// A response nobody waits for (the unlink after an oversized set).
     Discard,
     /// `mg`; with `peek`, a read-only `Get` went first so that a `t` flag
@@ -377,9 +385,15 @@ impl Pipe<'_> {
             }
             Command::Stats { args } => {
                 stats.cmd(Cmd::Stats);
-                if args.is_empty() {
+                let reset = args.clone().next() == Some(&b"reset"[..]);
+                if args.is_empty() || reset {
                     self.submit(Request::Stats);
-                    self.push(conn, Kind::Stats);
+                    let start = self.batch.arena.len();
+                    for n in stats.cmd_counts() {
+                        self.batch.arena.extend_from_slice(&n.to_le_bytes());
+                    }
+                    let counted = start..self.batch.arena.len();
+                    self.push(conn, Kind::Stats { reset, counted });
                 } else {
                     let settings = self.settings;
                     self.local(conn, |o| stats_subcommand(o, args, settings));
@@ -673,8 +687,9 @@ fn memlimit_reply(megabytes: u32) -> &'static [u8] {
 }
 
 /// Answers `stats <sub-command>` as memcached does for the ones that make
-/// sense here; segcache has no slab classes, so `items`, `slabs`, `sizes`
-/// and `cachedump` list none, and connections are not listed.
+/// sense here (`reset` is not one of them: it is a storage request);
+/// segcache has no slab classes, so `items`, `slabs`, `sizes` and
+/// `cachedump` list none, and connections are not listed.
 fn stats_subcommand(out: &mut Vec<u8>, mut args: Tokens<'_>, s: Settings) {
     match args.next().unwrap_or_default() {
         b"settings" => {

@@ -214,12 +214,25 @@ pub(crate) fn render(
                 }
             }
         }
-        Kind::Stats => match next(replies) {
+        Kind::Stats { reset, counted } => match next(replies) {
             Some(Response::Stats(st)) => {
-                for (name, value) in metrics.stat_lines(Some(st)) {
-                    protocol::write_stat(out, name, value);
+                let mut at = arena[counted].chunks_exact(8);
+                let now = stats.cmd_counts();
+                let later: CmdCounts = std::array::from_fn(|i| {
+                    let then = at.next().map_or(0, |w| {
+                        u64::from_le_bytes(w.try_into().expect("8-byte chunk"))
+                    });
+                    now[i].saturating_sub(then)
+                });
+                if reset {
+                    metrics.reset(Some(st), &later);
+                    out.extend_from_slice(b"RESET\r\n");
+                } else {
+                    for (name, value) in metrics.stat_lines(Some(st), &later) {
+                        protocol::write_stat(out, name, value);
+                    }
+                    protocol::write_end(out);
                 }
-                protocol::write_end(out);
             }
             _ => failed(out),
         },
