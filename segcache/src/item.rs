@@ -63,6 +63,29 @@ impl Meta {
     }
 }
 
+/// The largest value a new item under a `key_len`-byte key with client
+/// `flags` can hold in segments of `segment_size` bytes: an item must fit
+/// one segment with its header, key and, when `flags` is not 0, the 4
+/// bytes that keep them. A store of a longer value fails with
+/// [`Error::ValueTooLarge`](crate::Error::ValueTooLarge).
+///
+/// ```
+/// let cache = segcache::Segcache::builder().segment_size(1 << 16).build()?;
+/// let max = segcache::max_value_len(1 << 16, 3, 7);
+/// let mut cache = cache;
+/// assert!(cache.set("key", vec![0u8; max], 7, None).is_ok());
+/// assert!(cache.set("key", vec![0u8; max + 1], 7, None).is_err());
+/// # Ok::<(), segcache::Error>(())
+/// ```
+pub fn max_value_len(segment_size: usize, key_len: usize, flags: u32) -> usize {
+    let meta = Meta {
+        flags,
+        ..Meta::default()
+    };
+    let around = HEADER_LEN + meta.optional_len() + key_len;
+    segment_size.saturating_sub(around).min(MAX_VALUE_FIELD)
+}
+
 /// Size in the segment (header, optional fields, key, value).
 #[inline]
 pub(crate) fn item_size(key_len: usize, value_len: usize, meta: &Meta) -> usize {

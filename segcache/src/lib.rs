@@ -160,7 +160,7 @@ pub use builder::{
 pub use cache::{Expired, Item, OwnedItem, RestoreOutcome, Segcache, Stats};
 pub use clock::ManualClock;
 pub use error::Error;
-pub use item::MAX_KEY_LEN;
+pub use item::{max_value_len, MAX_KEY_LEN};
 pub use ops::{Request, Response, Store, StoreMode, Ttl};
 pub use sharded::ShardedCache;
 pub use storage::{StorageConfig, StorageCounters, StorageHandle};

@@ -7,7 +7,7 @@
 //! so counting costs no shared cache-line traffic on the request path.
 //!
 //! `stats reset` never zeroes a counter: it records the counters' values
-//! as a [`Baseline`] that the `STAT` lines subtract, so the Prometheus
+//! as a baseline that the `STAT` lines subtract, so the Prometheus
 //! text stays monotonic (as Prometheus requires) while `stats` counts
 //! from the reset, as memcached's does.
 

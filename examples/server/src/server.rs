@@ -272,6 +272,7 @@ impl Server {
                 port: listen_addr.port(),
                 workers: config.workers,
                 max_value,
+                segment_size: config.segment_size,
                 flush_enabled: !config.disable_flush_all,
             },
         });

@@ -348,6 +348,74 @@ fn stats_reset_counts_from_the_reset_as_memcached_does() {
     assert_ne!(got[2]["get_hits"], "0");
 }
 
+/// A value the parser takes (it is within `item_size_max`) that still
+/// cannot fit one segment under its key and flags is refused as an
+/// oversized one is: `set` and `ms` unlink the key's old item, as memcached
+/// does after any refused set (no stale value outlives the failed
+/// overwrite); `add`, `cas`, `append` keep it.
+#[test]
+fn a_value_too_large_for_its_key_is_refused_as_an_oversized_one() {
+    const SEGMENT: usize = 64 << 10;
+    let server = Server::start(&["--heap-size", "16MiB", "--segment-size", "64KiB"]);
+    let mut c = server.connect();
+    let store = |cmd: &str, len: usize| {
+        let mut req = format!("{cmd} {len}\r\n").into_bytes();
+        req.resize(req.len() + len, b'v');
+        req.extend_from_slice(b"\r\n");
+        req
+    };
+    const REFUSED: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
+    // An item is a 5-byte header, the flags (4 bytes, when not 0), the key
+    // and the value; the largest value for key "k" fits, one more does not.
+    let largest = SEGMENT - 5 - 1;
+    assert_eq!(segcache::max_value_len(SEGMENT, 1, 0), largest);
+    c.expect(&store("set k 0 0", largest), b"STORED\r\n");
+    c.expect(b"mg k s\r\n", format!("HD s{largest}\r\n").as_bytes());
+    c.expect(&store("set k 0 0", largest + 1), REFUSED);
+    c.expect(b"mg k s\r\n", b"EN\r\n");
+    // With flags, 4 bytes less; `ms` unlinks in any mode, and says so
+    // even with `q`.
+    c.expect(b"set k 0 0 3\r\nold\r\n", b"STORED\r\n");
+    c.expect(&store("set k 1 0", largest - 4 + 1), REFUSED);
+    c.expect(b"get k\r\n", b"END\r\n");
+    for ms in ["ms k S{} F1", "ms k S{} F1 MA q", "ms k S{} F1 ME"] {
+        c.expect(b"set k 0 0 3\r\nold\r\n", b"STORED\r\n");
+        let len = largest - 4 + 1;
+        let mut req = ms.replace("S{}", &len.to_string()).into_bytes();
+        req.extend_from_slice(b"\r\n");
+        req.resize(req.len() + len, b'v');
+        req.extend_from_slice(b"\r\n");
+        c.expect(&req, REFUSED);
+        c.expect(b"mg k v\r\n", b"EN\r\n");
+    }
+    c.expect(&store("set k 1 0", largest - 4), b"STORED\r\n");
+    // memcached unlinks after a refused `set` only: `cas`, `add`, `replace`
+    // and `append` leave the item as it was (a failed operation changes
+    // nothing), and `noreply` refuses silently but still unlinks.
+    c.expect(b"set k 0 0 3\r\nold\r\n", b"STORED\r\n");
+    for cmd in [
+        "cas k 0 0 {} 1",
+        "add k 0 0 {}",
+        "replace k 0 0 {}",
+        "append k 0 0 {}",
+    ] {
+        let (head, tail) = cmd.split_once(" {}").unwrap();
+        let mut req = store(head, largest + 1);
+        if !tail.is_empty() {
+            let at = req.iter().position(|&b| b == b'\r').unwrap();
+            req.splice(at..at, tail.bytes());
+        }
+        c.expect(&req, REFUSED);
+        c.expect(b"get k\r\n", b"VALUE k 0 3\r\nold\r\nEND\r\n");
+    }
+    let mut quiet = store("set k 0 0", largest + 1);
+    let at = quiet.iter().position(|&b| b == b'\r').unwrap();
+    quiet.splice(at..at, *b" noreply");
+    c.send(&quiet);
+    c.expect(b"get k\r\n", b"END\r\n");
+    assert_eq!(stat(&mut c, "too_large").as_deref(), Some("10"));
+}
+
 #[test]
 fn data_port_stats() {
     let server = Server::start(&[]);

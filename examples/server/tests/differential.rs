@@ -42,12 +42,6 @@
 //! past i64::MAX (memcached 1.6.18 judges them by bytes beyond the value;
 //! see `BIG`: wrapping at 2^64 has its own test on a fresh memcached).
 //!
-//! Generated, and left to count as mismatches, because we differ on
-//! purpose: a set refused as too large (one store in a thousand here)
-//! leaves the key's old item in place (a failed operation changes
-//! nothing), where memcached removes it so that no stale value outlives
-//! the failed set; a later read of that key differs (seed 173 has one).
-//!
 //! memcached is not deterministic on such streams (an in-place incr
 //! depends on whether a pipelined reply still references the item; compare
 //! two memcacheds with `DIFF_SELF=1`): a seed passes when one of three runs

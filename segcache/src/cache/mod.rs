@@ -531,10 +531,9 @@ impl Segcache {
     }
 
     /// The largest value storable under a key of `key_len` bytes without
-    /// client flags.
+    /// client flags (with them, [`crate::max_value_len`]).
     pub fn max_value_len(&self, key_len: usize) -> usize {
-        let room = self.segs.segment_size() - item::HEADER_LEN - key_len;
-        room.min(MAX_VALUE_FIELD)
+        item::max_value_len(self.segs.segment_size(), key_len, 0)
     }
 
     /// Drains `homes` homes of a table being grown into its successor,

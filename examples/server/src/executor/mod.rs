@@ -50,6 +50,8 @@ pub struct Settings {
     pub workers: usize,
     /// Largest value accepted from clients.
     pub max_value: usize,
+    /// The cache's segment size: an item (header, key, value) must fit one.
+    pub segment_size: usize,
     /// `flush_all` is allowed (memcached's `-F` turns it off).
     pub flush_enabled: bool,
 }
@@ -245,13 +247,45 @@ impl Pipe<'_> {
         }
         self.local(conn, |o| e.write_reply(o));
         if let Some(key) = e.too_large_key(buf) {
-            let req = Request::Delete {
-                key,
-                opts: DeleteOpts::default(),
-            };
-            self.submit(req);
-            self.push(conn, Kind::Discard);
+            self.unlink(conn, &key);
         }
+    }
+
+    /// Unlinks `key`'s item, as memcached does after refusing an oversized
+    /// `set` or `ms`, so that no stale value outlives the failed overwrite.
+    fn unlink(&mut self, conn: usize, key: &[u8]) {
+        let req = Request::Delete {
+            key,
+            opts: DeleteOpts::default(),
+        };
+        self.submit(req);
+        self.push(conn, Kind::Discard);
+    }
+
+    /// Whether a store the parser took (it checks values against
+    /// `max_value` only) still cannot fit one segment under this key and
+    /// these client flags; then it is refused here as the parser refuses
+    /// a value over `max_value` ([`ParseError::TooLarge`]: the reply, and
+    /// for `unlink` the old item's unlink), and true is returned.
+    fn refused_too_large(
+        &mut self,
+        conn: usize,
+        (key, flags, value): (&[u8], u32, &[u8]),
+        unlink: bool,
+        noreply: bool,
+    ) -> bool {
+        if value.len() <= segcache::max_value_len(self.settings.segment_size, key.len(), flags) {
+            return false;
+        }
+        self.stats.cmd(Cmd::Invalid);
+        self.stats.add(Outcome::TooLarge, 1);
+        if !noreply {
+            self.local(conn, |o| write_server_error(o, msg::TOO_LARGE));
+        }
+        if unlink {
+            self.unlink(conn, key);
+        }
+        true
     }
 
     /// Turns one parsed command into storage requests and actions. Returns
@@ -297,6 +331,12 @@ impl Pipe<'_> {
                 cas,
                 noreply,
             } => {
+                // memcached unlinks the old item after an oversized `set`
+                // only (not `cas`, which it counts apart).
+                let unlink = mode == StoreMode::Set && cas.is_none();
+                if self.refused_too_large(conn, (key, flags, value), unlink, noreply) {
+                    return false;
+                }
                 stats.cmd(match (mode, cas) {
                     (_, Some(_)) => Cmd::Cas,
                     (StoreMode::Set, None) => Cmd::Set,
@@ -425,6 +465,12 @@ impl Pipe<'_> {
                 self.meta_get(conn, key, flags);
             }
             Command::MetaSet { key, value, flags } => {
+                // memcached unlinks the old item after an oversized `ms` in
+                // any mode.
+                let client_flags = flags.client_flags.unwrap_or(0);
+                if self.refused_too_large(conn, (key.bytes(), client_flags, value), true, false) {
+                    return false;
+                }
                 stats.cmd(Cmd::Ms);
                 self.meta_set(conn, key, value, flags);
             }

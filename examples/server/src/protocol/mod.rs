@@ -60,6 +60,7 @@
 //! connection if [`ParseError::closes_connection`].
 
 use segcache::{StoreMode, Ttl};
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
@@ -483,11 +484,18 @@ pub enum ParseError {
     TooLarge {
         swallow: usize,
         noreply: bool,
-        /// Whether memcached unlinks the key (`set`, and `ms` in any mode).
-        unlink: bool,
-        key_at: usize,
-        key_len: usize,
+        /// The key memcached unlinks (`set`, and `ms` in any mode).
+        unlink: Option<Unlink>,
     },
+}
+
+/// Where the key of an oversized store lies in the parsed buffer, as sent:
+/// base64 when `base64` (an `ms ... b`), to be decoded before the unlink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unlink {
+    pub key_at: usize,
+    pub key_len: usize,
+    pub base64: bool,
 }
 
 impl ParseError {
@@ -530,17 +538,20 @@ impl ParseError {
     }
 
     /// For an oversized `set` or `ms`, the key whose old value should be
-    /// unlinked; `buf` is the buffer that was parsed. (None for a base64
-    /// `ms` key, whose decoded form is not in `buf`.)
-    pub fn too_large_key<'b>(&self, buf: &'b [u8]) -> Option<&'b [u8]> {
-        match *self {
-            ParseError::TooLarge {
-                unlink: true,
-                key_at,
-                key_len,
-                ..
-            } => buf.get(key_at..key_at.checked_add(key_len)?),
-            _ => None,
+    /// unlinked; `buf` is the buffer that was parsed. A base64 key comes
+    /// decoded (`None` if it does not decode: no key was named).
+    pub fn too_large_key<'b>(&self, buf: &'b [u8]) -> Option<Cow<'b, [u8]>> {
+        let ParseError::TooLarge {
+            unlink: Some(at), ..
+        } = *self
+        else {
+            return None;
+        };
+        let key = buf.get(at.key_at..at.key_at.checked_add(at.key_len)?)?;
+        if at.base64 {
+            base64_decode(key).map(Cow::Owned)
+        } else {
+            Some(Cow::Borrowed(key))
         }
     }
 }

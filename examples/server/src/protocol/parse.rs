@@ -223,12 +223,13 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Command<'_>, usize), Parse
             } else {
                 None
             };
-            let key_at = key.as_ptr() as usize - buf.as_ptr() as usize;
             // memcached unlinks the old value after an oversized `set` only.
-            let unlink = cmd == b"set";
-            let value = read_data(
-                buf, line_len, bytes, max_value, noreply, unlink, key_at, key,
-            )?;
+            let unlink = (cmd == b"set").then(|| Unlink {
+                key_at: key.as_ptr() as usize - buf.as_ptr() as usize,
+                key_len: key.len(),
+                base64: false,
+            });
+            let value = read_data(buf, line_len, bytes, max_value, noreply, unlink)?;
             let req = Command::Store {
                 mode,
                 key,
@@ -367,24 +368,20 @@ fn keys_before_too_long<'a>(line: &'a [u8], keys: Tokens<'a>) -> Option<Tokens<'
     Some(Tokens::new(&line[start..end]))
 }
 
-/// Reads the `bytes`-long data block after a `line_len`-byte command line.
-#[allow(clippy::too_many_arguments)]
-fn read_data<'a>(
-    buf: &'a [u8],
+/// Reads the `bytes`-long data block after a `line_len`-byte command line
+/// (`unlink`: the key to unlink if the value is too large).
+fn read_data(
+    buf: &[u8],
     line_len: usize,
     bytes: u64,
     max_value: usize,
     noreply: bool,
-    unlink: bool,
-    key_at: usize,
-    key: &[u8],
-) -> Result<&'a [u8], ParseError> {
+    unlink: Option<Unlink>,
+) -> Result<&[u8], ParseError> {
     let too_large = |swallow| ParseError::TooLarge {
         swallow,
         noreply,
         unlink,
-        key_at,
-        key_len: key.len(),
     };
     // `bytes <= MAX_DATA_LEN < usize::MAX / 2` on 64-bit targets; on 32-bit
     // ones an unrepresentable size is simply too large.
@@ -536,6 +533,7 @@ fn parse_meta<'a>(
             noreply: false,
         };
         let flags = MetaFlags::parse(tokens.remainder(), msg::BAD_FORMAT).map_err(swallow)?;
+        let token = key;
         let key = decode(&flags).map_err(swallow)?;
         if flags.opaque_too_long() {
             return Err(swallow(msg::OPAQUE_TOO_LONG));
@@ -543,17 +541,14 @@ fn parse_meta<'a>(
         if !matches!(flags.mode, None | Some(b'E' | b'A' | b'P' | b'R' | b'S')) {
             return Err(swallow(msg::INVALID_MODE));
         }
-        let key_at = key_at(buf, &key);
-        let value = read_data(
-            buf,
-            line_len,
-            bytes,
-            max_value,
-            false,
-            true,
+        // The key as sent (base64 or not) is what an unlink decodes.
+        let key_at = token.as_ptr() as usize - buf.as_ptr() as usize;
+        let unlink = Some(Unlink {
             key_at,
-            key.bytes(),
-        )?;
+            key_len: token.len(),
+            base64: flags.base64,
+        });
+        let value = read_data(buf, line_len, bytes, max_value, false, unlink)?;
         let used = line_len + value.len() + 2;
         return Ok((Command::MetaSet { key, value, flags }, used));
     }
@@ -591,13 +586,4 @@ fn parse_meta<'a>(
         }
     };
     Ok((req, line_len))
-}
-
-/// Where a plain key starts in `buf` (for unlinking after an oversized
-/// value); a decoded key has no position and is carried in the error.
-fn key_at(buf: &[u8], key: &MetaKey<'_>) -> usize {
-    match key {
-        MetaKey::Plain(k) => k.as_ptr() as usize - buf.as_ptr() as usize,
-        MetaKey::Decoded(_) => usize::MAX,
-    }
 }

@@ -462,13 +462,15 @@ fn too_large_value() {
         ParseError::TooLarge {
             swallow: line.len() + 102,
             noreply: false,
-            unlink: true,
-            key_at: 4,
-            key_len: 3,
+            unlink: Some(Unlink {
+                key_at: 4,
+                key_len: 3,
+                base64: false
+            }),
         }
     );
     assert_eq!(e.consumed(), Some(line.len() + 102));
-    assert_eq!(e.too_large_key(line), Some(&b"big"[..]));
+    assert_eq!(e.too_large_key(line).as_deref(), Some(&b"big"[..]));
     assert_eq!(reply_of(e), b"SERVER_ERROR object too large for cache\r\n");
     // exactly max_value is fine
     let mut buf = b"set k 0 0 10\r\n".to_vec();
@@ -979,12 +981,24 @@ fn meta_set() {
         ParseError::TooLarge {
             swallow: 14 + 102,
             noreply: false,
-            unlink: true,
-            key_at: 3,
-            key_len: 3
+            unlink: Some(Unlink {
+                key_at: 3,
+                key_len: 3,
+                base64: false
+            }),
         }
     );
-    assert_eq!(e.too_large_key(b"ms big 100 q\r\n"), Some(&b"big"[..]));
+    assert_eq!(
+        e.too_large_key(b"ms big 100 q\r\n").as_deref(),
+        Some(&b"big"[..])
+    );
+    // a base64 key is unlinked decoded ("Ymln" is "big"); one that does
+    // not decode names no key
+    let line = b"ms Ymln 100 b\r\n";
+    let e = parse(line, 10).unwrap_err();
+    assert_eq!(e.too_large_key(line).as_deref(), Some(&b"big"[..]));
+    let line = b"ms Ym!n 100 b\r\n";
+    assert!(parse(line, 10).is_err_and(|e| e.too_large_key(line).is_none()));
 }
 
 #[test]
@@ -1235,9 +1249,11 @@ fn too_large_for_every_storage_command() {
             ParseError::TooLarge {
                 swallow: line.len() + 13,
                 noreply: false,
-                unlink,
-                key_at: line.iter().position(|&b| b == b' ').unwrap() + 1,
-                key_len: 1,
+                unlink: unlink.then(|| Unlink {
+                    key_at: line.iter().position(|&b| b == b' ').unwrap() + 1,
+                    key_len: 1,
+                    base64: false,
+                }),
             }
         );
         assert_eq!(e.too_large_key(line).is_some(), unlink);
