@@ -123,6 +123,7 @@ impl Batch {
             Request::Clear => Request::Clear,
             Request::Stats => Request::Stats,
             Request::Len => Request::Len,
+            Request::Walk { segment } => Request::Walk { segment: *segment },
         };
         self.requests.push(request);
     }
@@ -265,6 +266,7 @@ impl Batch {
                 Request::Clear => cache.execute(&Request::<&[u8]>::Clear),
                 Request::Stats => cache.execute(&Request::<&[u8]>::Stats),
                 Request::Len => cache.execute(&Request::<&[u8]>::Len),
+                Request::Walk { segment } => cache.execute(&Request::<&[u8]>::Walk { segment }),
             };
             self.responses.push(response);
         }

@@ -326,6 +326,42 @@ pub enum Request<B = Vec<u8>> {
     Stats,
     /// Items held: [`Response::Len`].
     Len,
+    /// The live items of one segment, by index from 0 to the
+    /// [`Walked::segments`] the response gives: [`Response::Walked`]. Walking
+    /// every index visits every item that stays put meanwhile once, one
+    /// segment at a time, so a large cache can be listed in steps with
+    /// other requests in between (an item written or moved meanwhile may
+    /// be seen twice or missed). Counts nothing.
+    Walk {
+        /// Which segment (of a sharded cache: the shards' segments
+        /// interleaved).
+        segment: u32,
+    },
+}
+
+/// One item as [`Request::Walk`] lists it: what an operator's key dump
+/// shows, without the value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listed {
+    /// The key.
+    pub key: Vec<u8>,
+    /// Time left.
+    pub ttl: Ttl,
+    /// The item's CAS token.
+    pub cas: u64,
+    /// Read since it was written.
+    pub fetched: bool,
+    /// Bytes the item takes in its segment (header, key, value).
+    pub size: u32,
+}
+
+/// [`Request::Walk`]'s answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Walked {
+    /// The segment's live items.
+    pub items: Vec<Listed>,
+    /// How many segment indexes there are: walk `0..segments`.
+    pub segments: u32,
 }
 
 /// A read's result: the item and what memcache's meta protocol reports
@@ -368,6 +404,8 @@ pub enum Response {
     Stats(Box<Stats>),
     /// For [`Request::Len`].
     Len(usize),
+    /// For [`Request::Walk`].
+    Walked(Walked),
     /// For [`Request::Flush`] and [`Request::Clear`].
     Done,
 }

@@ -11,7 +11,7 @@
 use crate::cache::{Expired, OwnedItem, RestoreOutcome, Stats};
 use crate::flight::Flights;
 use crate::hashtable::{hash_key, SHARD_SHIFT};
-use crate::ops::{ArithOpts, Request, Response, Store, StoreMode, Ttl};
+use crate::ops::{ArithOpts, Request, Response, Store, StoreMode, Ttl, Walked};
 use crate::{Error, Item, Segcache};
 use parking_lot::Mutex;
 use std::time::Duration;
@@ -111,6 +111,7 @@ impl ShardedCache {
             }
             Request::Stats => return Response::Stats(Box::new(self.stats())),
             Request::Len => return Response::Len(self.len()),
+            Request::Walk { segment } => return Response::Walked(self.walk(*segment)),
         };
         let hash = hash_key(key);
         self.shard_for(hash).execute_hashed(request, hash)
@@ -466,6 +467,23 @@ impl ShardedCache {
     }
 
     /// Runs `f` on each shard in turn, one lock at a time.
+    /// [`Request::Walk`] over the shards: index `segment` is segment
+    /// `segment / n` of shard `segment % n`, for `n` shards.
+    fn walk(&self, segment: u32) -> Walked {
+        let n = self.shards.len() as u32;
+        let mut most = 0;
+        self.each(|c| most = most.max(c.walk_segments_now()));
+        let items = self.shards[(segment % n) as usize]
+            .0
+            .lock()
+            .walk(segment / n)
+            .items;
+        Walked {
+            items,
+            segments: most.saturating_mul(n),
+        }
+    }
+
     fn each(&self, mut f: impl FnMut(&mut Segcache)) {
         for shard in self.shards.iter() {
             f(&mut shard.0.lock());

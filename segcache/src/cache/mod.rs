@@ -38,7 +38,9 @@ use crate::builder::Eviction;
 use crate::clock::Clock;
 use crate::hashtable::{self, hash_key, HashTable, HomeProbe, Location, TableFull};
 use crate::item::{self, Meta, MAX_KEY_LEN, MAX_VALUE_FIELD};
-use crate::ops::{ArithOpts, DeleteOpts, Found, GetOpts, Request, Response, Store, StoreMode, Ttl};
+use crate::ops::{
+    ArithOpts, DeleteOpts, Found, GetOpts, Listed, Request, Response, Store, StoreMode, Ttl, Walked,
+};
 use crate::persist;
 use crate::segments::{SegState, SegmentHeader, Segments, NONE};
 use crate::ttl::{self, TtlBuckets, NEVER};
@@ -152,7 +154,8 @@ pub(crate) fn request_key<B: AsRef<[u8]>>(request: &Request<B>) -> Option<&[u8]>
         | Request::Expire
         | Request::Clear
         | Request::Stats
-        | Request::Len => None,
+        | Request::Len
+        | Request::Walk { .. } => None,
     }
 }
 
@@ -450,7 +453,65 @@ impl Segcache {
             }
             Request::Stats => Response::Stats(Box::new(self.stats())),
             Request::Len => Response::Len(self.len()),
+            Request::Walk { segment } => Response::Walked(self.walk(*segment)),
         }
+    }
+
+    /// [`Request::Walk`]: the live items of segment `segment`.
+    pub(crate) fn walk(&self, segment: u32) -> Walked {
+        let now = self.clock.now();
+        let segments = self.walk_segments(now);
+        let items = self
+            .segment_items(segment, segments, now)
+            .map(|it| Listed {
+                key: it.key().to_vec(),
+                ttl: it.ttl(),
+                cas: it.cas(),
+                fetched: it.raw.marks() & item::FETCHED != 0,
+                size: it.raw.size() as u32,
+            })
+            .collect();
+        Walked { items, segments }
+    }
+
+    /// [`walk_segments`](Self::walk_segments) at the cache's present time.
+    pub(crate) fn walk_segments_now(&self) -> u32 {
+        self.walk_segments(self.clock.now())
+    }
+
+    /// How many segments a walk visits: none after a flush that has taken
+    /// effect (nothing stored before it is live).
+    fn walk_segments(&self, now: u32) -> u32 {
+        let flushed = self.flush_at.is_some_and(|at| now >= at);
+        if flushed {
+            0
+        } else {
+            self.segs.count() as u32
+        }
+    }
+
+    /// The live items of segment `id` (none if `id` is not below
+    /// `segments`, from [`walk_segments`](Self::walk_segments)).
+    fn segment_items(&self, id: u32, segments: u32, now: u32) -> impl Iterator<Item = Item<'_>> {
+        let walked = id < segments && {
+            let h = &self.segs.headers[id as usize];
+            h.state != SegState::Free
+                && h.live_items > 0
+                && (h.is_split() || !h.is_expired(now))
+        };
+        walked
+            .then(|| self.segs.item_offsets(id))
+            .into_iter()
+            .flatten()
+            .filter_map(move |(offset, raw)| {
+                let loc = Location { seg: id, offset };
+                if self.segs.expired(loc, now) {
+                    return None;
+                }
+                let hash = self.table.hash(raw.key());
+                self.table.locate(hash, loc)?;
+                Some(self.item_view(loc, now))
+            })
     }
 
     /// Every live item, segment by segment (no particular order; counts
@@ -468,26 +529,8 @@ impl Segcache {
     /// ```
     pub fn iter(&self) -> impl Iterator<Item = Item<'_>> + '_ {
         let now = self.clock.now();
-        let flushed = self.flush_at.is_some_and(|at| now >= at);
-        let segments = if flushed { 0 } else { self.segs.count() as u32 };
-        (0..segments)
-            .filter(move |&id| {
-                let h = &self.segs.headers[id as usize];
-                h.state != SegState::Free
-                    && h.live_items > 0
-                    && (h.is_split() || !h.is_expired(now))
-            })
-            .flat_map(move |id| {
-                self.segs.item_offsets(id).filter_map(move |(offset, raw)| {
-                    let loc = Location { seg: id, offset };
-                    if self.segs.expired(loc, now) {
-                        return None;
-                    }
-                    let hash = self.table.hash(raw.key());
-                    self.table.locate(hash, loc)?;
-                    Some(self.item_view(loc, now))
-                })
-            })
+        let segments = self.walk_segments(now);
+        (0..segments).flat_map(move |id| self.segment_items(id, segments, now))
     }
 
     /// Number of items held (including expired ones not yet reclaimed).
