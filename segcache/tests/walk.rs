@@ -48,13 +48,19 @@ fn churn(mut execute: impl FnMut(Request) -> Response) -> BTreeMap<Vec<u8>, bool
         } else {
             Ttl::Never
         };
-        assert!(matches!(execute(Request::Store(store)), Response::Stored(Ok(_))));
+        assert!(matches!(
+            execute(Request::Store(store)),
+            Response::Stored(Ok(_))
+        ));
         live.insert(key, false);
     }
     for i in (0..3000u32).step_by(7) {
         let key = format!("key:{i}").into_bytes();
         let store = segcache::Store::new(segcache::StoreMode::Set, key.clone(), b"new".to_vec());
-        assert!(matches!(execute(Request::Store(store)), Response::Stored(Ok(_))));
+        assert!(matches!(
+            execute(Request::Store(store)),
+            Response::Stored(Ok(_))
+        ));
         live.insert(key, false);
     }
     for i in (0..3000u32).step_by(11) {
@@ -90,7 +96,11 @@ fn churn(mut execute: impl FnMut(Request) -> Response) -> BTreeMap<Vec<u8>, bool
 fn check(listed: &[Listed], live: &BTreeMap<Vec<u8>, bool>) {
     let mut seen = BTreeMap::new();
     for l in listed {
-        assert!(seen.insert(l.key.clone(), l).is_none(), "listed twice: {:?}", l.key);
+        assert!(
+            seen.insert(l.key.clone(), l).is_none(),
+            "listed twice: {:?}",
+            l.key
+        );
     }
     assert_eq!(
         seen.keys().collect::<Vec<_>>(),
@@ -101,7 +111,11 @@ fn check(listed: &[Listed], live: &BTreeMap<Vec<u8>, bool>) {
         assert_eq!(l.fetched, live[key], "fetched mark of {key:?}");
         let i: u32 = std::str::from_utf8(&key[4..]).unwrap().parse().unwrap();
         let value_len = if i % 7 == 0 { 3 } else { (i % 50) as usize };
-        assert_eq!(l.size as usize, 5 + key.len() + value_len, "size of {key:?}");
+        assert_eq!(
+            l.size as usize,
+            5 + key.len() + value_len,
+            "size of {key:?}"
+        );
         let expiring = i % 3 == 0 && i % 7 != 0;
         match l.ttl {
             Ttl::Never => assert!(!expiring, "{key:?} lost its TTL"),
@@ -180,7 +194,11 @@ fn a_walk_past_eviction_lists_only_what_is_still_held() {
     let listed = walk_all(|s| walked(cache.execute(&Request::<&[u8]>::Walk { segment: s })));
     assert_eq!(listed.len(), cache.len());
     for l in &listed {
-        assert!(cache.get(&l.key).is_some(), "listed but not held: {:?}", l.key);
+        assert!(
+            cache.get(&l.key).is_some(),
+            "listed but not held: {:?}",
+            l.key
+        );
     }
 }
 
@@ -194,7 +212,10 @@ fn a_sharded_cache_walks_its_shards_interleaved() {
     let live = churn(|r| cache.execute(&r));
     let first = walked(cache.execute(&Request::<&[u8]>::Walk { segment: 0 }));
     assert_eq!(first.segments % 4, 0, "every shard's segments are walked");
-    check(&walk_all(|s| walked(cache.execute(&Request::<&[u8]>::Walk { segment: s }))), &live);
+    check(
+        &walk_all(|s| walked(cache.execute(&Request::<&[u8]>::Walk { segment: s }))),
+        &live,
+    );
 }
 
 #[test]

@@ -38,6 +38,9 @@ pub struct Limits {
     pub conn_output: usize,
     /// `--idle-timeout`.
     pub idle_timeout: Option<std::time::Duration>,
+    /// Segments a key dump walks, and their size (see
+    /// [`Budget::with_walk`]).
+    pub walk: (u32, usize),
 }
 
 impl Limits {
@@ -49,6 +52,7 @@ impl Limits {
             self.conn_output,
             Arc::clone(&self.largest),
         )
+        .with_walk(self.walk.0, self.walk.1)
     }
 }
 
@@ -70,7 +74,8 @@ pub const VALUE_LINE: usize = 320;
 /// One connection's part in the batch in flight.
 #[derive(Default, Debug)]
 pub struct Share {
-    /// Where in the keys of the get being answered the next slice starts.
+    /// Where in the keys of the get being answered the next slice starts
+    /// (for a key dump: the segments listed).
     pub keys_done: usize,
     /// Reserved for this connection's replies in flight.
     pub reserved: usize,
@@ -78,16 +83,21 @@ pub struct Share {
     sliced: Option<Sliced>,
 }
 
-/// Where a get answered in slices lies in the connection's unparsed
-/// input, so that its line (up to 1 MiB of keys) is not parsed again for
-/// every slice.
+/// A command answered in slices: where a get's keys lie in the
+/// connection's unparsed input, so that its line (up to 1 MiB of keys) is
+/// not parsed again for every slice; or a key dump.
 #[derive(Debug, Clone, Copy)]
-struct Sliced {
-    used: usize,
-    keys_at: usize,
-    keys_len: usize,
-    cas: bool,
-    exptime: Option<i64>,
+enum Sliced {
+    Get {
+        used: usize,
+        keys_at: usize,
+        keys_len: usize,
+        cas: bool,
+        exptime: Option<i64>,
+    },
+    Metadump {
+        used: usize,
+    },
 }
 
 impl Share {
@@ -95,17 +105,31 @@ impl Share {
     /// connection's unparsed input, which starts with it) without parsing
     /// it again, with the bytes it uses; `None` when there is none.
     pub fn resume<'a>(&self, avail: &'a [u8]) -> Option<(Command<'a>, usize)> {
-        let r = self.sliced?;
-        let keys = Tokens::new(avail.get(r.keys_at..r.keys_at + r.keys_len)?);
-        let req = match r.exptime {
-            None => Command::Get { keys, cas: r.cas },
-            Some(exptime) => Command::Gat {
+        let (keys_at, keys_len, cas, exptime, used) = match self.sliced? {
+            Sliced::Get {
+                used,
+                keys_at,
+                keys_len,
+                cas,
                 exptime,
-                keys,
-                cas: r.cas,
-            },
+            } => (keys_at, keys_len, cas, exptime, used),
+            // Only a dump of everything is ever sliced.
+            Sliced::Metadump { used } => {
+                return Some((
+                    Command::Metadump {
+                        from: 0,
+                        to: u32::MAX,
+                    },
+                    used,
+                ))
+            }
         };
-        Some((req, r.used))
+        let keys = Tokens::new(avail.get(keys_at..keys_at + keys_len)?);
+        let req = match exptime {
+            None => Command::Get { keys, cas },
+            Some(exptime) => Command::Gat { exptime, keys, cas },
+        };
+        Some((req, used))
     }
 
     /// Forgets the get being answered in slices (it was refused).
@@ -140,6 +164,10 @@ pub struct Budget {
     largest: Arc<AtomicUsize>,
     /// Most unwritten reply bytes for one connection.
     conn_output: usize,
+    /// Segments a key dump walks.
+    walk_segments: u32,
+    /// What one segment's dump lines are reserved at.
+    per_segment: usize,
     /// Bytes released since the allocator was last asked to return memory.
     released: usize,
 }
@@ -162,8 +190,21 @@ impl Budget {
             max_value,
             largest,
             conn_output,
+            walk_segments: 0,
+            per_segment: 0,
             released: 0,
         }
+    }
+
+    /// Lets key dumps walk `segments` segments of `segment_size` bytes,
+    /// each reserved at twice its size: a line is about 80 bytes and the
+    /// key, so twice covers items of 80 bytes or more; a segment of
+    /// smaller items lists more than it reserved (up to ~13x for
+    /// one-byte keys and empty values).
+    pub fn with_walk(mut self, segments: u32, segment_size: usize) -> Budget {
+        self.walk_segments = segments;
+        self.per_segment = 2 * segment_size.max(1);
+        self
     }
 
     /// What one reply carrying a value may need: the largest value stored
@@ -264,6 +305,9 @@ impl Budget {
         share: &mut Share,
         pending_out: usize,
     ) -> Admit<'a> {
+        if let Command::Metadump { to, .. } = req {
+            return self.admit_metadump(to, used, share, pending_out);
+        }
         let keys = match &req {
             Command::Get { keys, .. } | Command::Gat { keys, .. } => Some(*keys),
             Command::MetaGet { .. } => None,
@@ -325,7 +369,7 @@ impl Budget {
         if let Some(next) = more {
             if share.sliced.is_none() {
                 let all = keys.remainder();
-                share.sliced = Some(Sliced {
+                share.sliced = Some(Sliced::Get {
                     used,
                     keys_at: (all.as_ptr() as usize).wrapping_sub(avail.as_ptr() as usize),
                     keys_len: all.len(),
@@ -340,6 +384,49 @@ impl Budget {
                 });
             }
             share.keys_done = next;
+            Admit::Part(req)
+        } else {
+            share.reset();
+            Admit::Whole(req)
+        }
+    }
+
+    /// [`admit`](Self::admit) for a key dump (of segments `0..to`): the
+    /// next slice of segments that fits, as a get's keys do.
+    fn admit_metadump<'a>(
+        &mut self,
+        to: u32,
+        used: usize,
+        share: &mut Share,
+        pending_out: usize,
+    ) -> Admit<'a> {
+        let total = to.min(self.walk_segments) as usize;
+        let done = share.keys_done.min(total);
+        let per = self.per_segment.max(1);
+        let room = self
+            .conn_output
+            .saturating_sub(pending_out + share.reserved)
+            / per;
+        let own = if share.reserved == 0 {
+            room.max(1)
+        } else {
+            room
+        };
+        let fit = (self.cap.saturating_sub(self.used) / per).min(own);
+        let count = fit.min(total - done);
+        if count == 0 && done < total {
+            return Admit::NoRoom;
+        }
+        self.reserve(count * per);
+        share.reserved += count * per;
+        let next = done + count;
+        let req = Command::Metadump {
+            from: done as u32,
+            to: next as u32,
+        };
+        if next < total {
+            share.keys_done = next;
+            share.sliced = Some(Sliced::Metadump { used });
             Admit::Part(req)
         } else {
             share.reset();
@@ -543,6 +630,60 @@ mod tests {
         assert!(matches!(
             b.admit((req, 4, b"get k1"), &mut done, 0),
             Admit::NoRoom
+        ));
+    }
+
+    #[test]
+    fn a_key_dump_is_cut_into_slices_of_segments_that_fit() {
+        // 10 segments of 1 KiB, each reserved at 2 KiB; 4 KiB of output
+        // per connection: two segments a slice, the last one whole.
+        let mut b = budget(1 << 20, 0, 4 << 10).with_walk(10, 1 << 10);
+        let mut share = Share::default();
+        let all = || Command::Metadump {
+            from: 0,
+            to: u32::MAX,
+        };
+        let mut slices = Vec::new();
+        loop {
+            match b.admit((all(), 26, b"lru_crawler metadump all\r\n"), &mut share, 0) {
+                Admit::Part(Command::Metadump { from, to }) => slices.push((from, to, false)),
+                Admit::Whole(Command::Metadump { from, to }) => {
+                    slices.push((from, to, true));
+                    break;
+                }
+                _ => panic!("a slice did not fit"),
+            }
+            // The batch's replies were written and read.
+            b.settle();
+            share.reserved = 0;
+            assert!(share.resume(b"lru_crawler metadump all\r\n").is_some());
+        }
+        let want: Vec<_> = (0..5).map(|i| (2 * i, 2 * i + 2, i == 4)).collect();
+        assert_eq!(slices, want);
+        assert!(share.resume(b"").is_none(), "done: nothing to resume");
+        // With a slice in flight, none more past the output limit; with
+        // none in flight, one may go (the worker stops reading a connection
+        // whose output is full before it asks). A class list without
+        // class 1 is an empty dump, whole at once.
+        let mut share = Share::default();
+        assert!(matches!(
+            b.admit((all(), 26, b""), &mut share, 0),
+            Admit::Part(_)
+        ));
+        assert!(matches!(
+            b.admit((all(), 26, b""), &mut share, 0),
+            Admit::NoRoom
+        ));
+        let mut share = Share::default();
+        assert!(matches!(
+            b.admit((all(), 26, b""), &mut share, 8 << 10),
+            Admit::Part(_)
+        ));
+        let mut share = Share::default();
+        let none = Command::Metadump { from: 0, to: 0 };
+        assert!(matches!(
+            b.admit((none, 26, b""), &mut share, 0),
+            Admit::Whole(Command::Metadump { from: 0, to: 0 })
         ));
     }
 }

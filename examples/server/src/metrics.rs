@@ -47,12 +47,14 @@ pub enum Cmd {
     Md,
     Ma,
     Mn,
+    /// `lru_crawler metadump`.
+    LruCrawler,
     /// Unknown or malformed requests.
     Invalid,
 }
 
 impl Cmd {
-    pub const ALL: [Cmd; 25] = [
+    pub const ALL: [Cmd; 26] = [
         Cmd::Get,
         Cmd::Gets,
         Cmd::Gat,
@@ -77,6 +79,7 @@ impl Cmd {
         Cmd::Md,
         Cmd::Ma,
         Cmd::Mn,
+        Cmd::LruCrawler,
         Cmd::Invalid,
     ];
 
@@ -106,6 +109,7 @@ impl Cmd {
             Cmd::Md => "md",
             Cmd::Ma => "ma",
             Cmd::Mn => "mn",
+            Cmd::LruCrawler => "lru_crawler",
             Cmd::Invalid => "invalid",
         }
     }

@@ -17,7 +17,9 @@ use crate::metrics::Metrics;
 use crate::worker::{Ctx, Worker};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
-use segcache::{RestoreOutcome, Segcache, ShardedCache, StorageConfig, StorageHandle};
+use segcache::{
+    Request, Response, RestoreOutcome, Segcache, ShardedCache, StorageConfig, StorageHandle,
+};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -173,16 +175,23 @@ impl Server {
         };
         // Several workers with --shared-cache share a sharded cache.
         let mut shared_cache = None;
+        // How many segments a key dump walks (`lru_crawler metadump`): what
+        // a walk of an index past the last says.
+        let past_the_last = Request::<&[u8]>::Walk { segment: u32::MAX };
+        let segments = |r: Response| match r {
+            Response::Walked(w) => w.segments,
+            _ => 0,
+        };
+        let walk_segments;
         let (mut own_cache, handle, storage) = if !inline && !storage_thread {
             let cache = builder.build_sharded(config.shards).map_err(storage_err)?;
+            walk_segments = segments(cache.execute(&past_the_last));
             shared_cache = Some(Arc::new(cache));
             (None, None, None)
         } else if inline {
-            (
-                Some(OwnedCache::new(builder.build().map_err(storage_err)?)),
-                None,
-                None,
-            )
+            let mut cache = builder.build().map_err(storage_err)?;
+            walk_segments = segments(cache.execute(&past_the_last));
+            (Some(OwnedCache::new(cache)), None, None)
         } else {
             let (handle, storage) = builder
                 .spawn_storage(StorageConfig {
@@ -193,6 +202,9 @@ impl Server {
                     ..StorageConfig::default()
                 })
                 .map_err(storage_err)?;
+            walk_segments = handle
+                .call(Request::Walk { segment: u32::MAX })
+                .map_or(0, segments);
             (None, Some(handle), Some(storage))
         };
         let restored = match (&own_cache, &handle) {
@@ -252,6 +264,7 @@ impl Server {
             )),
             conn_output: config.max_conn_output,
             idle_timeout: config.idle_timeout,
+            walk: (walk_segments, config.segment_size),
         };
         if limits.worker_buffered < 4 * (max_value + crate::budget::VALUE_LINE) {
             return Err(StartError::Config(crate::config::ConfigError {
@@ -273,6 +286,7 @@ impl Server {
                 workers: config.workers,
                 max_value,
                 segment_size: config.segment_size,
+                walk_segments,
                 flush_enabled: !config.disable_flush_all,
             },
         });

@@ -7,7 +7,7 @@
 //! down once the attackers are gone.
 
 mod common;
-use common::{stat, Conn, Server};
+use common::{peak, rss, stat, stubborn, Conn, Server};
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -19,42 +19,6 @@ const FIXED: u64 = 48 * MIB;
 /// A connection's buffers up to `budget::BASE`, plus the kernel's and
 /// the allocator's bookkeeping for it.
 const PER_CONN: u64 = 96 << 10;
-
-fn status_kib(pid: u32, field: &str) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    text.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("{field} missing"))
-}
-
-fn rss(pid: u32) -> u64 {
-    status_kib(pid, "VmRSS:") * 1024
-}
-
-fn peak(pid: u32) -> u64 {
-    status_kib(pid, "VmHWM:") * 1024
-}
-
-/// A client socket with a small receive buffer, so that a server writing
-/// to it stalls early.
-fn stubborn(addr: std::net::SocketAddr) -> TcpStream {
-    use std::os::fd::AsRawFd;
-    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
-    let size: libc::c_int = 4096;
-    // SAFETY: a valid socket and a c_int option value of the given size.
-    unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&size as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-    }
-    s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
-    s
-}
 
 #[test]
 fn attacks_keep_rss_under_the_bound_and_it_comes_back_down() {

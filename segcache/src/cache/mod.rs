@@ -495,9 +495,7 @@ impl Segcache {
     fn segment_items(&self, id: u32, segments: u32, now: u32) -> impl Iterator<Item = Item<'_>> {
         let walked = id < segments && {
             let h = &self.segs.headers[id as usize];
-            h.state != SegState::Free
-                && h.live_items > 0
-                && (h.is_split() || !h.is_expired(now))
+            h.state != SegState::Free && h.live_items > 0 && (h.is_split() || !h.is_expired(now))
         };
         walked
             .then(|| self.segs.item_offsets(id))

@@ -52,6 +52,8 @@ pub struct Settings {
     pub max_value: usize,
     /// The cache's segment size: an item (header, key, value) must fit one.
     pub segment_size: usize,
+    /// Segments a key dump walks (`lru_crawler metadump`).
+    pub walk_segments: u32,
     /// `flush_all` is allowed (memcached's `-F` turns it off).
     pub flush_enabled: bool,
 }
@@ -94,6 +96,8 @@ pub(crate) enum Kind {
         /// after are left out of the reply.
         counted: Range<usize>,
     },
+    /// One segment of `lru_crawler metadump`: a line per item.
+    Walk,
     /// A response nobody waits for (the unlink after an oversized set).
     Discard,
     /// `mg`; with `peek`, a read-only `Get` went first so that a `t` flag
@@ -437,6 +441,20 @@ impl Pipe<'_> {
                 } else {
                     let settings = self.settings;
                     self.local(conn, |o| stats_subcommand(o, args, settings));
+                }
+            }
+            Command::Metadump { from, to } => {
+                // The budget sliced it: each slice walks its segments, the
+                // last (or an empty dump) ends with `END`.
+                if from == 0 {
+                    stats.cmd(Cmd::LruCrawler);
+                }
+                for segment in from..to {
+                    self.submit(Request::Walk { segment });
+                    self.push(conn, Kind::Walk);
+                }
+                if to == 0 || to >= self.settings.walk_segments {
+                    self.local(conn, protocol::write_end);
                 }
             }
             Command::CacheMemlimit { megabytes, noreply } => {

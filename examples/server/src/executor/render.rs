@@ -214,6 +214,10 @@ pub(crate) fn render(
                 }
             }
         }
+        Kind::Walk => match next(replies) {
+            Some(Response::Walked(walked)) => write_metadump(out, &walked.items),
+            _ => failed(out),
+        },
         Kind::Stats { reset, counted } => match next(replies) {
             Some(Response::Stats(st)) => {
                 let mut at = arena[counted].chunks_exact(8);
@@ -436,6 +440,36 @@ pub(crate) fn render(
             Some(Response::Get(Err(e))) => write_store_error(out, e, stats),
             _ => failed(out),
         },
+    }
+}
+
+/// `lru_crawler metadump`'s line for each item, as memcached writes them:
+/// the key URI-encoded, the absolute deadline (`-1`: never). `la` (last
+/// access) is 0: the core keeps no access times. `size` is the item's
+/// bytes in its segment.
+fn write_metadump(out: &mut Vec<u8>, items: &[segcache::ops::Listed]) {
+    use std::io::Write as _;
+    let now = crate::metrics::unix_now();
+    for it in items {
+        out.extend_from_slice(b"key=");
+        for &b in &it.key {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                out.push(b);
+            } else {
+                let _ = write!(out, "%{b:02X}");
+            }
+        }
+        let exp = match it.ttl {
+            Ttl::Never => -1,
+            Ttl::Expired => now as i64,
+            Ttl::After(d) => (now + d.as_secs()) as i64,
+        };
+        let fetch = if it.fetched { "yes" } else { "no" };
+        let _ = writeln!(
+            out,
+            " exp={exp} la=0 cas={} fetch={fetch} cls=1 size={}",
+            it.cas, it.size
+        );
     }
 }
 

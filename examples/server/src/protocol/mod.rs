@@ -20,7 +20,7 @@
 //!
 //! Classic commands: `get gets bget gat gats set add replace append prepend
 //! cas delete incr decr touch flush_all version verbosity stats
-//! cache_memlimit quit`. Meta commands: `mg ms md ma mn me`, with their
+//! cache_memlimit lru_crawler quit` (of `lru_crawler`, `metadump` only). Meta commands: `mg ms md ma mn me`, with their
 //! flags parsed into [`MetaFlags`] (keys in base64 with `b` decoded into
 //! [`MetaKey`]); the executor decides what each flag means.
 //!
@@ -182,6 +182,13 @@ pub enum Command<'a> {
     Quit,
     /// `cache_memlimit <megabytes> [noreply]`.
     CacheMemlimit { megabytes: u32, noreply: bool },
+    /// `lru_crawler metadump all|hash|<class ids>`: one line per live item
+    /// of the segments `from..to` of the cache's walk
+    /// ([`segcache::Request::Walk`]), then `END` after the last. The parser
+    /// gives `0..u32::MAX` (everything; segcache has one class, 1) or
+    /// `0..0` (class ids without 1: nothing); the worker's budget cuts it
+    /// into slices of segments.
+    Metadump { from: u32, to: u32 },
     /// `mg <key> <flags>*`.
     MetaGet {
         key: MetaKey<'a>,

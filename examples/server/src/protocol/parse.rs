@@ -336,6 +336,28 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Command<'_>, usize), Parse
             let megabytes = strtoul(a.v[0]).ok_or(unknown)?;
             Command::CacheMemlimit { megabytes, noreply }
         }
+        b"lru_crawler" => {
+            let a = Args::collect(tokens);
+            if a.n != 2 || a.v[0] != b"metadump" {
+                return Err(unknown);
+            }
+            let to = match a.v[1] {
+                b"all" | b"hash" => u32::MAX,
+                ids => {
+                    let mut classes = ids.split(|&b| b == b',');
+                    if !classes.clone().all(|c| strtoul(c).is_some()) {
+                        return Err(unknown);
+                    }
+                    // Every item is in class 1.
+                    if classes.any(|c| strtoul(c) == Some(1)) {
+                        u32::MAX
+                    } else {
+                        0
+                    }
+                }
+            };
+            Command::Metadump { from: 0, to }
+        }
         // memcached 1.6.18 ignores arguments here, but memccapable (which
         // tells servers apart by their version number) requires ERROR from
         // a server that is not a recent memcached: so do older memcacheds.

@@ -207,3 +207,40 @@ pub fn stat(conn: &mut Conn, name: &str) -> Option<String> {
         (w.next() == Some("STAT") && w.next() == Some(name)).then(|| w.next().unwrap().to_string())
     })
 }
+
+/// A `/proc/PID/status` field in KiB.
+pub fn status_kib(pid: u32, field: &str) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("{field} missing"))
+}
+
+pub fn rss(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:") * 1024
+}
+
+pub fn peak(pid: u32) -> u64 {
+    status_kib(pid, "VmHWM:") * 1024
+}
+
+/// A client socket with a small receive buffer, so that a server writing
+/// to it stalls early.
+pub fn stubborn(addr: std::net::SocketAddr) -> std::net::TcpStream {
+    use std::os::fd::AsRawFd;
+    let s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
+    let size: libc::c_int = 4096;
+    // SAFETY: a valid socket and a c_int option value of the given size.
+    unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+    s
+}
