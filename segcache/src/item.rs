@@ -77,6 +77,7 @@ impl Meta {
 /// assert!(cache.set("key", vec![0u8; max + 1], 7, None).is_err());
 /// # Ok::<(), segcache::Error>(())
 /// ```
+#[inline]
 pub fn max_value_len(segment_size: usize, key_len: usize, flags: u32) -> usize {
     let meta = Meta {
         flags,

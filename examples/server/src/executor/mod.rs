@@ -271,6 +271,7 @@ impl Pipe<'_> {
     /// these client flags; then it is refused here as the parser refuses
     /// a value over `max_value` ([`ParseError::TooLarge`]: the reply, and
     /// for `unlink` the old item's unlink), and true is returned.
+    #[inline(always)]
     fn refused_too_large(
         &mut self,
         conn: usize,
@@ -281,6 +282,15 @@ impl Pipe<'_> {
         if value.len() <= segcache::max_value_len(self.settings.segment_size, key.len(), flags) {
             return false;
         }
+        self.refuse_too_large(conn, key, unlink, noreply);
+        true
+    }
+
+    /// [`refused_too_large`](Self::refused_too_large)'s refusal, out of
+    /// the store path.
+    #[cold]
+    #[inline(never)]
+    fn refuse_too_large(&mut self, conn: usize, key: &[u8], unlink: bool, noreply: bool) {
         self.stats.cmd(Cmd::Invalid);
         self.stats.add(Outcome::TooLarge, 1);
         if !noreply {
@@ -289,7 +299,6 @@ impl Pipe<'_> {
         if unlink {
             self.unlink(conn, key);
         }
-        true
     }
 
     /// Turns one parsed command into storage requests and actions. Returns
