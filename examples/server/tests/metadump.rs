@@ -234,3 +234,66 @@ fn a_dump_nobody_reads_holds_about_the_output_limit() {
     );
     drop(stalled);
 }
+
+/// Writes that evict and overwrite while a dump walks the cache: the dump
+/// still ends with `END` and well-formed lines (an item moved meanwhile
+/// may be listed twice or missed, as with memcached's crawler), in every
+/// server shape.
+#[test]
+fn a_dump_during_eviction_churn_ends_well_formed() {
+    for shape in SHAPES {
+        let args = [
+            shape,
+            &[
+                "--heap-size",
+                "4MiB",
+                "--segment-size",
+                "16KiB",
+                "--max-conn-output",
+                "64KiB",
+            ],
+        ]
+        .concat();
+        let server = Server::start(&args);
+        let addr = server.addr;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut c = Conn::new(addr);
+                let mut round = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && round < 200 {
+                    let mut writes = Vec::new();
+                    for i in 0..2000u64 {
+                        let key = (round * 2000 + i) % 150_000;
+                        writes
+                            .extend_from_slice(format!("set k{key} 0 0 40 noreply\r\n").as_bytes());
+                        writes.extend_from_slice(&[b'v'; 40]);
+                        writes.extend_from_slice(b"\r\n");
+                    }
+                    writes.extend_from_slice(b"mn\r\n");
+                    c.send(&writes);
+                    c.read_until_end(b"MN\r\n");
+                    round += 1;
+                }
+            })
+        };
+        for _ in 0..5 {
+            let mut c = Conn::new(addr);
+            c.send(b"lru_crawler metadump all\r\nmn\r\n");
+            let reply = c.read_until_end(b"END\r\nMN\r\n");
+            assert!(reply.ends_with(b"END\r\nMN\r\n"), "{shape:?}: no END");
+            let body = &reply[..reply.len() - 9];
+            for line in std::str::from_utf8(body).unwrap().lines() {
+                assert!(
+                    line.starts_with("key=k") && line.contains(" cls=1 size="),
+                    "{line:?}"
+                );
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        writer.join().unwrap();
+        let mut c = Conn::new(addr);
+        c.expect(b"set after 0 0 1\r\nx\r\n", b"STORED\r\n");
+    }
+}
