@@ -14,6 +14,7 @@
 //! max_conn_output = "4MiB" # replies waiting for one client
 //! max_buffered = "64MiB"  # all clients' buffers together
 //! disable_flush_all = false   # true: refuse flush_all, as memcached -F
+//! enable_shutdown = false     # true: `shutdown` stops the server, as memcached -A
 //!
 //! [worker]
 //! threads = 2
@@ -136,6 +137,11 @@ pub struct Cli {
     /// memcached's `-F`.
     #[arg(long)]
     pub disable_flush_all: bool,
+    /// Let clients stop the server with `shutdown` (or `shutdown
+    /// graceful`), as memcached's `-A`: the same graceful stop as SIGTERM.
+    /// Without it `shutdown` is answered `ERROR: shutdown not enabled`.
+    #[arg(long)]
+    pub enable_shutdown: bool,
     /// Make the whole heap resident at start, as memcached's `-L`: the
     /// first fill pays no page faults, and a heap the machine cannot give
     /// fails the start instead of slowing writes later.
@@ -177,6 +183,7 @@ struct ServerSection {
     max_conn_output: Option<Size>,
     max_buffered: Option<Size>,
     disable_flush_all: Option<bool>,
+    enable_shutdown: Option<bool>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -267,6 +274,9 @@ pub struct Config {
     /// `flush_all` is refused (`--disable-flush-all`,
     /// `server.disable_flush_all`).
     pub disable_flush_all: bool,
+    /// `shutdown` stops the server (`--enable-shutdown`,
+    /// `server.enable_shutdown`).
+    pub enable_shutdown: bool,
     /// Several workers share a sharded cache instead of a storage thread
     /// (`--shared-cache`, `worker.shared_cache`).
     pub shared_cache: bool,
@@ -614,6 +624,7 @@ impl Config {
             max_buffered: max_buffered as usize,
             disable_flush_all: cli.disable_flush_all
                 || file.server.disable_flush_all.unwrap_or(false),
+            enable_shutdown: cli.enable_shutdown || file.server.enable_shutdown.unwrap_or(false),
             shared_cache: cli.shared_cache || file.worker.shared_cache.unwrap_or(false),
             shards: segcache::default_shards(
                 heap_size,

@@ -49,12 +49,14 @@ pub enum Cmd {
     Mn,
     /// `lru_crawler metadump`.
     LruCrawler,
+    /// `shutdown`, when enabled.
+    Shutdown,
     /// Unknown or malformed requests.
     Invalid,
 }
 
 impl Cmd {
-    pub const ALL: [Cmd; 26] = [
+    pub const ALL: [Cmd; 27] = [
         Cmd::Get,
         Cmd::Gets,
         Cmd::Gat,
@@ -80,6 +82,7 @@ impl Cmd {
         Cmd::Ma,
         Cmd::Mn,
         Cmd::LruCrawler,
+        Cmd::Shutdown,
         Cmd::Invalid,
     ];
 
@@ -110,6 +113,7 @@ impl Cmd {
             Cmd::Ma => "ma",
             Cmd::Mn => "mn",
             Cmd::LruCrawler => "lru_crawler",
+            Cmd::Shutdown => "shutdown",
             Cmd::Invalid => "invalid",
         }
     }

@@ -278,6 +278,7 @@ impl Server {
         let ctx = Arc::new(Ctx {
             metrics: Arc::clone(&metrics),
             shutdown: Default::default(),
+            wakers: Default::default(),
             limits,
             settings: crate::executor::Settings {
                 heap_size: config.heap_size,
@@ -288,6 +289,7 @@ impl Server {
                 segment_size: config.segment_size,
                 walk_segments,
                 flush_enabled: !config.disable_flush_all,
+                shutdown_enabled: config.enable_shutdown,
             },
         });
 
@@ -348,6 +350,7 @@ impl Server {
             .spawn(move || admin::run(admin_poll, admin_listener, stats_source, admin_ctx))
             .map_err(io_err("spawn admin"))?;
         wakers.push(admin_waker);
+        let _ = ctx.wakers.set(wakers.clone());
 
         Ok(Server {
             listener,
@@ -369,13 +372,7 @@ impl Server {
     /// A function that starts a graceful shutdown (for signal handlers).
     pub fn shutdown_trigger(&self) -> impl Fn() + Send + Sync + 'static {
         let ctx = Arc::clone(&self.ctx);
-        let wakers = self.wakers.clone();
-        move || {
-            ctx.shutdown.store(true, Ordering::SeqCst);
-            for w in &wakers {
-                let _ = w.wake();
-            }
-        }
+        move || ctx.stop()
     }
 
     /// Accepts connections until shutdown, then stops everything.

@@ -37,7 +37,7 @@
 
 use crate::backend::{Backend, Waited};
 use crate::budget::{self, Budget, Held};
-use crate::executor::{render, Batch, Pipe, Settings};
+use crate::executor::{render, Batch, Pipe, Settings, Then};
 use crate::metrics::{Metrics, Outcome, WorkerStats};
 use crate::protocol::{self, parse, ParseError};
 use mio::net::TcpStream;
@@ -73,11 +73,25 @@ const DRAIN_DEADLINE: Duration = Duration::from_secs(5);
 pub struct Ctx {
     pub metrics: Arc<Metrics>,
     pub shutdown: AtomicBool,
+    /// Every thread's waker (the listener's first), set once they exist:
+    /// what [`Ctx::stop`] wakes.
+    pub wakers: std::sync::OnceLock<Vec<Arc<Waker>>>,
     /// What `stats settings` reports, the largest value accepted, and
     /// whether `flush_all` is allowed.
     pub settings: Settings,
     /// Memory and idle limits of client connections.
     pub limits: budget::Limits,
+}
+
+impl Ctx {
+    /// Starts a graceful shutdown (SIGTERM, or a client's `shutdown`):
+    /// every thread sees the flag when its waker wakes it.
+    pub fn stop(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        for w in self.wakers.get().into_iter().flatten() {
+            let _ = w.wake();
+        }
+    }
 }
 
 struct Conn {
@@ -488,11 +502,15 @@ impl Worker {
                         .admit((req, used, avail), &mut conn.share, pending)
                     {
                         budget::Admit::Whole(req) => {
-                            let quit = pipe.dispatch(t, req);
+                            let then = pipe.dispatch(t, req);
                             conn.rstart += used;
-                            if quit {
+                            if then != Then::Continue {
                                 conn.closing = true;
                                 mark(&mut self.dirty, conn, t);
+                            }
+                            if then == Then::Shutdown {
+                                eprintln!("segcache-server: shutdown requested by a client");
+                                self.ctx.stop();
                             }
                         }
                         budget::Admit::Part(req) => {

@@ -416,6 +416,28 @@ fn a_value_too_large_for_its_key_is_refused_as_an_oversized_one() {
     assert_eq!(stat(&mut c, "too_large").as_deref(), Some("10"));
 }
 
+/// `shutdown` without `--enable-shutdown` is refused word for word as
+/// memcached refuses it without `-A`, whatever its arguments.
+#[test]
+fn shutdown_is_refused_as_memcached_refuses_it() {
+    let Some(mc) = Memcached::start(&[]) else {
+        return;
+    };
+    let ours = Server::start(&[]);
+    let stream: &[u8] = b"shutdown\r\nshutdown graceful\r\nshutdown now please\r\nmn\r\n";
+    let reply = |addr| {
+        let mut c = Conn::new(addr);
+        c.send(stream);
+        c.read_until_end(b"MN\r\n")
+    };
+    let want = reply(mc.addr);
+    assert!(
+        want.starts_with(b"ERROR: shutdown not enabled\r\n"),
+        "{want:?}"
+    );
+    assert_eq!(String::from_utf8(reply(ours.addr)), String::from_utf8(want));
+}
+
 #[test]
 fn data_port_stats() {
     let server = Server::start(&[]);

@@ -96,7 +96,7 @@ fn bad_flags_exit_2_naming_the_flag() {
 fn config_file_is_used_and_flags_override_it() {
     let path = temp_file(
         "good.toml",
-        "[server]\nhost = \"127.0.0.1\"\nport = 1\nmax_connections = 5\n\
+        "[server]\nhost = \"127.0.0.1\"\nport = 1\nmax_connections = 5\nenable_shutdown = true\n\
          [worker]\nthreads = 3\n[seg]\nheap_size = \"8MiB\"\nsegment_size = \"256KiB\"\n\
          eviction = \"fifo\"\n[admin]\nport = 0\n",
     );
@@ -110,6 +110,12 @@ fn config_file_is_used_and_flags_override_it() {
     assert_eq!(
         common::stat(&mut c, "limit_maxbytes").as_deref(),
         Some("8388608")
+    );
+    // `enable_shutdown` took: a mode it does not know is refused as
+    // memcached -A refuses it (not as a disabled shutdown).
+    c.expect(
+        b"shutdown now\r\n",
+        b"CLIENT_ERROR invalid shutdown mode\r\n",
     );
 }
 

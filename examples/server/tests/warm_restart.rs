@@ -73,6 +73,60 @@ fn saves_on_sigterm_only(shape: &[&str], meta: &str) {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// With `--enable-shutdown`, a client's `shutdown` is SIGTERM's graceful
+/// stop: the replies to what came before it are written, the datapool is
+/// saved, the server exits 0 and the next start restores the items; in
+/// every server shape.
+#[test]
+fn a_client_shutdown_saves_and_exits_like_sigterm() {
+    for shape in [
+        &["--workers", "1"][..],
+        &["--workers", "2"],
+        &["--workers", "2", "--shared-cache"],
+    ] {
+        let (dir, pool_arg) = scratch_pool(&format!("segcache-server-shutdown-{}", shape.concat()));
+        let args = [
+            &["--heap-size", "16MiB", "--datapool", pool_arg.as_str()][..],
+            shape,
+        ]
+        .concat();
+        let mut server = Server::start(&[&args[..], &["--enable-shutdown"]].concat());
+        let mut conn = server.connect();
+        let mut req = Vec::new();
+        for i in 0..300u32 {
+            req.extend_from_slice(
+                format!("set key{i} {i} 0 6\r\nval{:03}\r\n", i % 1000).as_bytes(),
+            );
+        }
+        req.extend_from_slice(b"get key7\r\nshutdown now\r\nshutdown\r\nget key8\r\n");
+        conn.send(&req);
+        let mut want = b"STORED\r\n".repeat(300);
+        want.extend_from_slice(b"VALUE key7 7 6\r\nval007\r\nEND\r\n");
+        // As memcached with -A: a mode it does not know is refused.
+        want.extend_from_slice(b"CLIENT_ERROR invalid shutdown mode\r\n");
+        assert_eq!(
+            conn.read_n(want.len() + 1),
+            want,
+            "{shape:?}: replies before it, none after"
+        );
+        assert!(conn.closed(), "{shape:?}: the connection closes");
+        assert_eq!(server.wait_exit(), Some(0), "{shape:?}: graceful exit");
+
+        let server = Server::start(&args);
+        let mut conn = server.connect();
+        conn.expect(
+            b"get key299\r\n",
+            b"VALUE key299 299 6\r\nval299\r\nEND\r\n",
+        );
+        // Not enabled here: refused as memcached refuses it without -A.
+        conn.expect(b"shutdown\r\n", b"ERROR: shutdown not enabled\r\n");
+        conn.expect(b"get key1\r\n", b"VALUE key1 1 6\r\nval001\r\nEND\r\n");
+        drop(conn);
+        drop(server);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
+
 #[test]
 fn an_unusable_datapool_path_is_a_config_error() {
     let out = Command::new(BIN)

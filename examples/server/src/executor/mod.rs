@@ -56,6 +56,19 @@ pub struct Settings {
     pub walk_segments: u32,
     /// `flush_all` is allowed (memcached's `-F` turns it off).
     pub flush_enabled: bool,
+    /// `shutdown` stops the server (memcached's `-A`).
+    pub shutdown_enabled: bool,
+}
+
+/// What the worker does after a command (`Pipe::dispatch` says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    /// Read the connection's next command.
+    Continue,
+    /// Close the connection once its replies are written (`quit`).
+    Close,
+    /// Close it and stop the server gracefully (`shutdown`, when enabled).
+    Shutdown,
 }
 
 /// How to render one command's reply from its storage responses. Every
@@ -301,9 +314,9 @@ impl Pipe<'_> {
         }
     }
 
-    /// Turns one parsed command into storage requests and actions. Returns
-    /// true for `quit`.
-    pub fn dispatch(&mut self, conn: usize, cmd: Command<'_>) -> bool {
+    /// Turns one parsed command into storage requests and actions, and
+    /// says what becomes of the connection.
+    pub fn dispatch(&mut self, conn: usize, cmd: Command<'_>) -> Then {
         self.count_request();
         let stats = self.stats;
         match cmd {
@@ -348,7 +361,7 @@ impl Pipe<'_> {
                 // only (not `cas`, which it counts apart).
                 let unlink = mode == StoreMode::Set && cas.is_none();
                 if self.refused_too_large(conn, (key, flags, value), unlink, noreply) {
-                    return false;
+                    return Then::Continue;
                 }
                 stats.cmd(match (mode, cas) {
                     (_, Some(_)) => Cmd::Cas,
@@ -474,7 +487,21 @@ impl Pipe<'_> {
             }
             Command::Quit => {
                 stats.cmd(Cmd::Quit);
-                return true;
+                return Then::Close;
+            }
+            Command::Shutdown { known } => {
+                if !self.settings.shutdown_enabled {
+                    stats.cmd(Cmd::Invalid);
+                    self.local(conn, |o| {
+                        o.extend_from_slice(b"ERROR: shutdown not enabled\r\n")
+                    });
+                } else if !known {
+                    stats.cmd(Cmd::Invalid);
+                    self.local(conn, |o| write_client_error(o, "invalid shutdown mode"));
+                } else {
+                    stats.cmd(Cmd::Shutdown);
+                    return Then::Shutdown;
+                }
             }
             Command::MetaNoop => {
                 stats.cmd(Cmd::Mn);
@@ -496,7 +523,7 @@ impl Pipe<'_> {
                 // any mode.
                 let client_flags = flags.client_flags.unwrap_or(0);
                 if self.refused_too_large(conn, (key.bytes(), client_flags, value), true, false) {
-                    return false;
+                    return Then::Continue;
                 }
                 stats.cmd(Cmd::Ms);
                 self.meta_set(conn, key, value, flags);
@@ -522,7 +549,7 @@ impl Pipe<'_> {
                 self.meta_arith(conn, key, flags);
             }
         }
-        false
+        Then::Continue
     }
 
     /// One read per key (a multi-get is one atomic step per key, as in

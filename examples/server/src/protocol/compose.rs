@@ -323,6 +323,9 @@ impl Command<'_> {
                 push_tokens(out, args);
             }
             Command::Quit => out.extend_from_slice(b"quit"),
+            Command::Shutdown { known } => {
+                out.extend_from_slice(if known { b"shutdown" } else { b"shutdown now" })
+            }
             Command::CacheMemlimit { megabytes, noreply } => {
                 out.extend_from_slice(b"cache_memlimit ");
                 push_u64(out, u64::from(megabytes));

@@ -20,7 +20,8 @@
 //!
 //! Classic commands: `get gets bget gat gats set add replace append prepend
 //! cas delete incr decr touch flush_all version verbosity stats
-//! cache_memlimit lru_crawler quit` (of `lru_crawler`, `metadump` only). Meta commands: `mg ms md ma mn me`, with their
+//! cache_memlimit lru_crawler shutdown quit` (of `lru_crawler`, `metadump`
+//! only). Meta commands: `mg ms md ma mn me`, with their
 //! flags parsed into [`MetaFlags`] (keys in base64 with `b` decoded into
 //! [`MetaKey`]); the executor decides what each flag means.
 //!
@@ -180,6 +181,10 @@ pub enum Command<'a> {
     Stats { args: Tokens<'a> },
     /// `quit`: close the connection without a reply.
     Quit,
+    /// `shutdown [graceful]`: stop the server, if it lets clients;
+    /// `known` is false for any other arguments (memcached refuses them
+    /// only when shutdown is enabled).
+    Shutdown { known: bool },
     /// `cache_memlimit <megabytes> [noreply]`.
     CacheMemlimit { megabytes: u32, noreply: bool },
     /// `lru_crawler metadump all|hash|<class ids>`: one line per live item

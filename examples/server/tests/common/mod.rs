@@ -92,6 +92,11 @@ impl Server {
             .args(["-s", sig, &pid])
             .status()
             .expect("kill");
+        self.wait_exit()
+    }
+
+    /// Waits (bounded) for the server to exit on its own; its exit code.
+    pub fn wait_exit(&mut self) -> Option<i32> {
         let child = self.child.as_mut().unwrap();
         let deadline = Instant::now() + Duration::from_secs(15);
         while Instant::now() < deadline {
