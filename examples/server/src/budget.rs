@@ -200,10 +200,12 @@ impl Budget {
     /// each reserved at twice its size: a line is about 80 bytes and the
     /// key, so twice covers items of 80 bytes or more; a segment of
     /// smaller items lists more than it reserved (up to ~13x for
-    /// one-byte keys and empty values).
+    /// one-byte keys and empty values). At most a quarter of the budget,
+    /// so that a dump always fits one (a small `--max-value` may leave a
+    /// budget smaller than a segment).
     pub fn with_walk(mut self, segments: u32, segment_size: usize) -> Budget {
         self.walk_segments = segments;
-        self.per_segment = 2 * segment_size.max(1);
+        self.per_segment = (2 * segment_size).min(self.cap / 4).max(1);
         self
     }
 

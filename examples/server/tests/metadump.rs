@@ -297,3 +297,32 @@ fn a_dump_during_eviction_churn_ends_well_formed() {
         c.expect(b"set after 0 0 1\r\nx\r\n", b"STORED\r\n");
     }
 }
+
+/// A small `--max-value` allows a buffer budget smaller than a segment:
+/// the dump still comes whole, in smaller slices.
+#[test]
+fn a_dump_fits_a_budget_smaller_than_a_segment() {
+    let server = Server::start(&[
+        "--workers",
+        "2",
+        "--max-value",
+        "1KiB",
+        "--max-buffered",
+        "1MiB",
+        "--segment-size",
+        "1MiB",
+        "--heap-size",
+        "64MiB",
+    ]);
+    let mut c = Conn::new(server.addr);
+    let mut writes = Vec::new();
+    for i in 0..20_000 {
+        writes.extend_from_slice(format!("set key:{i} 0 0 2 noreply\r\nab\r\n").as_bytes());
+    }
+    writes.extend_from_slice(b"mn\r\n");
+    c.send(&writes);
+    c.read_until_end(b"MN\r\n");
+    let (lines, after) = dump(server.addr, b"mn\r\n", b"MN\r\n");
+    assert_eq!(lines.len(), 20_000);
+    assert_eq!(after, b"MN\r\n");
+}
