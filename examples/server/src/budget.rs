@@ -5,7 +5,7 @@
 //! it lets memory grow — before a read buffer grows ([`Budget::may_grow`])
 //! and before it dispatches a request whose reply or payload is large
 //! ([`Budget::reserve`]: a store's value, `per_value` bytes for each key of
-//! a get). Reservations last until the batch's replies are rendered
+//! a get, `per_segment` bytes for each segment a key dump lists). Reservations last until the batch's replies are rendered
 //! ([`Budget::settle`]); by then the rendered bytes are in the connections'
 //! write buffers and counted there.
 //!
