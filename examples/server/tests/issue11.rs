@@ -356,6 +356,8 @@ fn stats_sub_commands_and_cache_memlimit() {
     let reply = String::from_utf8(c.read_until_end(b"END\r\n")).unwrap();
     assert!(reply.contains("STAT maxbytes 67108864\r\n"), "{reply}");
     assert!(reply.contains("STAT cas_enabled yes\r\n"), "{reply}");
+    // As memcached without -A.
+    assert!(reply.contains("STAT shutdown_command no\r\n"), "{reply}");
     for sub in ["items", "slabs", "conns", "cachedump 1 1"] {
         c.expect(format!("stats {sub}\r\n").as_bytes(), b"END\r\n");
     }

@@ -111,8 +111,15 @@ fn config_file_is_used_and_flags_override_it() {
         common::stat(&mut c, "limit_maxbytes").as_deref(),
         Some("8388608")
     );
-    // `enable_shutdown` took: a mode it does not know is refused as
-    // memcached -A refuses it (not as a disabled shutdown).
+    // `enable_shutdown` took: `stats settings` says so, and a mode it does
+    // not know is refused as memcached -A refuses it (not as a disabled
+    // shutdown).
+    c.send(b"stats settings\r\n");
+    let settings = String::from_utf8(c.read_until_end(b"END\r\n")).unwrap();
+    assert!(
+        settings.contains("STAT shutdown_command yes\r\n"),
+        "{settings}"
+    );
     c.expect(
         b"shutdown now\r\n",
         b"CLIENT_ERROR invalid shutdown mode\r\n",

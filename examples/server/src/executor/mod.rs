@@ -793,12 +793,16 @@ fn memlimit_reply(megabytes: u32) -> &'static [u8] {
 fn stats_subcommand(out: &mut Vec<u8>, mut args: Tokens<'_>, s: Settings) {
     match args.next().unwrap_or_default() {
         b"settings" => {
-            let lines: [(&str, String); 12] = [
+            let lines: [(&str, String); 13] = [
                 ("maxbytes", s.heap_size.to_string()),
                 ("maxconns", s.max_connections.to_string()),
                 ("tcpport", s.port.to_string()),
                 ("udpport", "0".into()),
                 ("evictions", "on".into()),
+                (
+                    "shutdown_command",
+                    if s.shutdown_enabled { "yes" } else { "no" }.into(),
+                ),
                 ("num_threads", s.workers.to_string()),
                 ("cas_enabled", "yes".into()),
                 ("item_size_max", s.max_value.to_string()),
