@@ -666,7 +666,8 @@ mod tests {
         // With a slice in flight, none more past the output limit; with
         // none in flight, one may go (the worker stops reading a connection
         // whose output is full before it asks). A class list without
-        // class 1 is an empty dump, whole at once.
+        // class 1 is refused by the parser; a dump of no segments is whole
+        // at once.
         let mut share = Share::default();
         assert!(matches!(
             b.admit((all(), 26, b""), &mut share, 0),

@@ -47,7 +47,7 @@ pub enum Cmd {
     Md,
     Ma,
     Mn,
-    /// `lru_crawler metadump`.
+    /// `lru_crawler metadump` and `crawl`.
     LruCrawler,
     /// `shutdown`, when enabled.
     Shutdown,

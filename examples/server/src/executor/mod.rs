@@ -111,6 +111,8 @@ pub(crate) enum Kind {
     },
     /// One segment of `lru_crawler metadump`: a line per item.
     Walk,
+    /// `lru_crawler crawl`: `OK` once the expired segments are freed.
+    Crawl,
     /// A response nobody waits for (the unlink after an oversized set).
     Discard,
     /// `mg`; with `peek`, a read-only `Get` went first so that a `t` flag
@@ -467,7 +469,7 @@ impl Pipe<'_> {
             }
             Command::Metadump { from, to } => {
                 // The budget sliced it: each slice walks its segments, the
-                // last (or an empty dump) ends with `END`.
+                // last ends with `END`.
                 if from == 0 {
                     stats.cmd(Cmd::LruCrawler);
                 }
@@ -475,9 +477,14 @@ impl Pipe<'_> {
                     self.submit(Request::Walk { segment });
                     self.push(conn, Kind::Walk);
                 }
-                if to == 0 || to >= self.settings.walk_segments {
+                if to >= self.settings.walk_segments {
                     self.local(conn, protocol::write_end);
                 }
+            }
+            Command::Crawl => {
+                stats.cmd(Cmd::LruCrawler);
+                self.submit(Request::Expire);
+                self.push(conn, Kind::Crawl);
             }
             Command::CacheMemlimit { megabytes, noreply } => {
                 stats.cmd(Cmd::Invalid);

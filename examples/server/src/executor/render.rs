@@ -214,6 +214,10 @@ pub(crate) fn render(
                 }
             }
         }
+        Kind::Crawl => match next(replies) {
+            Some(Response::Expired(_)) => Reply::Ok.write(out),
+            _ => failed(out),
+        },
         Kind::Walk => match next(replies) {
             Some(Response::Walked(walked)) => write_metadump(out, &walked.items),
             _ => failed(out),

@@ -361,13 +361,8 @@ impl Command<'_> {
                 out.extend_from_slice(value);
             }
             Command::MetaNoop => out.extend_from_slice(b"mn"),
-            Command::Metadump { to, .. } => {
-                out.extend_from_slice(if to == 0 {
-                    b"lru_crawler metadump 2"
-                } else {
-                    b"lru_crawler metadump all"
-                });
-            }
+            Command::Crawl => out.extend_from_slice(b"lru_crawler crawl all"),
+            Command::Metadump { .. } => out.extend_from_slice(b"lru_crawler metadump all"),
         }
         out.extend_from_slice(b"\r\n");
     }

@@ -21,7 +21,7 @@
 //! Classic commands: `get gets bget gat gats set add replace append prepend
 //! cas delete incr decr touch flush_all version verbosity stats
 //! cache_memlimit lru_crawler shutdown quit` (of `lru_crawler`, `metadump`
-//! only). Meta commands: `mg ms md ma mn me`, with their
+//! and `crawl`). Meta commands: `mg ms md ma mn me`, with their
 //! flags parsed into [`MetaFlags`] (keys in base64 with `b` decoded into
 //! [`MetaKey`]); the executor decides what each flag means.
 //!
@@ -187,13 +187,16 @@ pub enum Command<'a> {
     Shutdown { known: bool },
     /// `cache_memlimit <megabytes> [noreply]`.
     CacheMemlimit { megabytes: u32, noreply: bool },
-    /// `lru_crawler metadump all|hash|<class ids>`: one line per live item
-    /// of the segments `from..to` of the cache's walk
+    /// `lru_crawler metadump all|hash|<class ids with 1>`: one line per
+    /// live item of the segments `from..to` of the cache's walk
     /// ([`segcache::Request::Walk`]), then `END` after the last. The parser
-    /// gives `0..u32::MAX` (everything; segcache has one class, 1) or
-    /// `0..0` (class ids without 1: nothing); the worker's budget cuts it
-    /// into slices of segments.
+    /// gives `0..u32::MAX` (everything: segcache has one class, 1); the
+    /// worker's budget cuts it into slices of segments.
     Metadump { from: u32, to: u32 },
+    /// `lru_crawler crawl all|<class ids with 1>`: reclaim expired items
+    /// now (segcache's segments expire whole, on their own, every second;
+    /// this frees the ones due at once).
+    Crawl,
     /// `mg <key> <flags>*`.
     MetaGet {
         key: MetaKey<'a>,
@@ -478,6 +481,10 @@ pub enum ParseError {
     Close,
     /// Unknown command or wrong number of arguments: reply `ERROR`.
     UnknownCommand { consumed: usize },
+    /// `lru_crawler` naming slab classes segcache does not have (it has
+    /// one, class 1): reply `BADCLASS invalid class id`, as memcached does
+    /// for a class it does not have.
+    BadClass { consumed: usize },
     /// Malformed request: reply `CLIENT_ERROR <msg>` unless `noreply`
     /// (memcached keeps quiet on errors of noreply commands too). For a
     /// storage command whose line is malformed, only the line is consumed,
@@ -518,7 +525,9 @@ impl ParseError {
     pub fn consumed(&self) -> Option<usize> {
         match *self {
             ParseError::Incomplete | ParseError::LineTooLong | ParseError::Close => None,
-            ParseError::UnknownCommand { consumed } => Some(consumed),
+            ParseError::UnknownCommand { consumed } | ParseError::BadClass { consumed } => {
+                Some(consumed)
+            }
             ParseError::ClientError { consumed, .. } => Some(consumed),
             ParseError::TooLarge { swallow, .. } => Some(swallow),
         }
@@ -536,6 +545,7 @@ impl ParseError {
             ParseError::Incomplete | ParseError::Close => {}
             ParseError::LineTooLong => write_client_error(out, msg::LINE_TOO_LONG),
             ParseError::UnknownCommand { .. } => Reply::Error.write(out),
+            ParseError::BadClass { .. } => out.extend_from_slice(b"BADCLASS invalid class id\r\n"),
             ParseError::ClientError { msg, noreply, .. } => {
                 if !noreply {
                     write_client_error(out, msg)
@@ -575,6 +585,7 @@ impl fmt::Display for ParseError {
             ParseError::LineTooLong => f.write_str("line too long"),
             ParseError::Close => f.write_str("HTTP request"),
             ParseError::UnknownCommand { .. } => f.write_str("unknown command"),
+            ParseError::BadClass { .. } => f.write_str("invalid class id"),
             ParseError::ClientError { msg, .. } => write!(f, "client error: {msg}"),
             ParseError::TooLarge { swallow, .. } => {
                 write!(f, "object too large ({swallow} bytes to swallow)")

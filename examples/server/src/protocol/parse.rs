@@ -338,25 +338,26 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Command<'_>, usize), Parse
         }
         b"lru_crawler" => {
             let a = Args::collect(tokens);
-            if a.n != 2 || a.v[0] != b"metadump" {
+            if a.n != 2 || !matches!(a.v[0], b"metadump" | b"crawl") {
                 return Err(unknown);
             }
-            let to = match a.v[1] {
-                b"all" | b"hash" => u32::MAX,
-                ids => {
-                    let mut classes = ids.split(|&b| b == b',');
-                    if !classes.clone().all(|c| strtoul(c).is_some()) {
-                        return Err(unknown);
-                    }
-                    // Every item is in class 1.
-                    if classes.any(|c| strtoul(c) == Some(1)) {
-                        u32::MAX
-                    } else {
-                        0
-                    }
-                }
+            // Every item is in class 1: the command must name it.
+            let class_one = match a.v[1] {
+                b"all" => true,
+                b"hash" => a.v[0] == b"metadump",
+                ids => ids.split(|&b| b == b',').any(|c| strtoul(c) == Some(1)),
             };
-            Command::Metadump { from: 0, to }
+            if !class_one {
+                return Err(ParseError::BadClass { consumed: line_len });
+            }
+            if a.v[0] == b"crawl" {
+                Command::Crawl
+            } else {
+                Command::Metadump {
+                    from: 0,
+                    to: u32::MAX,
+                }
+            }
         }
         // memcached 1.6.18 ignores arguments here, but memccapable (which
         // tells servers apart by their version number) requires ERROR from

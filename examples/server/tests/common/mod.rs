@@ -143,9 +143,15 @@ impl Conn {
 
     /// Reads until the received bytes end with `end` (or the timeout).
     pub fn read_until_end(&mut self, end: &[u8]) -> Vec<u8> {
+        self.read_until(|buf| buf.ends_with(end))
+    }
+
+    /// Reads until `done` says the received bytes are complete (or the
+    /// timeout).
+    pub fn read_until(&mut self, done: impl Fn(&[u8]) -> bool) -> Vec<u8> {
         let deadline = Instant::now() + TIMEOUT;
         let mut chunk = [0u8; 65536];
-        while !self.buf.ends_with(end) && Instant::now() < deadline {
+        while !done(&self.buf) && Instant::now() < deadline {
             match self.stream.read(&mut chunk) {
                 Ok(0) => break,
                 Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
