@@ -15,6 +15,8 @@
 //! max_buffered = "64MiB"  # all clients' buffers together
 //! disable_flush_all = false   # true: refuse flush_all, as memcached -F
 //! enable_shutdown = false     # true: `shutdown` stops the server, as memcached -A
+//! unix_socket = "/run/segcache.sock"  # also listen here, as memcached -s
+//! unix_mask = "700"           # the socket file's permissions (octal), as memcached -a
 //!
 //! [worker]
 //! threads = 2
@@ -74,6 +76,15 @@ pub struct Cli {
     /// Port to listen on; 0 picks a free one [default: 12321].
     #[arg(long)]
     pub port: Option<u16>,
+    /// Also listen on this Unix domain socket, as memcached's `-s` (a
+    /// socket file left there by an earlier run is replaced; the file is
+    /// removed at shutdown). Clients on the same host skip TCP.
+    #[arg(long, value_name = "PATH")]
+    pub unix_socket: Option<PathBuf>,
+    /// Permissions of the Unix socket file, in octal, as memcached's `-a`
+    /// [default: 700: only the server's user may connect].
+    #[arg(long, value_name = "OCTAL")]
+    pub unix_mask: Option<String>,
     /// Worker (network) threads [default: 2]. One worker owns the cache
     /// itself; several share a storage thread that owns it.
     #[arg(long)]
@@ -184,6 +195,8 @@ struct ServerSection {
     max_buffered: Option<Size>,
     disable_flush_all: Option<bool>,
     enable_shutdown: Option<bool>,
+    unix_socket: Option<String>,
+    unix_mask: Option<String>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -248,6 +261,9 @@ fn err(key: &str, reason: impl Into<String>) -> ConfigError {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// Unix domain socket to listen on too, and its file's permissions
+    /// (`--unix-socket`/`--unix-mask`, `server.unix_socket`/`unix_mask`).
+    pub unix_socket: Option<(PathBuf, u32)>,
     pub admin: SocketAddr,
     pub workers: usize,
     pub max_connections: usize,
@@ -602,7 +618,45 @@ impl Config {
             admin_port,
         )?;
 
+        let unix_mask_key = flagged("server.unix_mask", "--unix-mask", cli.unix_mask.is_some());
+        let unix_mask = match cli
+            .unix_mask
+            .as_deref()
+            .or(file.server.unix_mask.as_deref())
+        {
+            None => 0o700,
+            Some(text) => u32::from_str_radix(text, 8)
+                .ok()
+                .filter(|&m| m <= 0o777)
+                .ok_or_else(|| {
+                    err(
+                        &unix_mask_key,
+                        format!("{text:?} is not octal permissions (000 to 777)"),
+                    )
+                })?,
+        };
+        let unix_socket = match (&cli.unix_socket, &file.server.unix_socket) {
+            (Some(path), _) => Some(path.clone()),
+            (None, Some(path)) => Some(PathBuf::from(path)),
+            (None, None) => None,
+        };
+        if let Some(path) = &unix_socket {
+            let key = flagged(
+                "server.unix_socket",
+                "--unix-socket",
+                cli.unix_socket.is_some(),
+            );
+            // sun_path holds 108 bytes with its terminating NUL on Linux.
+            if path.as_os_str().is_empty() || path.as_os_str().len() > 107 {
+                return Err(err(
+                    &key,
+                    format!("{path:?} is empty or longer than 107 bytes"),
+                ));
+            }
+        }
+        let unix_socket = unix_socket.map(|p| (p, unix_mask));
         Ok(Config {
+            unix_socket,
             listen,
             admin,
             workers,
@@ -769,6 +823,22 @@ mod tests {
             ..Cli::default()
         };
         assert!(Config::from_toml("", &cli).unwrap().shared_cache);
+        // The Unix socket: from the file, its mask in octal, the flag first.
+        assert_eq!(
+            Config::from_toml("", &Cli::default()).unwrap().unix_socket,
+            None
+        );
+        let text = "[server]\nunix_socket = \"/tmp/a.sock\"\nunix_mask = \"750\"\n";
+        let c = Config::from_toml(text, &Cli::default()).unwrap();
+        assert_eq!(c.unix_socket, Some(("/tmp/a.sock".into(), 0o750)));
+        let cli = Cli {
+            unix_socket: Some("/tmp/b.sock".into()),
+            ..Cli::default()
+        };
+        let c = Config::from_toml(text, &cli).unwrap();
+        assert_eq!(c.unix_socket, Some(("/tmp/b.sock".into(), 0o750)));
+        let e = Config::from_toml("[server]\nunix_mask = \"rw\"\n", &Cli::default()).unwrap_err();
+        assert!(e.to_string().contains("server.unix_mask"), "{e}");
     }
 
     #[test]

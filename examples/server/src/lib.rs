@@ -12,6 +12,7 @@
 //!   parsed commands to the executor in batches.
 //! * [`budget`]: the bound on the memory client buffers take.
 //! * [`metrics`]: counters, latency histogram, `stats` and Prometheus text.
+//! * [`stream`]: a client's socket, TCP or Unix domain.
 
 pub mod admin;
 pub mod backend;
@@ -21,4 +22,5 @@ pub mod executor;
 pub mod metrics;
 pub mod protocol;
 pub mod server;
+pub mod stream;
 pub mod worker;

@@ -81,6 +81,12 @@ fn main() -> ExitCode {
         config.eviction.name(),
         config.max_connections
     );
+    if let Some((path, mode)) = &config.unix_socket {
+        eprintln!(
+            "segcache-server: also listening on unix socket {} (mode {mode:o})",
+            path.display()
+        );
+    }
     match server.run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -14,6 +14,7 @@ use crate::admin;
 use crate::backend::{Backend, OwnedCache, StatsPort, StatsSource, StorageWait};
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::stream::Stream;
 use crate::worker::{Ctx, Worker};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -22,6 +23,7 @@ use segcache::{
 };
 use std::io::{self, Write};
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
@@ -30,6 +32,7 @@ use std::time::Duration;
 
 const LISTENER: Token = Token(0);
 const WAKE: Token = Token(1);
+const UNIX_LISTENER: Token = Token(2);
 /// Reply to a connection past `max_connections`.
 pub const TOO_MANY: &[u8] = b"SERVER_ERROR too many open connections\r\n";
 
@@ -56,7 +59,10 @@ pub struct Server {
     listener: TcpListener,
     poll: Poll,
     wakers: Vec<Arc<Waker>>,
-    senders: Vec<Sender<mio::net::TcpStream>>,
+    senders: Vec<Sender<Stream>>,
+    /// The Unix domain socket listener (`--unix-socket`) and its path,
+    /// removed at shutdown.
+    unix: Option<(mio::net::UnixListener, PathBuf)>,
     workers: Vec<JoinHandle<Result<(), String>>>,
     admin: Option<JoinHandle<()>>,
     /// The storage thread (absent when the one worker owns the cache).
@@ -90,6 +96,33 @@ pub fn listen(addr: SocketAddr, backlog: u32) -> io::Result<std::net::TcpListene
         return Err(io::Error::last_os_error());
     }
     listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// A non-blocking Unix domain socket listener at `path` with room for
+/// `backlog` waiting connections, its file given `mode`. A socket file
+/// already there (left by a run that did not stop cleanly) is replaced;
+/// any other file is an error, never removed.
+pub fn listen_unix(path: &Path, backlog: u32, mode: u32) -> io::Result<mio::net::UnixListener> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "a file that is not a socket is there",
+            ));
+        }
+        std::fs::remove_file(path)?;
+    }
+    let listener = mio::net::UnixListener::bind(path)?;
+    let backlog = libc::c_int::try_from(backlog).unwrap_or(libc::c_int::MAX);
+    // SAFETY: as in `listen`: the descriptor belongs to `listener`, which
+    // outlives the call, and listen() only sets the backlog.
+    if unsafe { libc::listen(listener.as_raw_fd(), backlog) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
     Ok(listener)
 }
 
@@ -297,6 +330,21 @@ impl Server {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)
             .map_err(io_err("register listener"))?;
+        let unix = match &config.unix_socket {
+            None => None,
+            Some((path, mode)) => {
+                let mut unix = listen_unix(path, config.backlog, *mode).map_err(|e| {
+                    StartError::Config(crate::config::ConfigError {
+                        key: "server.unix_socket (--unix-socket)".into(),
+                        reason: format!("cannot listen on {}: {e}", path.display()),
+                    })
+                })?;
+                poll.registry()
+                    .register(&mut unix, UNIX_LISTENER, Interest::READABLE)
+                    .map_err(io_err("register unix listener"))?;
+                Some((unix, path.clone()))
+            }
+        };
         let listener_waker = Arc::new(Waker::new(poll.registry(), WAKE).map_err(io_err("waker"))?);
 
         let mut wakers = vec![Arc::clone(&listener_waker)];
@@ -357,6 +405,7 @@ impl Server {
             poll,
             wakers,
             senders,
+            unix,
             workers,
             admin: Some(admin),
             storage,
@@ -375,11 +424,59 @@ impl Server {
         move || ctx.stop()
     }
 
+    /// Accepts every connection waiting on one listener (`accept` takes
+    /// the next, `wrap` makes it a [`Stream`]) and hands each to a worker
+    /// in turn, or refuses it past `--max-connections`. False when the
+    /// server is stopping.
+    fn accept_all<C: Write>(
+        &mut self,
+        next: &mut usize,
+        accept: impl Fn(&Self) -> io::Result<C>,
+        wrap: impl Fn(C) -> Stream,
+    ) -> bool {
+        let metrics = Arc::clone(&self.ctx.metrics);
+        loop {
+            let mut conn = match accept(self) {
+                Ok(c) => c,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    eprintln!("segcache-server: accept failed: {e}");
+                    thread::sleep(Duration::from_millis(10));
+                    return true;
+                }
+            };
+            let open = metrics.curr_connections.load(Ordering::Relaxed);
+            if open >= metrics.max_connections {
+                metrics.refused_connections.fetch_add(1, Ordering::Relaxed);
+                let _ = conn.write(TOO_MANY);
+                let _ = wrap(conn).shutdown_write();
+                continue;
+            }
+            let stream = wrap(conn);
+            if let Stream::Tcp(tcp) = &stream {
+                let _ = tcp.set_nodelay(true);
+            }
+            metrics.curr_connections.fetch_add(1, Ordering::Relaxed);
+            metrics.total_connections.fetch_add(1, Ordering::Relaxed);
+            let w = *next % self.senders.len();
+            *next = next.wrapping_add(1);
+            if self.senders[w].send(stream).is_err() {
+                metrics.curr_connections.fetch_sub(1, Ordering::Relaxed);
+                return false;
+            }
+            let _ = self.wakers[w + 1].wake();
+            if self.ctx.shutdown.load(Ordering::SeqCst) {
+                return false;
+            }
+        }
+    }
+
     /// Accepts connections until shutdown, then stops everything.
     pub fn run(mut self) -> Result<(), String> {
         let mut events = Events::with_capacity(256);
         let mut next = 0usize;
-        let metrics = Arc::clone(&self.ctx.metrics);
         'serve: loop {
             if let Err(e) = self.poll.poll(&mut events, None) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -391,45 +488,39 @@ impl Server {
             if self.ctx.shutdown.load(Ordering::SeqCst) {
                 break;
             }
-            if !events.iter().any(|e| e.token() == LISTENER) {
-                continue;
+            let (tcp, unix) = events.iter().fold((false, false), |(t, u), e| {
+                (t || e.token() == LISTENER, u || e.token() == UNIX_LISTENER)
+            });
+            if tcp
+                && !self.accept_all(
+                    &mut next,
+                    |s| s.listener.accept().map(|(c, _)| c),
+                    Stream::Tcp,
+                )
+            {
+                break 'serve;
             }
-            loop {
-                let (mut stream, _) = match self.listener.accept() {
-                    Ok(s) => s,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) => {
-                        // EMFILE and friends: back off instead of spinning.
-                        eprintln!("segcache-server: accept failed: {e}");
-                        thread::sleep(Duration::from_millis(10));
-                        break;
-                    }
-                };
-                let open = metrics.curr_connections.load(Ordering::Relaxed);
-                if open >= metrics.max_connections {
-                    metrics.refused_connections.fetch_add(1, Ordering::Relaxed);
-                    let _ = stream.write(TOO_MANY);
-                    let _ = stream.shutdown(std::net::Shutdown::Write);
-                    continue;
-                }
-                let _ = stream.set_nodelay(true);
-                metrics.curr_connections.fetch_add(1, Ordering::Relaxed);
-                metrics.total_connections.fetch_add(1, Ordering::Relaxed);
-                let w = next % self.senders.len();
-                next = next.wrapping_add(1);
-                if self.senders[w].send(stream).is_err() {
-                    metrics.curr_connections.fetch_sub(1, Ordering::Relaxed);
-                    break 'serve;
-                }
-                let _ = self.wakers[w + 1].wake();
-                if self.ctx.shutdown.load(Ordering::SeqCst) {
+            if unix {
+                let accepted = self.accept_all(
+                    &mut next,
+                    |s| match &s.unix {
+                        Some((listener, _)) => listener.accept().map(|(c, _)| c),
+                        None => Err(io::ErrorKind::WouldBlock.into()),
+                    },
+                    Stream::Unix,
+                );
+                if !accepted {
                     break 'serve;
                 }
             }
         }
         // Stop accepting, then let workers finish what they read.
         let _ = self.poll.registry().deregister(&mut self.listener);
+        if let Some((mut listener, path)) = self.unix.take() {
+            let _ = self.poll.registry().deregister(&mut listener);
+            drop(listener);
+            let _ = std::fs::remove_file(path);
+        }
         (self.shutdown_trigger())();
         drop(self.listener);
         drop(self.senders);

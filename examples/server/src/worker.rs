@@ -40,7 +40,7 @@ use crate::budget::{self, Budget, Held};
 use crate::executor::{render, Batch, Pipe, Settings, Then};
 use crate::metrics::{Metrics, Outcome, WorkerStats};
 use crate::protocol::{self, parse, ParseError};
-use mio::net::TcpStream;
+use crate::stream::Stream;
 use mio::{Events, Interest, Poll, Token, Waker};
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -95,7 +95,7 @@ impl Ctx {
 }
 
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     /// `rbuf[rstart..rend]` is received, unparsed input.
     rbuf: Vec<u8>,
     rstart: usize,
@@ -158,7 +158,7 @@ pub struct Worker {
     poll: Poll,
     conns: Vec<Option<Conn>>,
     free: Vec<usize>,
-    incoming: Receiver<TcpStream>,
+    incoming: Receiver<Stream>,
     backend: Backend,
     stats: Arc<WorkerStats>,
     ctx: Arc<Ctx>,
@@ -176,7 +176,7 @@ pub struct Worker {
 impl Worker {
     pub fn new(
         poll: Poll,
-        incoming: Receiver<TcpStream>,
+        incoming: Receiver<Stream>,
         backend: Backend,
         stats: Arc<WorkerStats>,
         ctx: Arc<Ctx>,
