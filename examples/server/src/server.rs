@@ -1,14 +1,16 @@
-//! Start-up, the listener, the admin port and shutdown.
+//! Start-up, the listeners, the admin port and shutdown.
 //!
-//! Threads: the caller's thread runs the listener (accepts, enforces
-//! `max_connections`, hands connections round-robin to the workers over a
-//! channel plus a mio `Waker`); N [`Worker`]s; with more than one worker,
+//! Threads: the caller's thread runs the listeners (TCP, and the Unix
+//! domain socket of `--unix-socket`: accepts, enforces `max_connections`
+//! over both, hands connections round-robin to the workers over a channel
+//! plus a mio `Waker`); N [`Worker`]s; with more than one worker,
 //! one segcache storage thread (a single worker owns the cache itself;
 //! with `--shared-cache` the workers share a sharded cache instead);
 //! an admin thread (plain-text `stats`/`version`/`quit`, and HTTP
 //! `GET /metrics` in Prometheus text format); a signal thread that turns
-//! SIGTERM/SIGINT into a shutdown: stop accepting, let workers answer what
-//! they already read and write it out, stop storage, return.
+//! SIGTERM/SIGINT (or a client's `shutdown`, when enabled) into a
+//! shutdown: stop accepting, let workers answer what they already read and
+//! write it out, stop storage, remove the Unix socket file, return.
 
 use crate::admin;
 use crate::backend::{Backend, OwnedCache, StatsPort, StatsSource, StorageWait};
