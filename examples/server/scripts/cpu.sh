@@ -23,7 +23,10 @@
 # servers with --pin / taskset to cores 0-WORKERS), SERVER_ARGS (more flags
 # for segcache-server, e.g. --shared-cache), SEGCACHE_BINS (several
 # segcache-server binaries to measure in the same rounds, as segcache1,
-# segcache2...: a change against its base beside memcached).
+# segcache2...: a change against its base beside memcached), UNIX (1: also
+# segcache-server and memcached over a Unix domain socket, as
+# segcache-unix and memcached-unix: `--unix-socket`, memcached's `-s`; the
+# load generator connects with `--unix`).
 # Prints markdown to stdout.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
@@ -50,9 +53,31 @@ ctx_switches() { # PID -> voluntary + involuntary context switches of its thread
     cat /proc/"$1"/task/*/status 2>/dev/null | awk '/ctxt_switches/ {n += $2} END {print n + 0}'
 }
 
-start_target() { # NAME -> T_PORT, T_PID
+start_target() { # NAME -> T_PORT, T_PID; TARGET: the load generator's flags
     local cores=""
     if [ "$PIN" = 1 ]; then cores="0-$WORKERS"; fi
+    local sock="$WORK/$1.sock"
+    case "$1" in
+    segcache-unix)
+        local pin=()
+        if [ -n "$cores" ]; then pin=(--pin "$cores"); fi
+        # shellcheck disable=SC2086 # SERVER_ARGS is a list of flags
+        start_server T --workers "$WORKERS" --heap-size 256MiB ${SERVER_ARGS:-} "${pin[@]}" \
+            --unix-socket "$sock"
+        TARGET=(--unix "$sock")
+        PIDS+=("$T_PID")
+        return ;;
+    memcached-unix)
+        local taskset=()
+        if [ -n "$cores" ]; then taskset=(taskset -c "$cores"); fi
+        rm -f "$sock"
+        "${taskset[@]}" memcached -s "$sock" -a 700 -U 0 -t "$WORKERS" -m 256 -c 4096 -u root &
+        T_PID=$!
+        for _ in $(seq 1 100); do [ -S "$sock" ] && break; sleep 0.05; done
+        TARGET=(--unix "$sock")
+        PIDS+=("$T_PID")
+        return ;;
+    esac
     case "$1" in
     segcache*)
         if [ "$1" != segcache ]; then SERVER_BIN="${BINS[${1#segcache} - 1]}"; fi
@@ -65,6 +90,7 @@ start_target() { # NAME -> T_PORT, T_PID
     pelikan-nodelay) start_pelikan T "$WORKERS" "$cores" "$NODELAY_SO" ;;
     esac
     PIDS+=("$T_PID")
+    TARGET=(--port "$T_PORT")
 }
 
 SERVERS="segcache memcached"
@@ -78,18 +104,19 @@ if [ "${#BINS[@]}" -gt 0 ]; then
     SERVERS="${SERVERS# } memcached"
 fi
 add_pelikan_servers
+if [ "${UNIX:-0}" = 1 ]; then SERVERS="$SERVERS segcache-unix memcached-unix"; fi
 
 RESULTS="$(mktemp)"
 for round in $(seq 1 "$ROUNDS"); do
     for server in $SERVERS; do
         start_target "$server"
         # Fill once, then one unmeasured warm-up step.
-        "$LOADGEN" --port "$T_PORT" --rate 10000 --duration 1 --warmup 0 \
+        "$LOADGEN" "${TARGET[@]}" --rate 10000 --duration 1 --warmup 0 \
             --connections "$CONNS" >/dev/null
         for rate in $RATES; do
             before="$(cpu_ticks "$T_PID")"
             cs_before="$(ctx_switches "$T_PID")"
-            line="$("$LOADGEN" --port "$T_PORT" --rate "$rate" --duration "$SECS" \
+            line="$("$LOADGEN" "${TARGET[@]}" --rate "$rate" --duration "$SECS" \
                 --warmup 0 --connections "$CONNS" --no-fill)"
             after="$(cpu_ticks "$T_PID")"
             cs_after="$(ctx_switches "$T_PID")"
@@ -106,7 +133,7 @@ done
 
 echo "## Server CPU per request (µs, user+system from /proc, median of $ROUNDS interleaved rounds [min-max])"
 echo
-echo "Command: \`RATES=\"$RATES\" ROUNDS=$ROUNDS SECS=$SECS CONNS=$CONNS WORKERS=$WORKERS PIN=$PIN bash examples/server/scripts/cpu.sh\`"
+echo "Command: \`RATES=\"$RATES\" ROUNDS=$ROUNDS SECS=$SECS CONNS=$CONNS WORKERS=$WORKERS PIN=$PIN UNIX=${UNIX:-0} bash examples/server/scripts/cpu.sh\`"
 echo
 python3 - "$RESULTS" "$SERVERS" "$RATES" <<'PY'
 import statistics, sys

@@ -20,8 +20,8 @@
 
 use clap::Parser;
 use hdrhistogram::Histogram;
-use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
+use segcache_server::stream::Stream;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -32,8 +32,12 @@ use std::time::{Duration, Instant};
 struct Args {
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
-    #[arg(long)]
-    port: u16,
+    /// The server's TCP port (or `--unix`).
+    #[arg(long, required_unless_present = "unix")]
+    port: Option<u16>,
+    /// Connect to this Unix domain socket instead of host:port.
+    #[arg(long, value_name = "PATH")]
+    unix: Option<std::path::PathBuf>,
     /// Target requests per second.
     #[arg(long, default_value_t = 10_000)]
     rate: u64,
@@ -84,7 +88,7 @@ impl Rng {
 }
 
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     out: Vec<u8>,
     out_pos: usize,
     inbuf: Vec<u8>,
@@ -124,16 +128,49 @@ fn cpu_us() -> u64 {
     us(usage.ru_utime) + us(usage.ru_stime)
 }
 
-fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
-    let s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    s.set_nodelay(true)?;
-    s.set_nonblocking(true)?;
-    Ok(TcpStream::from_std(s))
+/// Where the server listens.
+enum Target {
+    Tcp(SocketAddr),
+    Unix(std::path::PathBuf),
 }
 
-fn fill(addr: SocketAddr, keys: u64) -> io::Result<()> {
-    let mut s = std::net::TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+fn connect(target: &Target) -> io::Result<Stream> {
+    Ok(match target {
+        Target::Tcp(addr) => {
+            let s = std::net::TcpStream::connect_timeout(addr, Duration::from_secs(5))?;
+            s.set_nodelay(true)?;
+            s.set_nonblocking(true)?;
+            Stream::Tcp(mio::net::TcpStream::from_std(s))
+        }
+        Target::Unix(path) => {
+            let s = std::os::unix::net::UnixStream::connect(path)?;
+            s.set_nonblocking(true)?;
+            Stream::Unix(mio::net::UnixStream::from_std(s))
+        }
+    })
+}
+
+/// A blocking connection for the fill.
+fn connect_blocking(target: &Target) -> io::Result<Box<dyn ReadWrite>> {
+    Ok(match target {
+        Target::Tcp(addr) => {
+            let s = std::net::TcpStream::connect(addr)?;
+            s.set_read_timeout(Some(Duration::from_secs(10)))?;
+            Box::new(s)
+        }
+        Target::Unix(path) => {
+            let s = std::os::unix::net::UnixStream::connect(path)?;
+            s.set_read_timeout(Some(Duration::from_secs(10)))?;
+            Box::new(s)
+        }
+    })
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+fn fill(target: &Target, keys: u64) -> io::Result<()> {
+    let mut s = connect_blocking(target)?;
     let value = vec![b'v'; 256];
     let mut i = 0;
     while i < keys {
@@ -157,17 +194,22 @@ fn fill(addr: SocketAddr, keys: u64) -> io::Result<()> {
 
 fn main() -> io::Result<()> {
     let args = Args::parse();
-    let addr = (args.host.as_str(), args.port)
-        .to_socket_addrs()?
-        .next()
-        .ok_or_else(|| io::Error::other("no address"))?;
+    let target = match &args.unix {
+        Some(path) => Target::Unix(path.clone()),
+        None => Target::Tcp(
+            (args.host.as_str(), args.port.unwrap_or_default())
+                .to_socket_addrs()?
+                .next()
+                .ok_or_else(|| io::Error::other("no address"))?,
+        ),
+    };
     if !args.no_fill {
-        fill(addr, args.keys)?;
+        fill(&target, args.keys)?;
     }
     let mut poll = Poll::new()?;
     let mut conns = Vec::with_capacity(args.connections);
     for i in 0..args.connections {
-        let mut stream = connect(addr)?;
+        let mut stream = connect(&target)?;
         poll.registry()
             .register(&mut stream, Token(i), Interest::READABLE)?;
         conns.push(Conn {
