@@ -364,9 +364,12 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Command<'_>, usize), Parse
         // a server that is not a recent memcached: so do older memcacheds.
         b"version" if tokens.is_empty() => Command::Version,
         b"quit" if tokens.is_empty() => Command::Quit,
-        b"shutdown" => Command::Shutdown {
-            known: tokens.is_empty() || tokens.remainder() == b"graceful",
-        },
+        b"shutdown" => {
+            let a = Args::collect(tokens);
+            Command::Shutdown {
+                known: a.n == 0 || (a.n == 1 && a.v[0] == b"graceful"),
+            }
+        }
         b"stats" => Command::Stats { args: tokens },
         b"mn" => Command::MetaNoop,
         b"me" => return parse_meta_debug(tokens, line_len),

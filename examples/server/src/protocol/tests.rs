@@ -1272,3 +1272,56 @@ fn tokens_are_lazy_and_copyable() {
     assert_ne!(t, Tokens::new(b"a b"));
     assert!(Tokens::new(b"   ").is_empty());
 }
+
+#[test]
+fn crawler_and_shutdown_lines() {
+    let all = Command::Metadump {
+        from: 0,
+        to: u32::MAX,
+    };
+    for line in [
+        &b"lru_crawler metadump all\r\n"[..],
+        b"lru_crawler metadump hash\r\n",
+        b"lru_crawler metadump 1\r\n",
+        b"lru_crawler metadump 3,1\r\n",
+        b"lru_crawler  metadump   all\n",
+    ] {
+        assert!(matches!(one(line), c if c == all), "{line:?}");
+    }
+    assert!(matches!(one(b"lru_crawler crawl all\r\n"), Command::Crawl));
+    assert!(matches!(one(b"lru_crawler crawl 2,1\r\n"), Command::Crawl));
+    for (line, bad_class) in [
+        (&b"lru_crawler metadump 2\r\n"[..], true),
+        (b"lru_crawler metadump x\r\n", true),
+        (b"lru_crawler crawl hash\r\n", true),
+        (b"lru_crawler metadump\r\n", false),
+        (b"lru_crawler metadump all more\r\n", false),
+        (b"lru_crawler enable\r\n", false),
+        (b"lru_crawler\r\n", false),
+    ] {
+        let e = parse(line, MAX).unwrap_err();
+        assert_eq!(
+            matches!(e, ParseError::BadClass { .. }),
+            bad_class,
+            "{line:?}: {e:?}"
+        );
+        assert_eq!(e.consumed(), Some(line.len()), "{line:?}");
+    }
+    let mut out = Vec::new();
+    parse(b"lru_crawler metadump 9\r\n", MAX)
+        .unwrap_err()
+        .write_reply(&mut out);
+    assert_eq!(out, b"BADCLASS invalid class id\r\n");
+    for (line, known) in [
+        (&b"shutdown\r\n"[..], true),
+        (b"shutdown graceful\r\n", true),
+        (b"shutdown  graceful \r\n", true),
+        (b"shutdown now\r\n", false),
+        (b"shutdown graceful now\r\n", false),
+    ] {
+        assert!(
+            matches!(one(line), Command::Shutdown { known: k } if k == known),
+            "{line:?}"
+        );
+    }
+}
