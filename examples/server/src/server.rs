@@ -325,6 +325,10 @@ impl Server {
                 walk_segments,
                 flush_enabled: !config.disable_flush_all,
                 shutdown_enabled: config.enable_shutdown,
+                unix_socket: config
+                    .unix_socket
+                    .as_ref()
+                    .map(|(path, mode)| (path.display().to_string(), *mode)),
             },
         });
 

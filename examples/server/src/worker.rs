@@ -486,7 +486,7 @@ impl Worker {
                 stats: &self.stats,
                 now_unix: self.now_unix,
                 read_at: self.read_at,
-                settings: self.ctx.settings,
+                settings: &self.ctx.settings,
             };
             let avail = &conn.rbuf[conn.rstart..conn.rend];
             let mut no_room = None;

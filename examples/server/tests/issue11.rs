@@ -356,8 +356,12 @@ fn stats_sub_commands_and_cache_memlimit() {
     let reply = String::from_utf8(c.read_until_end(b"END\r\n")).unwrap();
     assert!(reply.contains("STAT maxbytes 67108864\r\n"), "{reply}");
     assert!(reply.contains("STAT cas_enabled yes\r\n"), "{reply}");
-    // As memcached without -A.
+    // As memcached without -A, and without -s.
     assert!(reply.contains("STAT shutdown_command no\r\n"), "{reply}");
+    assert!(
+        reply.contains("STAT domain_socket NULL\r\nSTAT umask 700\r\n"),
+        "{reply}"
+    );
     for sub in ["items", "slabs", "conns", "cachedump 1 1"] {
         c.expect(format!("stats {sub}\r\n").as_bytes(), b"END\r\n");
     }

@@ -87,6 +87,13 @@ fn permissions_stale_sockets_and_other_files() {
     let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o770);
     assert_eq!(unix_exchange(&path, b"mn\r\n", b"MN\r\n"), b"MN\r\n");
+    // `stats settings` names them, as memcached's does.
+    let settings = unix_exchange(&path, b"stats settings\r\n", b"END\r\n");
+    let want = format!("STAT domain_socket {path_arg}\r\nSTAT umask 770\r\n");
+    assert!(
+        String::from_utf8_lossy(&settings).contains(&want),
+        "{settings:?}"
+    );
     drop(server);
 
     // Anything else at the path stops start-up, naming the setting, and

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 /// The configuration a client can see (`stats settings`) or that changes
 /// how commands are answered.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     pub heap_size: usize,
     pub max_connections: usize,
@@ -58,6 +58,9 @@ pub struct Settings {
     pub flush_enabled: bool,
     /// `shutdown` stops the server (memcached's `-A`).
     pub shutdown_enabled: bool,
+    /// The Unix domain socket listened on too, and its file's mode
+    /// (`--unix-socket`, `--unix-mask`).
+    pub unix_socket: Option<(String, u32)>,
 }
 
 /// What the worker does after a command (`Pipe::dispatch` says).
@@ -178,7 +181,7 @@ pub(crate) struct Pipe<'a> {
     pub stats: &'a WorkerStats,
     pub now_unix: u64,
     pub read_at: Instant,
-    pub settings: Settings,
+    pub settings: &'a Settings,
 }
 
 impl Pipe<'_> {
@@ -797,14 +800,20 @@ fn memlimit_reply(megabytes: u32) -> &'static [u8] {
 /// sense here (`reset` is not one of them: it is a storage request);
 /// segcache has no slab classes, so `items`, `slabs`, `sizes` and
 /// `cachedump` list none, and connections are not listed.
-fn stats_subcommand(out: &mut Vec<u8>, mut args: Tokens<'_>, s: Settings) {
+fn stats_subcommand(out: &mut Vec<u8>, mut args: Tokens<'_>, s: &Settings) {
     match args.next().unwrap_or_default() {
         b"settings" => {
-            let lines: [(&str, String); 13] = [
+            let (domain_socket, umask) = match &s.unix_socket {
+                Some((path, mode)) => (path.clone(), *mode),
+                None => ("NULL".into(), 0o700),
+            };
+            let lines: [(&str, String); 15] = [
                 ("maxbytes", s.heap_size.to_string()),
                 ("maxconns", s.max_connections.to_string()),
                 ("tcpport", s.port.to_string()),
                 ("udpport", "0".into()),
+                ("domain_socket", domain_socket),
+                ("umask", format!("{umask:o}")),
                 ("evictions", "on".into()),
                 (
                     "shutdown_command",
