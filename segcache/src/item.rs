@@ -70,9 +70,8 @@ impl Meta {
 /// [`Error::ValueTooLarge`](crate::Error::ValueTooLarge).
 ///
 /// ```
-/// let cache = segcache::Segcache::builder().segment_size(1 << 16).build()?;
+/// let mut cache = segcache::Segcache::builder().segment_size(1 << 16).build()?;
 /// let max = segcache::max_value_len(1 << 16, 3, 7);
-/// let mut cache = cache;
 /// assert!(cache.set("key", vec![0u8; max], 7, None).is_ok());
 /// assert!(cache.set("key", vec![0u8; max + 1], 7, None).is_err());
 /// # Ok::<(), segcache::Error>(())

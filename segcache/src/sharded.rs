@@ -466,7 +466,6 @@ impl ShardedCache {
         Ok(())
     }
 
-    /// Runs `f` on each shard in turn, one lock at a time.
     /// [`Request::Walk`] over the shards: index `segment` is segment
     /// `segment / n` of shard `segment % n`, for `n` shards.
     fn walk(&self, segment: u32) -> Walked {
@@ -484,6 +483,7 @@ impl ShardedCache {
         }
     }
 
+    /// Runs `f` on each shard in turn, one lock at a time.
     fn each(&self, mut f: impl FnMut(&mut Segcache)) {
         for shard in self.shards.iter() {
             f(&mut shard.0.lock());
