@@ -280,7 +280,12 @@ impl Budget {
 
     /// How many of `keys` get replies fit in the budget now (at most `keys`).
     pub fn values_that_fit(&self, keys: usize) -> usize {
-        (self.cap.saturating_sub(self.used) / self.per_value()).min(keys)
+        self.fitting(self.per_value()).min(keys)
+    }
+
+    /// How many reservations of `per` bytes the budget has room for now.
+    fn fitting(&self, per: usize) -> usize {
+        self.cap.saturating_sub(self.used) / per
     }
 
     /// What dispatching `req` may add to memory before its reply is
@@ -332,19 +337,8 @@ impl Budget {
                 };
             }
         };
-        // Replies in flight for one connection stay within its output
-        // limit, but one always may be.
         let per_value = self.per_value();
-        let room = self
-            .conn_output
-            .saturating_sub(pending_out + share.reserved)
-            / per_value;
-        let own = if share.reserved == 0 {
-            room.max(1)
-        } else {
-            room
-        };
-        let fit = self.values_that_fit(own);
+        let fit = self.replies_that_fit(per_value, share, pending_out);
         let Some(keys) = keys else {
             if fit == 0 {
                 return Admit::NoRoom;
@@ -393,6 +387,23 @@ impl Budget {
         }
     }
 
+    /// How many more replies of `per` bytes one connection may have in
+    /// flight: within its output limit, given its `pending_out` unwritten
+    /// bytes and what `share` reserved (but one always may be, when none is
+    /// in flight), and within the worker's budget.
+    fn replies_that_fit(&self, per: usize, share: &Share, pending_out: usize) -> usize {
+        let room = self
+            .conn_output
+            .saturating_sub(pending_out + share.reserved)
+            / per;
+        let own = if share.reserved == 0 {
+            room.max(1)
+        } else {
+            room
+        };
+        self.fitting(per).min(own)
+    }
+
     /// [`admit`](Self::admit) for a key dump (of segments `0..to`): the
     /// next slice of segments that fits, as a get's keys do.
     fn admit_metadump<'a>(
@@ -405,17 +416,9 @@ impl Budget {
         let total = to.min(self.walk_segments) as usize;
         let done = share.keys_done.min(total);
         let per = self.per_segment.max(1);
-        let room = self
-            .conn_output
-            .saturating_sub(pending_out + share.reserved)
-            / per;
-        let own = if share.reserved == 0 {
-            room.max(1)
-        } else {
-            room
-        };
-        let fit = (self.cap.saturating_sub(self.used) / per).min(own);
-        let count = fit.min(total - done);
+        let count = self
+            .replies_that_fit(per, share, pending_out)
+            .min(total - done);
         if count == 0 && done < total {
             return Admit::NoRoom;
         }
