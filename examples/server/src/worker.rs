@@ -453,7 +453,7 @@ impl Worker {
     /// Parses and dispatches every complete request in the connection's
     /// buffer.
     fn process_input(&mut self, t: usize) {
-        let max_value = self.ctx.settings.max_value;
+        let limit = self.ctx.settings.value_limit();
         loop {
             if self.batch.submitted >= BATCH_MAX {
                 self.collect();
@@ -492,7 +492,7 @@ impl Worker {
             let mut no_room = None;
             let parsed = match conn.share.resume(avail) {
                 Some(sliced) => Ok(sliced),
-                None => parse(avail, max_value),
+                None => parse(avail, limit),
             };
             match parsed {
                 Ok((req, used)) => {

@@ -50,7 +50,8 @@ pub struct Settings {
     pub workers: usize,
     /// Largest value accepted from clients.
     pub max_value: usize,
-    /// The cache's segment size: an item (header, key, value) must fit one.
+    /// The cache's segment size: an item (header, flags, key, value) must
+    /// fit one.
     pub segment_size: usize,
     /// Segments a key dump walks (`lru_crawler metadump`).
     pub walk_segments: u32,
@@ -61,6 +62,16 @@ pub struct Settings {
     /// The Unix domain socket listened on too, and its file's mode
     /// (`--unix-socket`, `--unix-mask`).
     pub unix_socket: Option<(String, u32)>,
+}
+
+impl Settings {
+    /// How large a value the parser takes.
+    pub fn value_limit(&self) -> protocol::ValueLimit {
+        protocol::ValueLimit {
+            max_value: self.max_value,
+            segment_size: self.segment_size,
+        }
+    }
 }
 
 /// What the worker does after a command (`Pipe::dispatch` says).
@@ -284,41 +295,6 @@ impl Pipe<'_> {
         self.push(conn, Kind::Discard);
     }
 
-    /// Whether a store the parser took (it checks values against
-    /// `max_value` only) still cannot fit one segment under this key and
-    /// these client flags; then it is refused here as the parser refuses
-    /// a value over `max_value` ([`ParseError::TooLarge`]: the reply, and
-    /// for `unlink` the old item's unlink), and true is returned.
-    #[inline(always)]
-    fn refused_too_large(
-        &mut self,
-        conn: usize,
-        (key, flags, value): (&[u8], u32, &[u8]),
-        unlink: bool,
-        noreply: bool,
-    ) -> bool {
-        if value.len() <= segcache::max_value_len(self.settings.segment_size, key.len(), flags) {
-            return false;
-        }
-        self.refuse_too_large(conn, key, unlink, noreply);
-        true
-    }
-
-    /// [`refused_too_large`](Self::refused_too_large)'s refusal, out of
-    /// the store path.
-    #[cold]
-    #[inline(never)]
-    fn refuse_too_large(&mut self, conn: usize, key: &[u8], unlink: bool, noreply: bool) {
-        self.stats.cmd(Cmd::Invalid);
-        self.stats.add(Outcome::TooLarge, 1);
-        if !noreply {
-            self.local(conn, |o| write_server_error(o, msg::TOO_LARGE));
-        }
-        if unlink {
-            self.unlink(conn, key);
-        }
-    }
-
     /// Turns one parsed command into storage requests and actions, and
     /// says what becomes of the connection.
     pub fn dispatch(&mut self, conn: usize, cmd: Command<'_>) -> Then {
@@ -362,12 +338,6 @@ impl Pipe<'_> {
                 cas,
                 noreply,
             } => {
-                // memcached unlinks the old item after an oversized `set`
-                // only (not `cas`, which it counts apart).
-                let unlink = mode == StoreMode::Set && cas.is_none();
-                if self.refused_too_large(conn, (key, flags, value), unlink, noreply) {
-                    return Then::Continue;
-                }
                 stats.cmd(match (mode, cas) {
                     (_, Some(_)) => Cmd::Cas,
                     (StoreMode::Set, None) => Cmd::Set,
@@ -529,12 +499,6 @@ impl Pipe<'_> {
                 self.meta_get(conn, key, flags);
             }
             Command::MetaSet { key, value, flags } => {
-                // memcached unlinks the old item after an oversized `ms` in
-                // any mode.
-                let client_flags = flags.client_flags.unwrap_or(0);
-                if self.refused_too_large(conn, (key.bytes(), client_flags, value), true, false) {
-                    return Then::Continue;
-                }
                 stats.cmd(Cmd::Ms);
                 self.meta_set(conn, key, value, flags);
             }

@@ -37,8 +37,8 @@
 //!   longer than [`MAX_LINE_LEN`] (or [`MAX_MULTIGET_LINE_LEN`] for the get
 //!   family) without a newline is [`ParseError::LineTooLong`], so a 10 MB
 //!   garbage line is never buffered. A value larger than the caller's
-//!   `max_value` is [`ParseError::TooLarge`] as soon as its command line is
-//!   complete, before any of the value needs to be buffered.
+//!   [`ValueLimit`] is [`ParseError::TooLarge`] as soon as its command line
+//!   is complete, before any of the value needs to be buffered.
 //! * Know nothing of sockets, clocks or the cache: the caller passes the
 //!   current time to [`exptime_ttl`] and carries out commands itself.
 //!
@@ -494,7 +494,7 @@ pub enum ParseError {
         consumed: usize,
         noreply: bool,
     },
-    /// The value is larger than `max_value`: reply `SERVER_ERROR object too
+    /// The value is larger than the [`ValueLimit`]: reply `SERVER_ERROR object too
     /// large for cache` unless `noreply`, and discard `swallow` bytes from
     /// the start of the buffer (command line, value and its `\r\n`), some of
     /// which may not have arrived yet. Memcached also unlinks the key's old
@@ -506,6 +506,37 @@ pub enum ParseError {
         /// The key memcached unlinks (`set`, and `ms` in any mode).
         unlink: Option<Unlink>,
     },
+}
+
+/// How large a store's data block may be: at most `max_value` bytes, and
+/// small enough that the item (its header, the client flags, the key and
+/// the value) fits one segment of `segment_size` bytes
+/// ([`segcache::max_value_len`]); a larger one is [`ParseError::TooLarge`],
+/// so it is refused (and, for `set` and `ms`, the old item unlinked) the
+/// same way whichever bound it passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ValueLimit {
+    pub max_value: usize,
+    pub segment_size: usize,
+}
+
+impl ValueLimit {
+    /// The largest value under a `key_len`-byte key with client `flags`.
+    #[inline]
+    pub fn for_key(self, key_len: usize, flags: u32) -> usize {
+        self.max_value
+            .min(segcache::max_value_len(self.segment_size, key_len, flags))
+    }
+}
+
+/// `max_value` alone, for segments large enough not to bind.
+impl From<usize> for ValueLimit {
+    fn from(max_value: usize) -> Self {
+        ValueLimit {
+            max_value,
+            segment_size: usize::MAX,
+        }
+    }
 }
 
 /// Where the key of an oversized store lies in the parsed buffer, as sent:

@@ -145,10 +145,12 @@ impl<'a> Args<'a> {
 ///
 /// On success returns the request and how many bytes of `buf` it used
 /// (command line, and for storage commands the data block and its `\r\n`).
-/// `max_value` is the largest data block accepted; larger ones are
+/// `limit` bounds a store's data block (see [`ValueLimit`]; a plain
+/// `usize` is a `max_value` alone); larger ones are
 /// [`ParseError::TooLarge`]. Command lines may end in `\r\n` or `\n`; data
 /// blocks must end in `\r\n`.
-pub fn parse(buf: &[u8], max_value: usize) -> Result<(Command<'_>, usize), ParseError> {
+pub fn parse(buf: &[u8], limit: impl Into<ValueLimit>) -> Result<(Command<'_>, usize), ParseError> {
+    let limit = limit.into();
     let (line, line_len) = read_line(buf)?;
     let unknown = ParseError::UnknownCommand { consumed: line_len };
     let mut tokens = Tokens::new(line);
@@ -229,7 +231,8 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Command<'_>, usize), Parse
                 key_len: key.len(),
                 base64: false,
             });
-            let value = read_data(buf, line_len, bytes, max_value, noreply, unlink)?;
+            let max = limit.for_key(key.len(), flags);
+            let value = read_data(buf, line_len, bytes, max, noreply, unlink)?;
             let req = Command::Store {
                 mode,
                 key,
@@ -373,7 +376,7 @@ pub fn parse(buf: &[u8], max_value: usize) -> Result<(Command<'_>, usize), Parse
         b"stats" => Command::Stats { args: tokens },
         b"mn" => Command::MetaNoop,
         b"me" => return parse_meta_debug(tokens, line_len),
-        b"mg" | b"md" | b"ma" | b"ms" => return parse_meta(buf, cmd, tokens, line_len, max_value),
+        b"mg" | b"md" | b"ma" | b"ms" => return parse_meta(buf, cmd, tokens, line_len, limit),
         _ => {
             // memcached closes a connection that speaks HTTP to it: a line
             // it does not know whose last token starts with `HTTP/`.
@@ -515,7 +518,7 @@ fn parse_meta<'a>(
     cmd: &[u8],
     mut tokens: Tokens<'a>,
     line_len: usize,
-    max_value: usize,
+    limit: ValueLimit,
 ) -> Result<(Command<'a>, usize), ParseError> {
     // Meta commands always report errors, even with the `q` flag.
     let client_error = |msg: &'static str| ParseError::ClientError {
@@ -577,7 +580,8 @@ fn parse_meta<'a>(
             key_len: token.len(),
             base64: flags.base64,
         });
-        let value = read_data(buf, line_len, bytes, max_value, false, unlink)?;
+        let max = limit.for_key(key.bytes().len(), flags.client_flags.unwrap_or(0));
+        let value = read_data(buf, line_len, bytes, max, false, unlink)?;
         let used = line_len + value.len() + 2;
         return Ok((Command::MetaSet { key, value, flags }, used));
     }
