@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Runs the test suite of gomemcache (github.com/bradfitz/gomemcache, the Go
+# client most Go programs use) against segcache-server, in every server
+# shape. Its tests talk to a real server two ways:
+#  - TestLocalhost: a server already listening on localhost:11211. The one
+#    line naming that address is pointed at our free loopback port (the
+#    only edit to the suite, made in a copy of the module);
+#  - TestUnixSocket: starts `memcached -s SOCK` itself. A `memcached` shim
+#    first in PATH starts segcache-server with `--unix-socket SOCK` instead
+#    (the test kills it with SIGKILL; the shim execs, so the kill reaches
+#    the server).
+# TestTLS asks the shim for `memcached --enable-ssl`, which it refuses
+# (this server has no TLS listener), so that test skips. Both server tests
+# must report PASS: a skip of either fails the script. Needs Go (Debian's
+# golang-go is installed as root when `go` is missing) and the Go module
+# proxy.
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+
+GOMEMCACHE_VERSION=v0.0.0-20260422231931-4d751bb6e37c
+need_pkg golang-go go
+build_server
+
+WORK="$CARGO_TARGET_DIR/gomemcache"
+rm -rf "$WORK"
+mkdir -p "$WORK/bin"
+# The module as the proxy serves it (checked against the checksum
+# database), copied so that the address line can be edited.
+SRC="$(cd "$WORK" && go mod download -json \
+    "github.com/bradfitz/gomemcache@$GOMEMCACHE_VERSION" \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')"
+cp -r "$SRC" "$WORK/src"
+chmod -R u+w "$WORK/src"
+TEST_FILE="$WORK/src/memcache/memcache_test.go"
+grep -q 'const localhostTCPAddr = "localhost:11211"' "$TEST_FILE" || {
+    echo "gomemcache $GOMEMCACHE_VERSION: the localhost address line moved; update this script" >&2
+    exit 1
+}
+
+cat >"$WORK/bin/memcached" <<EOF
+#!/usr/bin/env bash
+# gomemcache's tests start \`memcached -s SOCK\`: serve SOCK with
+# segcache-server instead (shape from \$SEGCACHE_SHAPE). Anything else
+# (\`--enable-ssl\`) is refused: no TLS here.
+if [ "\$#" = 2 ] && [ "\$1" = -s ]; then
+    # shellcheck disable=SC2086 # the shape is a worker count and flags
+    exec "$SERVER_BIN" --port 0 --admin-port 0 --unix-socket "\$2" --workers \$SEGCACHE_SHAPE
+fi
+echo "segcache-server test shim: unsupported memcached arguments: \$*" >&2
+exit 1
+EOF
+chmod +x "$WORK/bin/memcached"
+
+for shape in "1" "2" "2 --shared-cache"; do
+    # shellcheck disable=SC2086 # the shape is a worker count and flags
+    start_server SRV --workers $shape
+    trap 'stop_pid "$SRV_PID"' EXIT
+    sed -i "s|const localhostTCPAddr = .*|const localhostTCPAddr = \"127.0.0.1:$SRV_PORT\"|" "$TEST_FILE"
+    echo "segcache-server (--workers $shape) on 127.0.0.1:$SRV_PORT; running gomemcache's tests"
+    log="$WORK/test-$(echo "$shape" | tr ' ' '_').log"
+    if ! (cd "$WORK/src" && PATH="$WORK/bin:$PATH" SEGCACHE_SHAPE="$shape" \
+        timeout 300 go test -count=1 -v ./memcache/ >"$log" 2>&1); then
+        cat "$log"
+        echo "gomemcache's tests failed against segcache-server (--workers $shape)" >&2
+        exit 1
+    fi
+    for t in TestLocalhost TestUnixSocket; do
+        if ! grep -q -- "--- PASS: $t " "$log"; then
+            cat "$log"
+            echo "gomemcache's $t did not pass (skipped?) against segcache-server (--workers $shape)" >&2
+            exit 1
+        fi
+    done
+    grep -E -- "^(--- |ok|PASS|FAIL)" "$log"
+    stop_pid "$SRV_PID"
+    trap - EXIT
+done
+rm -f /tmp/test-gomemcache-*.sock
