@@ -142,6 +142,9 @@ pub mod storage;
 mod ttl;
 mod windows;
 
+#[cfg(any(test, fuzzing))]
+#[doc(hidden)]
+pub mod model;
 #[cfg(test)]
 mod model_tests;
 

@@ -616,9 +616,9 @@ impl Segcache {
         self.segs.release(id);
     }
 
-    /// Checks internal invariants (tests only): counters agree with the
-    /// segments, the table and the TTL lists.
-    #[cfg(test)]
+    /// Checks internal invariants (tests and the fuzzer only): counters
+    /// agree with the segments, the table and the TTL lists.
+    #[cfg(any(test, fuzzing))]
     pub(crate) fn check_invariants(&mut self) {
         let mut items = 0u64;
         let mut bytes = 0u64;

@@ -494,7 +494,7 @@ impl HashTable {
     }
 
     /// The item info at a known location, if the table points there.
-    #[cfg(test)]
+    #[cfg(any(test, fuzzing))]
     pub(crate) fn info_at(&self, hash: u64, loc: Location) -> Option<u64> {
         self.locate(hash, loc).map(|(.., info)| info)
     }
@@ -946,9 +946,9 @@ impl HashTable {
         Ok(table)
     }
 
-    /// Number of items in the table (tests only), after checking that every
+    /// Number of items in the table (tests and the fuzzer), after checking that every
     /// item lies within its home's reach and tags agree with slots.
-    #[cfg(test)]
+    #[cfg(any(test, fuzzing))]
     pub(crate) fn count_items(&mut self) -> usize {
         let mut n = 0;
         let tables = std::iter::once((&self.table, 0))

@@ -334,6 +334,10 @@ impl Command<'_> {
             Command::MetaDebug { ref key } => {
                 out.extend_from_slice(b"me ");
                 push_meta_key(out, key);
+                // `me` has no flags to carry `b`: it follows the key.
+                if let MetaKey::Decoded(_) = key {
+                    out.extend_from_slice(b" b");
+                }
             }
             Command::MetaGet { ref key, ref flags }
             | Command::MetaDelete { ref key, ref flags }

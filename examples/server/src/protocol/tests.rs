@@ -767,6 +767,13 @@ fn base64_keys() {
         Command::MetaDebug { key } => assert_eq!(key.bytes(), b"foo"),
         r => panic!("{r:?}"),
     }
+    // Encoded again, a decoded key keeps its `b` (found by fuzz/protocol).
+    for line in [&b"me Zm9v b\r\n"[..], b"mg Zm9v b v\r\n", b"ma Zm9v b\r\n"] {
+        let cmd = one(line);
+        let mut again = Vec::new();
+        cmd.encode(&mut again);
+        assert_eq!(again, line);
+    }
 }
 
 // --- framing -------------------------------------------------------------
