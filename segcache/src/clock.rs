@@ -298,6 +298,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "Miri cannot call clock_getres")]
     fn coarse_clock_resolution_is_far_below_a_second() {
         let res = coarse_resolution();
         assert!(res < Duration::from_millis(100), "{res:?}");
@@ -310,6 +311,7 @@ mod tests {
     /// between hits on an item without a deadline (whose access stamps
     /// reuse an older reading).
     #[test]
+    #[cfg_attr(miri, ignore = "Miri cannot call clock_getres")]
     fn a_ttl_item_is_never_served_at_or_after_its_deadline_on_the_system_clock() {
         use crate::Segcache;
         use std::time::Instant;
