@@ -2,8 +2,8 @@
 # The server's full check: its cargo tests (unit, protocol property tests,
 # integration tests against the real binary, the differential test against
 # a real memcached), then memccapable -a, pymemcache's integration suite,
-# gomemcache's test suite (TCP and Unix socket), the twemproxy recipe and
-# a small run of the hit-ratio comparison. Installs what the scripts need
+# gomemcache's test suite (TCP and Unix socket), pylibmc's test suite
+# (text and binary protocol), the twemproxy recipe and a small run of the hit-ratio comparison. Installs what the scripts need
 # when missing (Debian packages as root, pymemcache in a venv). About 3-5
 # minutes once Rust dependencies are cached.
 set -euo pipefail
@@ -15,6 +15,7 @@ need_pkg memcached memcached
 bash scripts/memccapable.sh
 bash scripts/pymemcache.sh
 bash scripts/gomemcache.sh
+bash scripts/pylibmc.sh
 bash scripts/twemproxy.sh
 # The hit-ratio comparison at equal memory, small (its tables: BENCH.md):
 # with a heap five times the stream's footprint nothing is evicted, so

@@ -39,6 +39,7 @@ use crate::backend::{Backend, Waited};
 use crate::budget::{self, Budget, Held};
 use crate::executor::{render, Batch, Pipe, Settings, Then};
 use crate::metrics::{Metrics, Outcome, WorkerStats};
+use crate::protocol::binary::{parse_binary, BinError, REQUEST_MAGIC};
 use crate::protocol::{self, parse, ParseError};
 use crate::stream::Stream;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -123,6 +124,9 @@ struct Conn {
     share: budget::Share,
     /// When the client last sent something.
     last_read: Instant,
+    /// Speaks the binary protocol (its first byte was the binary magic);
+    /// unknown until it sends something.
+    binary: Option<bool>,
 }
 
 impl Conn {
@@ -342,6 +346,7 @@ impl Worker {
                 dirty: false,
                 held: Held::default(),
                 share: budget::Share::default(),
+                binary: None,
                 last_read: Instant::now(),
             });
             // Data may have arrived before registration.
@@ -489,6 +494,43 @@ impl Worker {
                 settings: &self.ctx.settings,
             };
             let avail = &conn.rbuf[conn.rstart..conn.rend];
+            // As memcached: the first byte a client sends picks the
+            // protocol for the connection's life.
+            if *conn.binary.get_or_insert(avail[0] == REQUEST_MAGIC) {
+                // One reply per request, a value at most: the budget's
+                // slicing is for multigets and dumps, which this protocol
+                // has not.
+                let (used, close) = match parse_binary(avail, limit) {
+                    Ok((req, used)) => (used, pipe.dispatch_binary(t, &req) != Then::Continue),
+                    Err(BinError::Incomplete) => break,
+                    Err(BinError::Close) => (avail.len(), true),
+                    Err(BinError::Refused {
+                        opcode,
+                        opaque,
+                        status,
+                        swallow,
+                        close,
+                        unlink,
+                    }) => {
+                        let key = unlink.map(|(at, len)| &avail[at..at + len]);
+                        pipe.binary_refused(t, opcode, opaque, status, key);
+                        (swallow, close)
+                    }
+                };
+                let have = conn.rend - conn.rstart;
+                if close {
+                    conn.closing = true;
+                    conn.rstart = conn.rend;
+                    mark(&mut self.dirty, conn, t);
+                    break;
+                } else if used > have {
+                    conn.swallow = used - have;
+                    conn.rstart = conn.rend;
+                } else {
+                    conn.rstart += used;
+                }
+                continue;
+            }
             let mut no_room = None;
             let parsed = match conn.share.resume(avail) {
                 Some(sliced) => Ok(sliced),

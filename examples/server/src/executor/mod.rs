@@ -24,6 +24,10 @@
 //!   stored.
 //! * Touch sockets: the worker owns I/O and hands this module bytes.
 
+mod binary;
+#[cfg(fuzzing)]
+#[doc(hidden)]
+pub mod fuzz;
 mod render;
 
 pub(crate) use render::render;
@@ -115,9 +119,11 @@ pub(crate) enum Kind {
         noreply: bool,
     },
     /// `stats`, or with `reset` `stats reset` (which needs the core's
-    /// counters too, to count from).
+    /// counters too, to count from); in binary packets with this opaque
+    /// when `binary`.
     Stats {
         reset: bool,
+        binary: Option<u32>,
         /// The worker's command counts when it dispatched the `stats`
         /// (little-endian words in the arena): commands it dispatched
         /// after are left out of the reply.
@@ -164,6 +170,8 @@ pub(crate) enum Kind {
     MetaDebug {
         key: Range<usize>,
     },
+    /// A binary-protocol request: its response packet.
+    Binary(binary::BinReply),
 }
 
 pub(crate) struct Action {
@@ -428,13 +436,7 @@ impl Pipe<'_> {
                 stats.cmd(Cmd::Stats);
                 let reset = args.clone().next() == Some(&b"reset"[..]);
                 if args.is_empty() || reset {
-                    self.submit(Request::Stats);
-                    let start = self.batch.arena.len();
-                    for n in stats.cmd_counts() {
-                        self.batch.arena.extend_from_slice(&n.to_le_bytes());
-                    }
-                    let counted = start..self.batch.arena.len();
-                    self.push(conn, Kind::Stats { reset, counted });
+                    self.core_stats(conn, reset, None);
                 } else {
                     let settings = self.settings;
                     self.local(conn, |o| stats_subcommand(o, args, settings));
@@ -446,6 +448,9 @@ impl Pipe<'_> {
                 if from == 0 {
                     stats.cmd(Cmd::LruCrawler);
                 }
+                // As parsed, `to` is "to the end": walk only segments that
+                // exist, sliced or not.
+                let to = to.min(self.settings.walk_segments);
                 for segment in from..to {
                     self.submit(Request::Walk { segment });
                     self.push(conn, Kind::Walk);
@@ -559,6 +564,25 @@ impl Pipe<'_> {
             self.push(conn, Kind::Value { key, cas });
         }
         self.local(conn, protocol::write_end);
+    }
+
+    /// `stats` or `stats reset`: the core's counters and the worker's
+    /// command counts now (commands it dispatches later are left out).
+    fn core_stats(&mut self, conn: usize, reset: bool, binary: Option<u32>) {
+        self.submit(Request::Stats);
+        let start = self.batch.arena.len();
+        for n in self.stats.cmd_counts() {
+            self.batch.arena.extend_from_slice(&n.to_le_bytes());
+        }
+        let counted = start..self.batch.arena.len();
+        self.push(
+            conn,
+            Kind::Stats {
+                reset,
+                binary,
+                counted,
+            },
+        );
     }
 
     fn arith(&mut self, conn: usize, key: &[u8], incr: bool, delta: u64, noreply: bool) {
@@ -790,7 +814,7 @@ fn stats_subcommand(out: &mut Vec<u8>, mut args: Tokens<'_>, s: &Settings) {
                     "flush_enabled",
                     if s.flush_enabled { "yes" } else { "no" }.into(),
                 ),
-                ("binding_protocol", "ascii".into()),
+                ("binding_protocol", "auto-negotiate".into()),
                 ("meta_response_old", "no".into()),
                 ("slab_reassign", "no".into()),
             ];

@@ -105,7 +105,7 @@ fn write_done_or_not_found(
 }
 
 /// The next storage response (`None` if storage failed).
-fn next<'r>(replies: &mut Replies<'r>) -> Option<&'r Response> {
+pub(super) fn next<'r>(replies: &mut Replies<'r>) -> Option<&'r Response> {
     replies.next()
 }
 
@@ -222,7 +222,26 @@ pub(crate) fn render(
             Some(Response::Walked(walked)) => write_metadump(out, &walked.items),
             _ => failed(out),
         },
-        Kind::Stats { reset, counted } => match next(replies) {
+        Kind::Stats {
+            reset,
+            binary: Some(opaque),
+            counted,
+        } => {
+            // The text reply, then as packets.
+            let mut text = Vec::new();
+            let kind = Kind::Stats {
+                reset,
+                binary: None,
+                counted,
+            };
+            render(kind, arena, replies, &mut text, stats, metrics);
+            if reset {
+                text.clear();
+            }
+            protocol::binary::write_bin_stats(out, opaque, &text);
+        }
+        Kind::Binary(reply) => super::binary::render_binary(reply, arena, replies, out, stats),
+        Kind::Stats { reset, counted, .. } => match next(replies) {
             Some(Response::Stats(st)) => {
                 let mut at = arena[counted].chunks_exact(8);
                 let now = stats.cmd_counts();

@@ -18,6 +18,9 @@
 //!   is already expired, more than 30 days is an absolute unix time) as the
 //!   core's [`Ttl`].
 //!
+//! [`binary`] speaks the binary protocol (a connection whose first byte is
+//! its magic `0x80` speaks it from then on, as in memcached).
+//!
 //! Classic commands: `get gets bget gat gats set add replace append prepend
 //! cas delete incr decr touch flush_all version verbosity stats
 //! cache_memlimit lru_crawler shutdown quit` (of `lru_crawler`, `metadump`
@@ -650,6 +653,7 @@ pub fn exptime_ttl(exptime: i64, now_unix: u64) -> Ttl {
     Ttl::After(Duration::from_secs(secs.min(u64::from(segcache::MAX_TTL))))
 }
 
+pub mod binary;
 mod compose;
 mod parse;
 
