@@ -3,9 +3,12 @@
 //! use between 1 and all of the bytes it was given; give the same command
 //! (or error) from exactly the bytes it used, whatever follows them; say
 //! `Incomplete` for the same bytes less the last; and a parsed command,
-//! encoded again, must parse back to itself.
+//! encoded again, must parse back to itself. The same bytes are then read
+//! as binary-protocol packets, with the same rules (a refused packet drops
+//! at least its header).
 #![no_main]
 
+use segcache_server::protocol::binary::{encode_bin_request, parse_binary, BinError, HEADER_LEN};
 use segcache_server::protocol::{parse, ParseError, ValueLimit};
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
@@ -58,6 +61,46 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
                     );
                 }
                 pos += used;
+            }
+        }
+    }
+    let mut pos = 0;
+    for _ in 0..10_000 {
+        let Some(rest) = stream.get(pos..).filter(|r| !r.is_empty()) else {
+            break;
+        };
+        match parse_binary(rest, limit) {
+            Ok((req, used)) => {
+                assert!(used >= HEADER_LEN && used <= rest.len());
+                assert_eq!(parse_binary(&rest[..used], limit), Ok((req, used)));
+                assert_eq!(
+                    parse_binary(&rest[..used - 1], limit),
+                    Err(BinError::Incomplete)
+                );
+                let mut again = Vec::new();
+                encode_bin_request(&mut again, &req);
+                assert_eq!(
+                    parse_binary(&again, limit),
+                    Ok((req, used)),
+                    "re-encoded {again:?}"
+                );
+                pos += used;
+            }
+            Err(BinError::Incomplete | BinError::Close) => break,
+            Err(BinError::Refused {
+                swallow,
+                close,
+                unlink,
+                ..
+            }) => {
+                assert!(swallow >= HEADER_LEN, "{swallow}");
+                if let Some((at, len)) = unlink {
+                    assert!(at + len <= rest.len(), "the unlinked key was read");
+                }
+                if close {
+                    break;
+                }
+                pos += swallow;
             }
         }
     }

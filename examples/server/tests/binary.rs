@@ -556,3 +556,60 @@ fn text_and_binary_clients_share_the_cache() {
         b"VALUE from-binary 7 3\r\nbin\r\nEND\r\n",
     );
 }
+
+/// Hostile binary clients hurt nobody: a 4 GiB value announced (refused
+/// from its header, what follows swallowed, nothing buffered), a GET
+/// announcing a 4 GiB body (invalid: answered and closed), an unknown
+/// opcode announcing one (answered, swallowed), junk after the magic, and
+/// a packet cut short by a closed connection. The server stays up, does
+/// not grow, and serves a client that was there all along.
+#[test]
+fn hostile_binary_clients_hurt_nobody() {
+    let mut server = Server::start(&[]);
+    let mut bystander = Client::new(server.addr);
+    let (r, _) = bystander.exchange(&packet(SET, 0, 1, &[0; 8], b"b", b"x"));
+    assert_eq!(r[0].status, 0);
+    let before = common::rss(server.pid());
+    let announce = |opcode: u8, extras: &[u8]| {
+        let mut p = packet(opcode, 0, 2, extras, b"k", b"");
+        p[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
+        p
+    };
+    let mut c = Client::new(server.addr);
+    c.send(&announce(SET, &[0; 8]));
+    let r = c.read().expect("a refusal");
+    assert_eq!((r.status, &r.value[..]), (3, &b"Too large."[..]));
+    for _ in 0..32 {
+        c.send(&[0u8; 1 << 20]);
+    }
+    let mut c = Client::new(server.addr);
+    c.send(&announce(GET, b""));
+    assert_eq!(c.read().expect("an answer").status, 4);
+    assert!(c.read().is_none(), "closed after an invalid packet");
+    let mut c = Client::new(server.addr);
+    c.send(&announce(0x30, b""));
+    assert_eq!(c.read().expect("an answer").status, 0x81);
+    c.send(&[0u8; 1 << 20]);
+    let mut junk = vec![0x80u8];
+    let mut x = 0x1234_5678_9abc_def1u64;
+    for _ in 0..100_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        junk.push(x as u8);
+    }
+    let mut c = Client::new(server.addr);
+    c.send(&junk);
+    drop(c);
+    let mut c = Client::new(server.addr);
+    c.send(&packet(SET, 0, 3, &[0; 8], b"cut", &[b'v'; 500])[..100]);
+    drop(c);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(server.alive());
+    let grown = common::rss(server.pid()).saturating_sub(before);
+    assert!(grown < 16 << 20, "the server grew by {grown} bytes");
+    let (r, open) = bystander.exchange(&packet(GET, 0, 4, b"", b"b", b""));
+    assert!(open && r[0].status == 0 && r[0].value == b"x", "{r:?}");
+    let (r, _) = bystander.exchange(&packet(GET, 0, 5, b"", b"cut", b""));
+    assert_eq!(r[0].status, 1, "a packet cut short stored nothing");
+}

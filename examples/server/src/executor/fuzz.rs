@@ -5,14 +5,15 @@
 //! without sockets or the budget. The bytes are parsed, dispatched and
 //! rendered as the worker's loop does (`crate::worker`), in batches of a
 //! size the first byte picks, over an inline cache or a sharded one,
-//! small enough to evict. What must hold: no panic, every storage response
-//! is consumed by exactly the action that asked for it, and every reply
-//! line ends in `\r\n`.
+//! small enough to evict, in the text or the binary protocol. What must
+//! hold: no panic, every storage response is consumed by exactly the
+//! action that asked for it, and the text replies end in `\r\n`.
 
 use super::render::render;
 use super::{Batch, Pipe, Settings, Then};
 use crate::backend::{Backend, OwnedCache, StatsPort};
 use crate::metrics::{Metrics, WorkerStats};
+use crate::protocol::binary::{parse_binary, BinError};
 use crate::protocol::{parse, ParseError};
 use segcache::{Request, Response, Segcache};
 use std::sync::Arc;
@@ -58,6 +59,9 @@ pub fn fuzz(data: &[u8]) {
         unix_socket: None,
     };
     let batch_max = if shape & 16 == 0 { 1 } else { 64 };
+    // The binary protocol: the bytes are packets (the worker picks it by
+    // the first byte; here the shape does, so both see every input).
+    let binary = shape & 32 != 0;
     let limit = settings.value_limit();
     let metrics = Metrics::new(1, 16, heap, settings.max_value);
     let stats = WorkerStats::default();
@@ -73,19 +77,46 @@ pub fn fuzz(data: &[u8]) {
             read_at: Instant::now(),
             settings: &settings,
         };
-        match parse(avail, limit) {
-            Ok((cmd, used)) => {
-                pos += used;
-                if pipe.dispatch(0, cmd) != Then::Continue {
-                    break;
+        if binary {
+            match parse_binary(avail, limit) {
+                Ok((req, used)) => {
+                    pos += used;
+                    if pipe.dispatch_binary(0, &req) != Then::Continue {
+                        break;
+                    }
+                }
+                Err(BinError::Incomplete | BinError::Close) => break,
+                Err(BinError::Refused {
+                    opcode,
+                    opaque,
+                    status,
+                    swallow,
+                    close,
+                    unlink,
+                }) => {
+                    let key = unlink.map(|(at, len)| &avail[at..at + len]);
+                    pipe.binary_refused(0, opcode, opaque, status, key);
+                    if close {
+                        break;
+                    }
+                    pos += swallow;
                 }
             }
-            Err(ParseError::Incomplete) => break,
-            Err(e) => {
-                pipe.parse_error(0, &e, avail);
-                match e.consumed() {
-                    Some(used) if !e.closes_connection() => pos += used,
-                    _ => break,
+        } else {
+            match parse(avail, limit) {
+                Ok((cmd, used)) => {
+                    pos += used;
+                    if pipe.dispatch(0, cmd) != Then::Continue {
+                        break;
+                    }
+                }
+                Err(ParseError::Incomplete) => break,
+                Err(e) => {
+                    pipe.parse_error(0, &e, avail);
+                    match e.consumed() {
+                        Some(used) if !e.closes_connection() => pos += used,
+                        _ => break,
+                    }
                 }
             }
         }
