@@ -1,6 +1,7 @@
 //! Example memcache-protocol server for segcache (issue 7).
 //!
-//! * [`protocol`]: the memcache ASCII + meta parser and reply encoders.
+//! * [`protocol`]: the memcache ASCII + meta parser and reply encoders, and
+//!   the binary protocol's packets.
 //! * [`executor`]: each parsed command as core requests (one atomic step
 //!   each on the storage thread), and each response as memcached's reply.
 //! * [`backend`]: where storage requests run: the storage thread, or

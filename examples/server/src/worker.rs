@@ -8,7 +8,8 @@
 //! 1. Wait for events (or not at all when some connection still has work).
 //! 2. For every readable connection, read what the socket has (a short
 //!    read ends its turn: the socket is empty), parse every complete
-//!    command and hand it to the executor, which submits its core
+//!    command (a text line, or a binary packet on a connection whose
+//!    first byte was the binary magic) and hand it to the executor, which submits its core
 //!    request and notes how to render the reply. Commands
 //!    answered without storage (`version`, parse errors...) get a
 //!    pre-rendered entry, so every connection's replies stay in order.
