@@ -180,3 +180,25 @@ proptest! {
         h.finish(3000);
     }
 }
+
+/// The fuzz target's entry point (`crate::model::fuzz`, `fuzz/`) on
+/// seeded random bytes, so that the stable test suite runs it too: every
+/// shape, inputs up to 3 KiB.
+#[test]
+fn the_fuzz_entry_point_agrees_with_the_model_on_random_inputs() {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for case in 0..256u64 {
+        let len = (next() % 3072) as usize;
+        let mut data: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+        if let Some(shape) = data.first_mut() {
+            *shape = case as u8;
+        }
+        crate::model::fuzz(&data);
+    }
+}

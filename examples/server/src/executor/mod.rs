@@ -25,7 +25,7 @@
 //! * Touch sockets: the worker owns I/O and hands this module bytes.
 
 mod binary;
-#[cfg(fuzzing)]
+#[cfg(any(test, fuzzing))]
 #[doc(hidden)]
 pub mod fuzz;
 mod render;
