@@ -5,13 +5,15 @@
 #  - TestLocalhost: a server already listening on localhost:11211. The one
 #    line naming that address is pointed at our free loopback port (the
 #    only edit to the suite, made in a copy of the module);
-#  - TestUnixSocket: starts `memcached -s SOCK` itself. A `memcached` shim
-#    first in PATH starts segcache-server with `--unix-socket SOCK` instead
-#    (the test kills it with SIGKILL; the shim execs, so the kill reaches
-#    the server).
-# TestTLS asks the shim for `memcached --enable-ssl`, which it refuses
-# (this server has no TLS listener), so that test skips. Both server tests
-# must report PASS: a skip of either fails the script. Needs Go (Debian's
+#  - TestUnixSocket and TestTLS start memcached themselves (`memcached -s
+#    SOCK`; `memcached --enable-ssl -o ssl_chain_cert=... -o ssl_key=...`
+#    with the test's own certificate). A `memcached` shim first in PATH
+#    starts segcache-server with `--unix-socket SOCK`, or `--tls-cert` and
+#    `--tls-key`, instead (the tests kill it with SIGKILL; the shim execs,
+#    so the kill reaches the server). For TLS the server gets a
+#    certificate made here (openssl): the test's RSA key has p < q, which
+#    ring refuses, and its client does not verify the certificate.
+# The three server tests must report PASS: a skip of any fails the script. Needs Go (Debian's
 # golang-go is installed as root when `go` is missing) and the Go module
 # proxy.
 set -euo pipefail
@@ -37,15 +39,29 @@ grep -q 'const localhostTCPAddr = "localhost:11211"' "$TEST_FILE" || {
     exit 1
 }
 
+# The TLS server's certificate (see the shim's TestTLS case).
+need_pkg openssl openssl
+mkdir -p "$WORK/tls"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+    -keyout "$WORK/tls/key.pem" -out "$WORK/tls/cert.pem" -subj "/CN=127.0.0.1" 2>/dev/null
+
 cat >"$WORK/bin/memcached" <<EOF
 #!/usr/bin/env bash
-# gomemcache's tests start \`memcached -s SOCK\`: serve SOCK with
-# segcache-server instead (shape from \$SEGCACHE_SHAPE). Anything else
-# (\`--enable-ssl\`) is refused: no TLS here.
-if [ "\$#" = 2 ] && [ "\$1" = -s ]; then
-    # shellcheck disable=SC2086 # the shape is a worker count and flags
-    exec "$SERVER_BIN" --port 0 --admin-port 0 --unix-socket "\$2" --workers \$SEGCACHE_SHAPE
-fi
+# gomemcache's tests start memcached themselves: serve them with
+# segcache-server instead (shape from \$SEGCACHE_SHAPE).
+# shellcheck disable=SC2086 # the shape is a worker count and flags
+case "\$*" in
+    # TestUnixSocket: \`memcached -s SOCK\`.
+    "-s "*) exec "$SERVER_BIN" --port 0 --admin-port 0 --unix-socket "\$2" --workers \$SEGCACHE_SHAPE ;;
+    # TestTLS asks whether TLS is there first...
+    "--enable-ssl --version") echo "memcached 1.6.18 (segcache-server shim)"; exit 0 ;;
+    # ... then starts it: --port=N --listen=127.0.0.1 --enable-ssl
+    # -o ssl_chain_cert=cert.pem -o ssl_key=key.pem (files in its cwd).
+    # Its client skips verification; its RSA key has p < q, which ring
+    # (rustls's crypto here) refuses, so the server gets a key of its own.
+    "--port="*" --listen=127.0.0.1 --enable-ssl -o ssl_chain_cert=cert.pem -o ssl_key=key.pem")
+        exec "$SERVER_BIN" --port "\${1#--port=}" --admin-port 0 --tls-cert "$WORK/tls/cert.pem" --tls-key "$WORK/tls/key.pem" --workers \$SEGCACHE_SHAPE ;;
+esac
 echo "segcache-server test shim: unsupported memcached arguments: \$*" >&2
 exit 1
 EOF
@@ -64,7 +80,7 @@ for shape in "1" "2" "2 --shared-cache"; do
         echo "gomemcache's tests failed against segcache-server (--workers $shape)" >&2
         exit 1
     fi
-    for t in TestLocalhost TestUnixSocket; do
+    for t in TestLocalhost TestUnixSocket TestTLS; do
         if ! grep -q -- "--- PASS: $t " "$log"; then
             cat "$log"
             echo "gomemcache's $t did not pass (skipped?) against segcache-server (--workers $shape)" >&2

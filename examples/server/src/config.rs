@@ -17,6 +17,8 @@
 //! enable_shutdown = false     # true: `shutdown` stops the server, as memcached -A
 //! unix_socket = "/run/segcache.sock"  # also listen here, as memcached -s
 //! unix_mask = "700"           # the socket file's permissions (octal), as memcached -a
+//! tls_cert = "/etc/segcache/cert.pem"  # TLS on the TCP port: PEM chain, as memcached's ssl_chain_cert
+//! tls_key = "/etc/segcache/key.pem"    # and its PEM private key, as memcached's ssl_key
 //!
 //! [worker]
 //! threads = 2
@@ -85,6 +87,15 @@ pub struct Cli {
     /// [default: 700: only the server's user may connect].
     #[arg(long, value_name = "OCTAL")]
     pub unix_mask: Option<String>,
+    /// Speak TLS on the TCP port with this PEM certificate chain (and
+    /// `--tls-key`), as memcached's `--enable-ssl` with `ssl_chain_cert`.
+    /// The Unix socket and the admin port stay plaintext.
+    #[arg(long, value_name = "PATH")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert`'s certificate, as memcached's
+    /// `ssl_key`.
+    #[arg(long, value_name = "PATH")]
+    pub tls_key: Option<PathBuf>,
     /// Worker (network) threads [default: 2]. One worker owns the cache
     /// itself; several share a storage thread that owns it.
     #[arg(long)]
@@ -197,6 +208,8 @@ struct ServerSection {
     enable_shutdown: Option<bool>,
     unix_socket: Option<String>,
     unix_mask: Option<String>,
+    tls_cert: Option<String>,
+    tls_key: Option<String>,
 }
 
 #[derive(Deserialize, Default, Debug)]
@@ -264,6 +277,9 @@ pub struct Config {
     /// Unix domain socket to listen on too, and its file's permissions
     /// (`--unix-socket`/`--unix-mask`, `server.unix_socket`/`unix_mask`).
     pub unix_socket: Option<(PathBuf, u32)>,
+    /// TLS on the TCP port: the certificate chain and key files
+    /// (`--tls-cert`/`--tls-key`, `server.tls_cert`/`tls_key`).
+    pub tls: Option<(PathBuf, PathBuf)>,
     pub admin: SocketAddr,
     pub workers: usize,
     pub max_connections: usize,
@@ -655,8 +671,29 @@ impl Config {
             }
         }
         let unix_socket = unix_socket.map(|p| (p, unix_mask));
+        let tls_cert = cli
+            .tls_cert
+            .clone()
+            .or(file.server.tls_cert.map(PathBuf::from));
+        let tls_key = cli
+            .tls_key
+            .clone()
+            .or(file.server.tls_key.map(PathBuf::from));
+        let tls = match (tls_cert, tls_key) {
+            (Some(cert), Some(key)) => Some((cert, key)),
+            (None, None) => None,
+            (Some(_), None) => {
+                let key = flagged("server.tls_key", "--tls-key", true);
+                return Err(err(&key, "is needed with a TLS certificate"));
+            }
+            (None, Some(_)) => {
+                let key = flagged("server.tls_cert", "--tls-cert", true);
+                return Err(err(&key, "is needed with a TLS key"));
+            }
+        };
         Ok(Config {
             unix_socket,
+            tls,
             listen,
             admin,
             workers,
@@ -839,6 +876,24 @@ mod tests {
         assert_eq!(c.unix_socket, Some(("/tmp/b.sock".into(), 0o750)));
         let e = Config::from_toml("[server]\nunix_mask = \"rw\"\n", &Cli::default()).unwrap_err();
         assert!(e.to_string().contains("server.unix_mask"), "{e}");
+    }
+
+    #[test]
+    fn tls_files_come_in_pairs_from_the_file_or_the_flags() {
+        let text = "[server]\ntls_cert = \"/a/cert.pem\"\ntls_key = \"/a/key.pem\"\n";
+        let c = Config::from_toml(text, &Cli::default()).unwrap();
+        assert_eq!(c.tls, Some(("/a/cert.pem".into(), "/a/key.pem".into())));
+        let cli = Cli {
+            tls_cert: Some("/b/cert.pem".into()),
+            ..Cli::default()
+        };
+        let c = Config::from_toml(text, &cli).unwrap();
+        assert_eq!(c.tls, Some(("/b/cert.pem".into(), "/a/key.pem".into())));
+        let e = Config::from_toml("", &cli).unwrap_err();
+        assert!(e.to_string().contains("--tls-key"), "{e}");
+        let e = Config::from_toml("[server]\ntls_key = \"/k\"\n", &Cli::default()).unwrap_err();
+        assert!(e.to_string().contains("--tls-cert"), "{e}");
+        assert_eq!(Config::from_toml("", &Cli::default()).unwrap().tls, None);
     }
 
     #[test]

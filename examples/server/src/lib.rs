@@ -13,7 +13,8 @@
 //!   parsed commands to the executor in batches.
 //! * [`budget`]: the bound on the memory client buffers take.
 //! * [`metrics`]: counters, latency histogram, `stats` and Prometheus text.
-//! * [`stream`]: a client's socket, TCP or Unix domain.
+//! * [`stream`]: a client's socket, TCP, TLS or Unix domain.
+//! * [`tls`]: TLS on the TCP port (`--tls-cert`, `--tls-key`).
 
 pub mod admin;
 pub mod backend;
@@ -24,4 +25,5 @@ pub mod metrics;
 pub mod protocol;
 pub mod server;
 pub mod stream;
+pub mod tls;
 pub mod worker;

@@ -17,6 +17,7 @@ use crate::backend::{Backend, OwnedCache, StatsPort, StatsSource, StorageWait};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::stream::Stream;
+use crate::tls::TlsStream;
 use crate::worker::{Ctx, Worker};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -59,6 +60,8 @@ impl std::fmt::Display for StartError {
 /// A started server: call [`Server::run`] to serve until shutdown.
 pub struct Server {
     listener: TcpListener,
+    /// TLS on `listener`'s connections (`--tls-cert`).
+    tls: Option<Arc<rustls::ServerConfig>>,
     poll: Poll,
     wakers: Vec<Arc<Waker>>,
     senders: Vec<Sender<Stream>>,
@@ -265,6 +268,17 @@ impl Server {
                 RestoreOutcome::NotRequested => {}
             }
         }
+        // TLS first: a bad certificate or key stops start-up before
+        // anything listens.
+        let tls = match &config.tls {
+            None => None,
+            Some((cert, key)) => Some(crate::tls::load(cert, key).map_err(|reason| {
+                StartError::Config(crate::config::ConfigError {
+                    key: "server.tls_cert, server.tls_key (--tls-cert, --tls-key)".into(),
+                    reason,
+                })
+            })?),
+        };
         let mut listener = listen(config.listen, config.backlog)
             .map(TcpListener::from_std)
             .map_err(io_err(&format!("cannot listen on {}", config.listen)))?;
@@ -408,6 +422,7 @@ impl Server {
 
         Ok(Server {
             listener,
+            tls,
             poll,
             wakers,
             senders,
@@ -438,7 +453,7 @@ impl Server {
         &mut self,
         next: &mut usize,
         accept: impl Fn(&Self) -> io::Result<C>,
-        wrap: impl Fn(C) -> Stream,
+        wrap: impl Fn(&Self, C) -> io::Result<Stream>,
     ) -> bool {
         let metrics = Arc::clone(&self.ctx.metrics);
         loop {
@@ -457,12 +472,26 @@ impl Server {
             if open >= metrics.max_connections {
                 metrics.refused_connections.fetch_add(1, Ordering::Relaxed);
                 let _ = conn.write(TOO_MANY);
-                let _ = wrap(conn).shutdown_write();
+                if let Ok(stream) = wrap(self, conn) {
+                    let _ = stream.shutdown_write();
+                }
                 continue;
             }
-            let stream = wrap(conn);
-            if let Stream::Tcp(tcp) = &stream {
-                let _ = tcp.set_nodelay(true);
+            let stream = match wrap(self, conn) {
+                Ok(stream) => stream,
+                Err(e) => {
+                    eprintln!("segcache-server: cannot start a connection: {e}");
+                    continue;
+                }
+            };
+            match &stream {
+                Stream::Tcp(tcp) => {
+                    let _ = tcp.set_nodelay(true);
+                }
+                Stream::Tls(tls) => {
+                    let _ = tls.socket().set_nodelay(true);
+                }
+                Stream::Unix(_) => {}
             }
             metrics.curr_connections.fetch_add(1, Ordering::Relaxed);
             metrics.total_connections.fetch_add(1, Ordering::Relaxed);
@@ -501,7 +530,10 @@ impl Server {
                 && !self.accept_all(
                     &mut next,
                     |s| s.listener.accept().map(|(c, _)| c),
-                    Stream::Tcp,
+                    |s, c| match &s.tls {
+                        Some(config) => Ok(Stream::Tls(Box::new(TlsStream::new(c, config)?))),
+                        None => Ok(Stream::Tcp(c)),
+                    },
                 )
             {
                 break 'serve;
@@ -513,7 +545,7 @@ impl Server {
                         Some((listener, _)) => listener.accept().map(|(c, _)| c),
                         None => Err(io::ErrorKind::WouldBlock.into()),
                     },
-                    Stream::Unix,
+                    |_, c| Ok(Stream::Unix(c)),
                 );
                 if !accepted {
                     break 'serve;

@@ -1,10 +1,13 @@
-//! A client's socket as the workers see it: TCP, or a Unix domain socket
-//! (`--unix-socket`, memcached's `-s`), behind one type that reads,
-//! writes and registers with a poll the same way.
+//! A client's socket as the workers see it: TCP, TCP with TLS
+//! (`--tls-cert`), or a Unix domain socket (`--unix-socket`, memcached's
+//! `-s`), behind one type that reads, writes and registers with a poll
+//! the same way.
 //!
-//! Owns the socket and nothing else: no buffering, no protocol. Must never
-//! block: both kinds are non-blocking, as mio hands them out.
+//! Owns the socket and nothing else: no buffering (but rustls's, see
+//! [`crate::tls`]), no protocol. Must never block: every kind is
+//! non-blocking, as mio hands them out.
 
+use crate::tls::TlsStream;
 use mio::event::Source;
 use mio::net::{TcpStream, UnixStream};
 use mio::{Interest, Registry, Token};
@@ -16,6 +19,8 @@ use std::net::Shutdown;
 pub enum Stream {
     /// A TCP connection (`--port`).
     Tcp(TcpStream),
+    /// A TCP connection speaking TLS (`--tls-cert`, `--tls-key`).
+    Tls(Box<TlsStream>),
     /// A Unix domain socket connection (`--unix-socket`).
     Unix(UnixStream),
 }
@@ -26,8 +31,16 @@ impl Stream {
     pub fn shutdown_write(&self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.shutdown(Shutdown::Write),
+            Stream::Tls(s) => s.socket().shutdown(Shutdown::Write),
             Stream::Unix(s) => s.shutdown(Shutdown::Write),
         }
+    }
+
+    /// Output is waiting below the caller's buffer (TLS ciphertext the
+    /// socket did not take yet); [`Write::flush`] sends it.
+    #[inline]
+    pub fn wants_write(&self) -> bool {
+        matches!(self, Stream::Tls(s) if s.wants_write())
     }
 }
 
@@ -36,6 +49,7 @@ impl Read for Stream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
         }
     }
@@ -46,6 +60,7 @@ impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
         }
     }
@@ -53,6 +68,7 @@ impl Write for Stream {
     fn flush(&mut self) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
             Stream::Unix(s) => s.flush(),
         }
     }
@@ -67,6 +83,7 @@ impl Source for Stream {
     ) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.register(registry, token, interests),
+            Stream::Tls(s) => s.socket_mut().register(registry, token, interests),
             Stream::Unix(s) => s.register(registry, token, interests),
         }
     }
@@ -79,6 +96,7 @@ impl Source for Stream {
     ) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.reregister(registry, token, interests),
+            Stream::Tls(s) => s.socket_mut().reregister(registry, token, interests),
             Stream::Unix(s) => s.reregister(registry, token, interests),
         }
     }
@@ -86,6 +104,7 @@ impl Source for Stream {
     fn deregister(&mut self, registry: &Registry) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.deregister(registry),
+            Stream::Tls(s) => s.socket_mut().deregister(registry),
             Stream::Unix(s) => s.deregister(registry),
         }
     }

@@ -132,7 +132,7 @@ struct Conn {
 
 impl Conn {
     fn pending_out(&self) -> usize {
-        self.wbuf.len() - self.wpos
+        self.wbuf.len() - self.wpos + usize::from(self.stream.wants_write())
     }
 
     /// Writes what the socket takes.
@@ -153,6 +153,13 @@ impl Conn {
             self.wbuf.clear();
             self.wpos = 0;
             give_back_burst(&mut self.wbuf);
+            // TLS: the ciphertext of what was written.
+            if self.stream.wants_write() {
+                match self.stream.flush() {
+                    Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
+                    _ => {}
+                }
+            }
         }
         Ok(())
     }

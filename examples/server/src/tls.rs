@@ -1,0 +1,154 @@
+//! TLS on the TCP port (`--tls-cert`/`--tls-key`, as memcached's
+//! `--enable-ssl` with `ssl_chain_cert` and `ssl_key`): the certificate
+//! chain and key loaded at start, and [`TlsStream`], a non-blocking TCP
+//! socket that reads and writes plaintext through rustls.
+//!
+//! Owns the TLS state of a connection and nothing else: no buffering
+//! beyond rustls's own (its sendable data is capped at
+//! [`SEND_LIMIT`]), no protocol. Must never block, and must never leave
+//! bytes where an edge-triggered poll will not come back for them: a read
+//! returns fewer bytes than asked only once the socket said "would
+//! block", and ciphertext the socket did not take is reported by
+//! [`TlsStream::wants_write`] until a later write or flush sends it.
+
+use mio::net::TcpStream;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ServerConfig, ServerConnection};
+use std::io::{self, Read, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+/// Ciphertext and plaintext rustls holds for one connection before a
+/// write says "would block".
+pub const SEND_LIMIT: usize = 256 << 10;
+
+/// Loads the PEM certificate chain and private key into a server config
+/// (TLS 1.2 and 1.3, no client certificates). The error says which file
+/// and why.
+pub fn load(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, String> {
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect())
+        .map_err(|e| format!("cannot read certificates from {}: {e}", cert.display()))?;
+    if chain.is_empty() {
+        return Err(format!("no certificate in {}", cert.display()));
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| format!("cannot read a private key from {}: {e}", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))
+        .map(Arc::new)
+        .map_err(|e| format!("the certificate and key do not make a TLS server: {e}"))
+}
+
+/// A TLS connection over a non-blocking TCP socket.
+#[derive(Debug)]
+pub struct TlsStream {
+    tls: ServerConnection,
+    sock: TcpStream,
+}
+
+impl TlsStream {
+    /// Starts the server side of a handshake on `sock`.
+    pub fn new(sock: TcpStream, config: &Arc<ServerConfig>) -> io::Result<TlsStream> {
+        let mut tls = ServerConnection::new(Arc::clone(config)).map_err(io::Error::other)?;
+        tls.set_buffer_limit(Some(SEND_LIMIT));
+        Ok(TlsStream { tls, sock })
+    }
+
+    /// The TCP socket (to register with a poll, set options, shut down).
+    pub fn socket(&self) -> &TcpStream {
+        &self.sock
+    }
+
+    /// Mutable access to the socket, for registering with a poll.
+    pub fn socket_mut(&mut self) -> &mut TcpStream {
+        &mut self.sock
+    }
+
+    /// Ciphertext is waiting for the socket to take it.
+    pub fn wants_write(&self) -> bool {
+        self.tls.wants_write()
+    }
+
+    /// Sends what ciphertext the socket takes; "would block" if some is
+    /// left.
+    fn send(&mut self) -> io::Result<()> {
+        while self.tls.wants_write() {
+            self.tls.write_tls(&mut self.sock)?;
+        }
+        Ok(())
+    }
+
+    /// Reads ciphertext from the socket and decrypts it; `Ok(false)` at
+    /// the end of the stream. Handshake replies go out at once.
+    fn receive(&mut self) -> io::Result<bool> {
+        if self.tls.read_tls(&mut self.sock)? == 0 {
+            return Ok(false);
+        }
+        let state = self.tls.process_new_packets();
+        // A failed handshake or record: its alert goes out before the
+        // error closes the connection.
+        let sent = self.send();
+        state.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        match sent {
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+            _ => Ok(true),
+        }
+    }
+}
+
+impl Read for TlsStream {
+    /// Fills `buf` with plaintext until it is full, the socket would
+    /// block (then an error only if nothing was read), or the stream
+    /// ends.
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut n = 0;
+        while n < buf.len() {
+            match self.tls.reader().read(&mut buf[n..]) {
+                // The client's close_notify: the end.
+                Ok(0) => return Ok(n),
+                Ok(got) => {
+                    n += got;
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // The socket closed without close_notify.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(n),
+                Err(e) => return Err(e),
+            }
+            match self.receive() {
+                Ok(true) => {}
+                Ok(false) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && n > 0 => return Ok(n),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(n)
+    }
+}
+
+impl Write for TlsStream {
+    /// Takes as much plaintext as rustls has room for and sends what the
+    /// socket takes; "would block" when it can take none.
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self.send() {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            other => other?,
+        }
+        let n = self.tls.writer().write(buf)?;
+        if n == 0 && !buf.is_empty() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        match self.send() {
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+            _ => Ok(n),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.send()
+    }
+}
