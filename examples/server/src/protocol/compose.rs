@@ -25,6 +25,7 @@ pub enum Reply {
 
 impl Reply {
     /// The reply line including `\r\n`.
+    #[inline]
     pub fn as_bytes(self) -> &'static [u8] {
         match self {
             Reply::Stored => b"STORED\r\n",
@@ -41,6 +42,7 @@ impl Reply {
     }
 
     /// Appends the reply line.
+    #[inline]
     pub fn write(self, out: &mut Vec<u8>) {
         out.extend_from_slice(self.as_bytes());
     }
