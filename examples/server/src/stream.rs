@@ -36,11 +36,15 @@ impl Stream {
         }
     }
 
-    /// Output is waiting below the caller's buffer (TLS ciphertext the
-    /// socket did not take yet); [`Write::flush`] sends it.
+    /// About how many bytes of output wait below the caller's buffer
+    /// (TLS output the socket did not take yet; none for the other
+    /// kinds); [`Write::flush`] sends them.
     #[inline]
-    pub fn wants_write(&self) -> bool {
-        matches!(self, Stream::Tls(s) if s.wants_write())
+    pub fn pending(&self) -> usize {
+        match self {
+            Stream::Tls(s) => s.pending(),
+            _ => 0,
+        }
     }
 }
 

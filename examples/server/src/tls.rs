@@ -4,12 +4,13 @@
 //! socket that reads and writes plaintext through rustls.
 //!
 //! Owns the TLS state of a connection and nothing else: no buffering
-//! beyond rustls's own (its sendable data is capped at
-//! [`SEND_LIMIT`]), no protocol. Must never block, and must never leave
-//! bytes where an edge-triggered poll will not come back for them: a read
-//! returns fewer bytes than asked only once the socket said "would
-//! block", and ciphertext the socket did not take is reported by
-//! [`TlsStream::wants_write`] until a later write or flush sends it.
+//! beyond rustls's own (its sendable data is capped at [`SEND_LIMIT`],
+//! and what it holds is reported by [`TlsStream::pending`], so the
+//! worker charges it to its budget), no protocol. Must never block, and
+//! must never leave bytes where an edge-triggered poll will not come back
+//! for them: a read returns fewer bytes than asked only once the socket
+//! said "would block", and output the socket did not take is reported by
+//! [`TlsStream::pending`] until a later write or flush sends it.
 
 use mio::net::TcpStream;
 use rustls::pki_types::pem::PemObject;
@@ -19,9 +20,9 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-/// Ciphertext and plaintext rustls holds for one connection before a
-/// write says "would block".
-pub const SEND_LIMIT: usize = 256 << 10;
+/// Plaintext rustls takes for one connection, not yet sent as
+/// ciphertext, before a write says "would block" (rustls's default).
+pub const SEND_LIMIT: usize = 64 << 10;
 
 /// Loads the PEM certificate chain and private key into a server config
 /// (TLS 1.2 and 1.3, no client certificates). The error says which file
@@ -48,6 +49,10 @@ pub fn load(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, String> {
 pub struct TlsStream {
     tls: ServerConnection,
     sock: TcpStream,
+    /// Plaintext bytes written and not yet sent, estimated: counted in
+    /// as rustls takes them, out as ciphertext leaves (a little more than
+    /// the plaintext it carries), zero once nothing waits.
+    unsent: usize,
 }
 
 impl TlsStream {
@@ -55,7 +60,11 @@ impl TlsStream {
     pub fn new(sock: TcpStream, config: &Arc<ServerConfig>) -> io::Result<TlsStream> {
         let mut tls = ServerConnection::new(Arc::clone(config)).map_err(io::Error::other)?;
         tls.set_buffer_limit(Some(SEND_LIMIT));
-        Ok(TlsStream { tls, sock })
+        Ok(TlsStream {
+            tls,
+            sock,
+            unsent: 0,
+        })
     }
 
     /// The TCP socket (to register with a poll, set options, shut down).
@@ -68,17 +77,24 @@ impl TlsStream {
         &mut self.sock
     }
 
-    /// Ciphertext is waiting for the socket to take it.
-    pub fn wants_write(&self) -> bool {
-        self.tls.wants_write()
+    /// About how many bytes of output wait in rustls for the socket
+    /// (at least 1 while any does, 0 when none).
+    pub fn pending(&self) -> usize {
+        if self.tls.wants_write() {
+            self.unsent.max(1)
+        } else {
+            0
+        }
     }
 
     /// Sends what ciphertext the socket takes; "would block" if some is
     /// left.
     fn send(&mut self) -> io::Result<()> {
         while self.tls.wants_write() {
-            self.tls.write_tls(&mut self.sock)?;
+            let sent = self.tls.write_tls(&mut self.sock)?;
+            self.unsent = self.unsent.saturating_sub(sent);
         }
+        self.unsent = 0;
         Ok(())
     }
 
@@ -139,6 +155,7 @@ impl Write for TlsStream {
             other => other?,
         }
         let n = self.tls.writer().write(buf)?;
+        self.unsent += n;
         if n == 0 && !buf.is_empty() {
             return Err(io::ErrorKind::WouldBlock.into());
         }

@@ -132,7 +132,19 @@ struct Conn {
 
 impl Conn {
     fn pending_out(&self) -> usize {
-        self.wbuf.len() - self.wpos + usize::from(self.stream.wants_write())
+        self.wbuf.len() - self.wpos + self.stream.pending()
+    }
+
+    /// Buffer bytes the connection holds (TLS output waiting in rustls
+    /// included).
+    fn buffered(&self) -> usize {
+        self.rbuf.capacity() + self.wbuf.capacity() + self.stream.pending()
+    }
+
+    /// Charges [`Conn::buffered`] to the worker's budget.
+    fn charge(&mut self, budget: &mut Budget) {
+        let bytes = self.buffered();
+        budget.sync(&mut self.held, bytes);
     }
 
     /// Writes what the socket takes.
@@ -154,7 +166,7 @@ impl Conn {
             self.wpos = 0;
             give_back_burst(&mut self.wbuf);
             // TLS: the ciphertext of what was written.
-            if self.stream.wants_write() {
+            if self.stream.pending() > 0 {
                 match self.stream.flush() {
                     Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
                     _ => {}
@@ -369,8 +381,7 @@ impl Worker {
         if conn.flush(&self.stats).is_err() {
             conn.dead = true;
         }
-        self.budget
-            .sync(&mut conn.held, conn.rbuf.capacity() + conn.wbuf.capacity());
+        conn.charge(&mut self.budget);
         mark(&mut self.dirty, conn, t);
         if resumes(&self.budget, conn) {
             self.again.push(t);
@@ -406,8 +417,7 @@ impl Worker {
                         return;
                     }
                     let grow = len.max(CHUNK).min(max_buf - len);
-                    self.budget
-                        .sync(&mut conn.held, conn.rbuf.capacity() + conn.wbuf.capacity());
+                    conn.charge(&mut self.budget);
                     if !self.budget.may_grow(&conn.held, grow) {
                         if self.batch.submitted > 0 {
                             // Settle the replies in flight, then look again.
@@ -426,8 +436,7 @@ impl Worker {
                     }
                     conn.rbuf.resize(len + grow, 0);
                     conn.rbuf.shrink_to_fit();
-                    self.budget
-                        .sync(&mut conn.held, conn.rbuf.capacity() + conn.wbuf.capacity());
+                    conn.charge(&mut self.budget);
                 }
             }
             match conn.stream.read(&mut conn.rbuf[conn.rend..]) {
@@ -620,7 +629,7 @@ impl Worker {
         let Some(conn) = self.conns.get_mut(t).and_then(Option::as_mut) else {
             return false;
         };
-        let capacity = conn.rbuf.capacity() + conn.wbuf.capacity();
+        let capacity = conn.buffered();
         if capacity < conn.held.bytes() {
             // Its buffers shrank since it was last charged.
             self.budget.sync(&mut conn.held, capacity);
@@ -721,8 +730,7 @@ impl Worker {
         for &t in &self.dirty {
             if let Some(conn) = self.conns.get_mut(t).and_then(Option::as_mut) {
                 conn.share.reserved = 0;
-                self.budget
-                    .sync(&mut conn.held, conn.rbuf.capacity() + conn.wbuf.capacity());
+                conn.charge(&mut self.budget);
             }
         }
         if let Some(started) = batch.started.take() {
@@ -745,8 +753,7 @@ impl Worker {
             if !conn.dead && conn.flush(&self.stats).is_err() {
                 conn.dead = true;
             }
-            self.budget
-                .sync(&mut conn.held, conn.rbuf.capacity() + conn.wbuf.capacity());
+            conn.charge(&mut self.budget);
             if resumes(&self.budget, conn) {
                 self.again.push(t);
             }
