@@ -17,7 +17,7 @@ use crate::backend::{Backend, OwnedCache, StatsPort, StatsSource, StorageWait};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::stream::Stream;
-use crate::tls::TlsStream;
+use crate::tls::{Certs, TlsStream};
 use crate::worker::{Ctx, Worker};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -61,7 +61,7 @@ impl std::fmt::Display for StartError {
 pub struct Server {
     listener: TcpListener,
     /// TLS on `listener`'s connections (`--tls-cert`).
-    tls: Option<Arc<rustls::ServerConfig>>,
+    tls: Option<Arc<Certs>>,
     poll: Poll,
     wakers: Vec<Arc<Waker>>,
     senders: Vec<Sender<Stream>>,
@@ -272,7 +272,7 @@ impl Server {
         // anything listens.
         let tls = match &config.tls {
             None => None,
-            Some((cert, key)) => Some(crate::tls::load(cert, key).map_err(|reason| {
+            Some((cert, key)) => Some(Certs::new(cert, key).map(Arc::new).map_err(|reason| {
                 StartError::Config(crate::config::ConfigError {
                     key: "server.tls_cert, server.tls_key (--tls-cert, --tls-key)".into(),
                     reason,
@@ -343,6 +343,7 @@ impl Server {
                     .unix_socket
                     .as_ref()
                     .map(|(path, mode)| (path.display().to_string(), *mode)),
+                tls: tls.clone(),
             },
         });
 
@@ -531,7 +532,9 @@ impl Server {
                     &mut next,
                     |s| s.listener.accept().map(|(c, _)| c),
                     |s, c| match &s.tls {
-                        Some(config) => Ok(Stream::Tls(Box::new(TlsStream::new(c, config)?))),
+                        Some(certs) => {
+                            Ok(Stream::Tls(Box::new(TlsStream::new(c, &certs.current())?)))
+                        }
                         None => Ok(Stream::Tcp(c)),
                     },
                 )

@@ -1,7 +1,8 @@
 //! TLS on the TCP port (`--tls-cert`/`--tls-key`, as memcached's
 //! `--enable-ssl` with `ssl_chain_cert` and `ssl_key`): the certificate
-//! chain and key loaded at start, and [`TlsStream`], a non-blocking TCP
-//! socket that reads and writes plaintext through rustls.
+//! chain and key ([`Certs`], loaded at start and again by
+//! `refresh_certs`), and [`TlsStream`], a non-blocking TCP socket that
+//! reads and writes plaintext through rustls.
 //!
 //! Owns the TLS state of a connection and nothing else: no buffering
 //! beyond rustls's own (its sendable data is capped at [`SEND_LIMIT`],
@@ -16,9 +17,10 @@ use mio::net::TcpStream;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::{ServerConfig, ServerConnection};
+use std::fmt;
 use std::io::{self, Read, Write};
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
 
 /// Plaintext rustls takes for one connection, not yet sent as
 /// ciphertext, before a write says "would block" (rustls's default).
@@ -42,6 +44,50 @@ pub fn load(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, String> {
         .and_then(|b| b.with_no_client_auth().with_single_cert(chain, key))
         .map(Arc::new)
         .map_err(|e| format!("the certificate and key do not make a TLS server: {e}"))
+}
+
+/// The certificate chain and key files and the server config made of
+/// them: what new connections get. `refresh_certs` loads the files again
+/// ([`Certs::refresh`]); connections already open keep the config they
+/// started with.
+pub struct Certs {
+    cert: PathBuf,
+    key: PathBuf,
+    current: RwLock<Arc<ServerConfig>>,
+}
+
+impl Certs {
+    /// Loads the files (see [`load`]).
+    pub fn new(cert: &Path, key: &Path) -> Result<Certs, String> {
+        let config = load(cert, key)?;
+        Ok(Certs {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            current: RwLock::new(config),
+        })
+    }
+
+    /// The config for a new connection.
+    pub fn current(&self) -> Arc<ServerConfig> {
+        Arc::clone(&self.current.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Loads the files again; on success new connections get the new
+    /// certificate, on failure nothing changes and the error says why.
+    pub fn refresh(&self) -> Result<(), String> {
+        let config = load(&self.cert, &self.key)?;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = config;
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Certs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Certs")
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A TLS connection over a non-blocking TCP socket.

@@ -253,3 +253,65 @@ fn bad_tls_settings_stop_startup() {
         assert!(err.contains(names), "{args:?}: {err}");
     }
 }
+
+/// `refresh_certs` (memcached's, in its TLS builds) loads the files
+/// again: new connections get the new certificate, open ones keep theirs;
+/// files that do not load leave the served certificate as it was
+/// (`SERVER_ERROR`, naming why); without TLS it is an unknown command.
+#[test]
+fn refresh_certs_rotates_the_certificate_for_new_connections() {
+    let first = Cert::new("rotate-a");
+    let second = Cert::new("rotate-b");
+    let server = first.start(&[]);
+    let mut open = first.connect(server.addr);
+    open.write_all(b"set r 0 0 1\r\n1\r\n").unwrap();
+    assert_eq!(
+        read_until(&mut open, |g| g.ends_with(b"\r\n")),
+        b"STORED\r\n"
+    );
+    // A certificate the files do not hold is refused by a verifying client.
+    let refused = |cert: &Cert| {
+        let mut c = cert.connect(server.addr);
+        c.write_all(b"version\r\n").and_then(|_| c.flush()).is_err()
+            || c.read(&mut [0; 64]).is_err()
+    };
+    assert!(refused(&second), "the second certificate is not served yet");
+    // Rotate the files: a new pair replaces the first one.
+    for f in ["cert.pem", "key.pem"] {
+        std::fs::copy(second.dir.join(f), first.dir.join(f)).unwrap();
+    }
+    open.write_all(b"refresh_certs\r\n").unwrap();
+    assert_eq!(read_until(&mut open, |g| g.ends_with(b"\r\n")), b"OK\r\n");
+    let mut fresh = second.connect(server.addr);
+    fresh.write_all(b"get r\r\n").unwrap();
+    assert_eq!(
+        read_until(&mut fresh, |g| g.ends_with(b"END\r\n")),
+        b"VALUE r 0 1\r\n1\r\nEND\r\n"
+    );
+    assert!(refused(&first), "the first certificate is no longer served");
+    // The connection opened before the refresh goes on.
+    open.write_all(b"get r\r\n").unwrap();
+    assert_eq!(
+        read_until(&mut open, |g| g.ends_with(b"END\r\n")),
+        b"VALUE r 0 1\r\n1\r\nEND\r\n"
+    );
+    // Broken files: refused, the second certificate still served.
+    std::fs::write(first.dir.join("key.pem"), b"garbage\n").unwrap();
+    open.write_all(b"refresh_certs\r\nrefresh_certs noreply\r\nmn\r\n")
+        .unwrap();
+    let reply = read_until(&mut open, |g| g.ends_with(b"MN\r\n"));
+    let text = String::from_utf8_lossy(&reply);
+    assert!(
+        text.starts_with("SERVER_ERROR cannot refresh certificates: ")
+            && text.ends_with("\r\nMN\r\n"),
+        "{text}"
+    );
+    assert!(text.contains("key.pem"), "{text}");
+    let mut again = second.connect(server.addr);
+    again.write_all(b"mn\r\n").unwrap();
+    assert_eq!(read_until(&mut again, |g| g.ends_with(b"\r\n")), b"MN\r\n");
+    // Without TLS, memcached built without it answers ERROR.
+    let plain = Server::start(&[]);
+    let mut c = plain.connect();
+    c.expect(b"refresh_certs\r\n", b"ERROR\r\n");
+}

@@ -59,6 +59,7 @@ pub fn fuzz(data: &[u8]) {
         flush_enabled: shape & 8 == 0,
         shutdown_enabled: true,
         unix_socket: None,
+        tls: None,
     };
     let batch_max = if shape & 16 == 0 { 1 } else { 64 };
     // The binary protocol: the bytes are packets (the worker picks it by

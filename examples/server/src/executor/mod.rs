@@ -66,6 +66,8 @@ pub struct Settings {
     /// The Unix domain socket listened on too, and its file's mode
     /// (`--unix-socket`, `--unix-mask`).
     pub unix_socket: Option<(String, u32)>,
+    /// TLS on the TCP port (`--tls-cert`): `refresh_certs` reloads it.
+    pub tls: Option<std::sync::Arc<crate::tls::Certs>>,
 }
 
 impl Settings {
@@ -463,6 +465,27 @@ impl Pipe<'_> {
                 stats.cmd(Cmd::LruCrawler);
                 self.submit(Request::Expire);
                 self.push(conn, Kind::Crawl);
+            }
+            Command::RefreshCerts { noreply } => {
+                stats.cmd(Cmd::Invalid);
+                // Files are read here, on the worker, as memcached does:
+                // an operator's command, milliseconds at most.
+                match &self.settings.tls {
+                    // As memcached built without TLS: an unknown command.
+                    None => self.local(conn, |o| Reply::Error.write(o)),
+                    Some(certs) => {
+                        let outcome = certs.refresh();
+                        if !noreply {
+                            self.local(conn, |o| match outcome {
+                                Ok(()) => Reply::Ok.write(o),
+                                Err(reason) => write_server_error(
+                                    o,
+                                    &format!("cannot refresh certificates: {reason}"),
+                                ),
+                            });
+                        }
+                    }
+                }
             }
             Command::CacheMemlimit { megabytes, noreply } => {
                 stats.cmd(Cmd::Invalid);

@@ -328,6 +328,10 @@ impl Command<'_> {
             Command::Shutdown { known } => {
                 out.extend_from_slice(if known { b"shutdown" } else { b"shutdown now" })
             }
+            Command::RefreshCerts { noreply } => {
+                out.extend_from_slice(b"refresh_certs");
+                push_noreply(out, noreply);
+            }
             Command::CacheMemlimit { megabytes, noreply } => {
                 out.extend_from_slice(b"cache_memlimit ");
                 push_u64(out, u64::from(megabytes));

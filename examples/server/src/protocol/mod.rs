@@ -23,7 +23,7 @@
 //!
 //! Classic commands: `get gets bget gat gats set add replace append prepend
 //! cas delete incr decr touch flush_all version verbosity stats
-//! cache_memlimit lru_crawler shutdown quit` (of `lru_crawler`, `metadump`
+//! cache_memlimit lru_crawler shutdown refresh_certs quit` (of `lru_crawler`, `metadump`
 //! and `crawl`). Meta commands: `mg ms md ma mn me`, with their
 //! flags parsed into [`MetaFlags`] (keys in base64 with `b` decoded into
 //! [`MetaKey`]); the executor decides what each flag means.
@@ -190,6 +190,9 @@ pub enum Command<'a> {
     Shutdown { known: bool },
     /// `cache_memlimit <megabytes> [noreply]`.
     CacheMemlimit { megabytes: u32, noreply: bool },
+    /// `refresh_certs [noreply]`: load the TLS certificate and key again
+    /// (memcached's, in its TLS builds).
+    RefreshCerts { noreply: bool },
     /// `lru_crawler metadump all|hash|<class ids with 1>`: one line per
     /// live item of the segments `from..to` of the cache's walk
     /// ([`segcache::Request::Walk`]), then `END` after the last. The parser

@@ -339,6 +339,15 @@ pub fn parse(buf: &[u8], limit: impl Into<ValueLimit>) -> Result<(Command<'_>, u
             let megabytes = strtoul(a.v[0]).ok_or(unknown)?;
             Command::CacheMemlimit { megabytes, noreply }
         }
+        b"refresh_certs" => {
+            let a = Args::collect(tokens);
+            if a.n > 1 || (a.n == 1 && !a.noreply()) {
+                return Err(unknown);
+            }
+            Command::RefreshCerts {
+                noreply: a.noreply(),
+            }
+        }
         b"lru_crawler" => {
             let a = Args::collect(tokens);
             if a.n != 2 || !matches!(a.v[0], b"metadump" | b"crawl") {

@@ -1368,3 +1368,27 @@ fn the_value_limit_counts_the_key_and_flags_a_segment_holds() {
     // A plain `max_value` binds alone.
     assert!(parse(&store("set k 0 0", 59), 59).is_ok());
 }
+
+#[test]
+fn refresh_certs_takes_only_noreply() {
+    assert_eq!(
+        one(b"refresh_certs\r\n"),
+        Command::RefreshCerts { noreply: false }
+    );
+    assert_eq!(
+        one(b"refresh_certs noreply\r\n"),
+        Command::RefreshCerts { noreply: true }
+    );
+    for bad in [
+        &b"refresh_certs now\r\n"[..],
+        b"refresh_certs noreply x\r\n",
+    ] {
+        assert!(
+            matches!(err(bad), ParseError::UnknownCommand { .. }),
+            "{bad:?}"
+        );
+    }
+    let mut again = Vec::new();
+    one(b"refresh_certs noreply\r\n").encode(&mut again);
+    assert_eq!(again, b"refresh_certs noreply\r\n");
+}
