@@ -26,7 +26,10 @@
 # segcache2...: a change against its base beside memcached), UNIX (1: also
 # segcache-server and memcached over a Unix domain socket, as
 # segcache-unix and memcached-unix: `--unix-socket`, memcached's `-s`; the
-# load generator connects with `--unix`).
+# load generator connects with `--unix`), TLS (1: also segcache-server
+# with TLS on its TCP port, as segcache-tls: `--tls-cert`/`--tls-key`
+# with a certificate made by openssl for the run; the load generator
+# speaks TLS with `--tls-ca`; memcached is not built with TLS in Debian).
 # Prints markdown to stdout.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
@@ -58,6 +61,15 @@ start_target() { # NAME -> T_PORT, T_PID; TARGET: the load generator's flags
     if [ "$PIN" = 1 ]; then cores="0-$WORKERS"; fi
     local sock="$WORK/$1.sock"
     case "$1" in
+    segcache-tls)
+        local pin=()
+        if [ -n "$cores" ]; then pin=(--pin "$cores"); fi
+        # shellcheck disable=SC2086 # SERVER_ARGS is a list of flags
+        start_server T --workers "$WORKERS" --heap-size 256MiB ${SERVER_ARGS:-} "${pin[@]}" \
+            --tls-cert "$WORK/tls-cert.pem" --tls-key "$WORK/tls-key.pem"
+        TARGET=(--port "$T_PORT" --tls-ca "$WORK/tls-cert.pem")
+        PIDS+=("$T_PID")
+        return ;;
     segcache-unix)
         local pin=()
         if [ -n "$cores" ]; then pin=(--pin "$cores"); fi
@@ -105,6 +117,13 @@ if [ "${#BINS[@]}" -gt 0 ]; then
 fi
 add_pelikan_servers
 if [ "${UNIX:-0}" = 1 ]; then SERVERS="$SERVERS segcache-unix memcached-unix"; fi
+if [ "${TLS:-0}" = 1 ]; then
+    need_pkg openssl openssl
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
+        -keyout "$WORK/tls-key.pem" -out "$WORK/tls-cert.pem" -subj "/CN=127.0.0.1" \
+        -addext "subjectAltName=IP:127.0.0.1" -addext "basicConstraints=critical,CA:FALSE" 2>/dev/null
+    SERVERS="$SERVERS segcache-tls"
+fi
 
 RESULTS="$(mktemp)"
 for round in $(seq 1 "$ROUNDS"); do
@@ -133,7 +152,7 @@ done
 
 echo "## Server CPU per request (µs, user+system from /proc, median of $ROUNDS interleaved rounds [min-max])"
 echo
-echo "Command: \`RATES=\"$RATES\" ROUNDS=$ROUNDS SECS=$SECS CONNS=$CONNS WORKERS=$WORKERS PIN=$PIN UNIX=${UNIX:-0} bash examples/server/scripts/cpu.sh\`"
+echo "Command: \`RATES=\"$RATES\" ROUNDS=$ROUNDS SECS=$SECS CONNS=$CONNS WORKERS=$WORKERS PIN=$PIN UNIX=${UNIX:-0} TLS=${TLS:-0} bash examples/server/scripts/cpu.sh\`"
 echo
 python3 - "$RESULTS" "$SERVERS" "$RATES" <<'PY'
 import statistics, sys

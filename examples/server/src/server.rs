@@ -532,9 +532,10 @@ impl Server {
                     &mut next,
                     |s| s.listener.accept().map(|(c, _)| c),
                     |s, c| match &s.tls {
-                        Some(certs) => {
-                            Ok(Stream::Tls(Box::new(TlsStream::new(c, &certs.current())?)))
-                        }
+                        Some(certs) => Ok(Stream::Tls(Box::new(TlsStream::server(
+                            c,
+                            &certs.current(),
+                        )?))),
                         None => Ok(Stream::Tcp(c)),
                     },
                 )

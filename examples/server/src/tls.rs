@@ -15,8 +15,8 @@
 
 use mio::net::TcpStream;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::{ServerConfig, ServerConnection};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, Connection, ServerConfig, ServerConnection};
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -90,10 +90,30 @@ impl fmt::Debug for Certs {
     }
 }
 
-/// A TLS connection over a non-blocking TCP socket.
+/// A client config that trusts only the PEM certificates in `ca` (for
+/// `loadgen --tls-ca`, against a server with a self-signed certificate).
+pub fn client_config(ca: &Path) -> Result<Arc<ClientConfig>, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca)
+        .map_err(|e| format!("cannot read certificates from {}: {e}", ca.display()))?
+    {
+        let cert = cert.map_err(|e| format!("a certificate in {}: {e}", ca.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("a certificate in {}: {e}", ca.display()))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map(|b| Arc::new(b.with_root_certificates(roots).with_no_client_auth()))
+        .map_err(|e| e.to_string())
+}
+
+/// A TLS connection over a non-blocking TCP socket: the server's side of
+/// a client connection, or a client's (the load generator's).
 #[derive(Debug)]
 pub struct TlsStream {
-    tls: ServerConnection,
+    tls: Connection,
     sock: TcpStream,
     /// Plaintext bytes written and not yet sent, estimated: counted in
     /// as rustls takes them, out as ciphertext leaves (a little more than
@@ -103,14 +123,28 @@ pub struct TlsStream {
 
 impl TlsStream {
     /// Starts the server side of a handshake on `sock`.
-    pub fn new(sock: TcpStream, config: &Arc<ServerConfig>) -> io::Result<TlsStream> {
-        let mut tls = ServerConnection::new(Arc::clone(config)).map_err(io::Error::other)?;
+    pub fn server(sock: TcpStream, config: &Arc<ServerConfig>) -> io::Result<TlsStream> {
+        let tls = ServerConnection::new(Arc::clone(config)).map_err(io::Error::other)?;
+        Ok(Self::over(sock, tls.into()))
+    }
+
+    /// Starts a client's handshake with `name` on `sock` (for `loadgen`).
+    pub fn client(
+        sock: TcpStream,
+        config: &Arc<ClientConfig>,
+        name: ServerName<'static>,
+    ) -> io::Result<TlsStream> {
+        let tls = ClientConnection::new(Arc::clone(config), name).map_err(io::Error::other)?;
+        Ok(Self::over(sock, tls.into()))
+    }
+
+    fn over(sock: TcpStream, mut tls: Connection) -> TlsStream {
         tls.set_buffer_limit(Some(SEND_LIMIT));
-        Ok(TlsStream {
+        TlsStream {
             tls,
             sock,
             unsent: 0,
-        })
+        }
     }
 
     /// The TCP socket (to register with a poll, set options, shut down).

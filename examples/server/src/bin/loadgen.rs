@@ -1,4 +1,5 @@
-//! `loadgen`: an open-loop memcache ASCII load generator for benchmarks.
+//! `loadgen`: an open-loop memcache ASCII load generator for benchmarks,
+//! over TCP, TLS (`--tls-ca`) or a Unix domain socket (`--unix`).
 //!
 //! Requests are scheduled at a fixed target rate regardless of how fast
 //! replies come back (open loop), spread round-robin over many
@@ -21,7 +22,9 @@
 use clap::Parser;
 use hdrhistogram::Histogram;
 use mio::{Events, Interest, Poll, Token};
+use rustls::pki_types::ServerName;
 use segcache_server::stream::Stream;
+use segcache_server::tls::{self, TlsStream};
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -38,6 +41,11 @@ struct Args {
     /// Connect to this Unix domain socket instead of host:port.
     #[arg(long, value_name = "PATH")]
     unix: Option<std::path::PathBuf>,
+    /// Speak TLS to host:port, trusting the PEM certificate(s) in this
+    /// file (the server's own, if it is self-signed); the server's name
+    /// is `--host`.
+    #[arg(long, value_name = "PATH", conflicts_with = "unix")]
+    tls_ca: Option<std::path::PathBuf>,
     /// Target requests per second.
     #[arg(long, default_value_t = 10_000)]
     rate: u64,
@@ -128,19 +136,28 @@ fn cpu_us() -> u64 {
     us(usage.ru_utime) + us(usage.ru_stime)
 }
 
+/// TLS to the server: the client config and the server's name.
+type Tls = (std::sync::Arc<rustls::ClientConfig>, ServerName<'static>);
+
 /// Where the server listens.
 enum Target {
-    Tcp(SocketAddr),
+    Tcp(SocketAddr, Option<Tls>),
     Unix(std::path::PathBuf),
 }
 
 fn connect(target: &Target) -> io::Result<Stream> {
     Ok(match target {
-        Target::Tcp(addr) => {
+        Target::Tcp(addr, tls) => {
             let s = std::net::TcpStream::connect_timeout(addr, Duration::from_secs(5))?;
             s.set_nodelay(true)?;
             s.set_nonblocking(true)?;
-            Stream::Tcp(mio::net::TcpStream::from_std(s))
+            let s = mio::net::TcpStream::from_std(s);
+            match tls {
+                None => Stream::Tcp(s),
+                Some((config, name)) => {
+                    Stream::Tls(Box::new(TlsStream::client(s, config, name.clone())?))
+                }
+            }
         }
         Target::Unix(path) => {
             let s = std::os::unix::net::UnixStream::connect(path)?;
@@ -153,10 +170,17 @@ fn connect(target: &Target) -> io::Result<Stream> {
 /// A blocking connection for the fill.
 fn connect_blocking(target: &Target) -> io::Result<Box<dyn ReadWrite>> {
     Ok(match target {
-        Target::Tcp(addr) => {
+        Target::Tcp(addr, tls) => {
             let s = std::net::TcpStream::connect(addr)?;
             s.set_read_timeout(Some(Duration::from_secs(10)))?;
-            Box::new(s)
+            match tls {
+                None => Box::new(s),
+                Some((config, name)) => {
+                    let conn = rustls::ClientConnection::new(config.clone(), name.clone())
+                        .map_err(io::Error::other)?;
+                    Box::new(rustls::StreamOwned::new(conn, s))
+                }
+            }
         }
         Target::Unix(path) => {
             let s = std::os::unix::net::UnixStream::connect(path)?;
@@ -201,6 +225,15 @@ fn main() -> io::Result<()> {
                 .to_socket_addrs()?
                 .next()
                 .ok_or_else(|| io::Error::other("no address"))?,
+            match &args.tls_ca {
+                None => None,
+                Some(ca) => {
+                    let config = tls::client_config(ca).map_err(io::Error::other)?;
+                    let name = ServerName::try_from(args.host.clone())
+                        .map_err(|e| io::Error::other(e.to_string()))?;
+                    Some((config, name))
+                }
+            },
         ),
     };
     if !args.no_fill {
@@ -275,6 +308,13 @@ fn main() -> io::Result<()> {
             if c.out_pos == c.out.len() {
                 c.out.clear();
                 c.out_pos = 0;
+            }
+            // TLS output the socket did not take yet.
+            if c.stream.pending() > 0 {
+                match c.stream.flush() {
+                    Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Err(e),
+                    _ => {}
+                }
             }
         }
         let in_flight: usize = conns.iter().map(|c| c.pending.len()).sum();
