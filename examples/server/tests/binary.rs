@@ -188,10 +188,10 @@ fn request(
     const TEXT: [u8; 4] = [APPEND, APPENDQ, PREPEND, PREPENDQ];
     let own = if counter { &COUNTER } else { &TEXT };
     let pick = rng.below((COMMON.len() + 2 * own.len()) as u64) as usize;
-    let opcode = COMMON
-        .get(pick)
-        .copied()
-        .unwrap_or(own[(pick - COMMON.len()) % own.len()]);
+    let opcode = match COMMON.get(pick) {
+        Some(&op) => op,
+        None => own[(pick - COMMON.len()) % own.len()],
+    };
     let cas = match rng.below(10) {
         0 => tokens.get(key).copied().unwrap_or(0),
         // No item's token on either server.
