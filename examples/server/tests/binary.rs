@@ -9,7 +9,11 @@
 //! for a key is sent back to it, and a response must carry a token where
 //! memcached's does), and a counter value memcached padded with spaces in
 //! place after a decrement shortened it (`"10"` decremented reads `"9 "`
-//! there, `"9"` here). Skipped, with a message, when memcached is not
+//! there, `"9"` here). Not generated, as in the text protocol's
+//! differential test: stored numbers past `i64::MAX`, which memcached
+//! 1.6.18 judges numeric or not by bytes beyond the value (so not the
+//! same way twice); values stay below it by a margin the deltas here
+//! cannot cross. Skipped, with a message, when memcached is not
 //! installed.
 
 mod common;
@@ -207,7 +211,7 @@ fn request(
     };
     let value: Vec<u8> = match rng.below(12) {
         0..=3 => rng.below(1_000).to_string().into_bytes(),
-        4 => u64::MAX.to_string().into_bytes(),
+        4 => ((1u64 << 62) - rng.below(100)).to_string().into_bytes(),
         5 => b"not a number".to_vec(),
         // Over the 1 KiB limit both servers run with.
         6 => vec![b'L'; 2_000],
@@ -242,7 +246,7 @@ fn request(
         }
         INCREMENT | INCREMENTQ | DECREMENT | DECREMENTQ => {
             let delta = match rng.below(4) {
-                0 => u64::MAX,
+                0 => 1 << 40,
                 _ => rng.below(30),
             };
             let initial = rng.below(100);
