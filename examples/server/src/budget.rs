@@ -16,6 +16,7 @@
 //! client to read, refuse, shed), not this module's. This module must
 //! never touch a socket or a buffer.
 
+use crate::protocol::binary::{op, BinRequest};
 use crate::protocol::{Command, Tokens};
 use segcache::StoreMode;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -384,6 +385,36 @@ impl Budget {
         } else {
             share.reset();
             Admit::Whole(req)
+        }
+    }
+
+    /// [`admit`](Self::admit) for a binary-protocol request: a read that
+    /// returns a value is one key of a get (at most as many in flight as
+    /// fit the connection and the budget), a store's value is reserved as
+    /// a text store's is. False: no room now (the worker makes room, or
+    /// waits, as for a text request).
+    pub fn admit_binary(
+        &mut self,
+        req: &BinRequest<'_>,
+        share: &mut Share,
+        pending_out: usize,
+    ) -> bool {
+        match req.base() {
+            op::GET | op::GETK | op::GAT | op::GATK => {
+                let per_value = self.per_value();
+                if self.replies_that_fit(per_value, share, pending_out) == 0 {
+                    return false;
+                }
+                self.reserve(per_value);
+                share.reserved += per_value;
+                true
+            }
+            base @ (op::SET | op::ADD | op::REPLACE | op::APPEND | op::PREPEND) => {
+                let replaces = !matches!(base, op::APPEND | op::PREPEND);
+                self.note_value(replaces.then_some(req.value.len()));
+                self.reserve(req.value.len())
+            }
+            _ => true,
         }
     }
 

@@ -514,11 +514,19 @@ impl Worker {
             // As memcached: the first byte a client sends picks the
             // protocol for the connection's life.
             if *conn.binary.get_or_insert(avail[0] == REQUEST_MAGIC) {
-                // One reply per request, a value at most: the budget's
-                // slicing is for multigets and dumps, which this protocol
-                // has not.
+                // One reply per request, a value at most: a read is
+                // admitted as one key of a get, a store's value reserved.
                 let (used, close) = match parse_binary(avail, limit) {
-                    Ok((req, used)) => (used, pipe.dispatch_binary(t, &req) != Then::Continue),
+                    Ok((req, used)) => {
+                        let pending = conn.wbuf.len() - conn.wpos;
+                        if !self.budget.admit_binary(&req, &mut conn.share, pending) {
+                            if !self.make_room(t, used) {
+                                break;
+                            }
+                            continue;
+                        }
+                        (used, pipe.dispatch_binary(t, &req) != Then::Continue)
+                    }
                     Err(BinError::Incomplete) => break,
                     Err(BinError::Close) => (avail.len(), true),
                     Err(BinError::Refused {

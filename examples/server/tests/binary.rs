@@ -617,3 +617,45 @@ fn hostile_binary_clients_hurt_nobody() {
     let (r, _) = bystander.exchange(&packet(GET, 0, 5, b"", b"cut", b""));
     assert_eq!(r[0].status, 1, "a packet cut short stored nothing");
 }
+
+/// Pipelined binary reads of a 1 MB value on connections that never read
+/// their replies (2 GB asked for) are held to the worker's budget as text
+/// multigets are: the server's RSS grows by about `--max-buffered`, not by
+/// the replies, and a bystander is served.
+#[test]
+fn pipelined_binary_reads_stay_within_the_budget() {
+    const MIB: u64 = 1 << 20;
+    let server = Server::start(&[
+        "--workers",
+        "1",
+        "--max-buffered",
+        "16MiB",
+        "--max-value",
+        "1MiB",
+        "--heap-size",
+        "64MiB",
+    ]);
+    let mut bystander = Client::new(server.addr);
+    let (r, _) = bystander.exchange(&packet(SET, 0, 1, &[0; 8], b"big", &vec![b'v'; 1_000_000]));
+    assert_eq!(r[0].status, 0);
+    let before = common::rss(server.pid());
+    let one = packet(GET, 0, 2, b"", b"big", b"");
+    let reads: Vec<u8> = (0..1_000).flat_map(|_| one.iter().copied()).collect();
+    let stalled: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut s = common::stubborn(server.addr);
+            s.write_all(&reads).expect("send the reads");
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(2));
+    let (r, open) = bystander.exchange(&packet(GETK, 0, 3, b"", b"big", b""));
+    assert!(open && r[0].status == 0 && r[0].value.len() == 1_000_000);
+    let grown = common::rss(server.pid()).saturating_sub(before);
+    assert!(
+        grown < 16 * MIB + 24 * MIB,
+        "the server grew by {} MiB",
+        grown / MIB
+    );
+    drop(stalled);
+}
