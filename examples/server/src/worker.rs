@@ -528,19 +528,9 @@ impl Worker {
                         (used, pipe.dispatch_binary(t, &req) != Then::Continue)
                     }
                     Err(BinError::Incomplete) => break,
-                    Err(BinError::Close) => (avail.len(), true),
-                    Err(BinError::Refused {
-                        opcode,
-                        opaque,
-                        status,
-                        swallow,
-                        close,
-                        unlink,
-                    }) => {
-                        let key = unlink.map(|(at, len)| &avail[at..at + len]);
-                        pipe.binary_refused(t, opcode, opaque, status, key);
-                        (swallow, close)
-                    }
+                    Err(e) => pipe
+                        .binary_refused(t, &e, avail)
+                        .unwrap_or((avail.len(), true)),
                 };
                 let have = conn.rend - conn.rstart;
                 if close {

@@ -9,7 +9,7 @@
 use super::render::{next, Replies};
 use super::*;
 use crate::protocol::binary::{
-    op, status, write_bin_error, write_bin_response, write_bin_value, BinRequest,
+    op, status, write_bin_error, write_bin_response, write_bin_value, BinError, BinRequest,
 };
 use crate::protocol::Tokens;
 
@@ -97,14 +97,7 @@ impl Pipe<'_> {
                     op::APPEND => StoreMode::Append,
                     _ => StoreMode::Prepend,
                 };
-                stats.cmd(match (mode, cas) {
-                    (_, Some(_)) => Cmd::Cas,
-                    (StoreMode::Set, None) => Cmd::Set,
-                    (StoreMode::Add, None) => Cmd::Add,
-                    (StoreMode::Replace, None) => Cmd::Replace,
-                    (StoreMode::Append, None) => Cmd::Append,
-                    (StoreMode::Prepend, None) => Cmd::Prepend,
-                });
+                stats.cmd(store_cmd(mode, cas.is_some()));
                 // memcached: a CAS token turns set, add and replace into a
                 // compare-and-swap (append and prepend compare too).
                 let mode = match (mode, cas) {
@@ -207,16 +200,28 @@ impl Pipe<'_> {
         Then::Continue
     }
 
-    /// Answers a binary request the parser refused, and for an oversized
-    /// `SET` unlinks the key's old item (`key` in `buf`), as memcached does.
+    /// Answers a packet the parser refused, and for an oversized `SET`
+    /// unlinks the key's old item, as memcached does; `buf` is what was
+    /// parsed. Returns how many bytes to drop (some may not have arrived)
+    /// and whether to close the connection; `None` for an error that is
+    /// not a refusal (`Incomplete`: read more; `Close`: close now).
     pub fn binary_refused(
         &mut self,
         conn: usize,
-        opcode: u8,
-        opaque: u32,
-        status: u16,
-        key: Option<&[u8]>,
-    ) {
+        e: &BinError,
+        buf: &[u8],
+    ) -> Option<(usize, bool)> {
+        let BinError::Refused {
+            opcode,
+            opaque,
+            status,
+            swallow,
+            close,
+            unlink,
+        } = *e
+        else {
+            return None;
+        };
         self.stats.cmd(Cmd::Invalid);
         self.count_request();
         let outcome = if status == status::E2BIG {
@@ -226,9 +231,10 @@ impl Pipe<'_> {
         };
         self.stats.add(outcome, 1);
         self.local(conn, |o| write_bin_error(o, opcode, opaque, status));
-        if let Some(key) = key {
-            self.unlink(conn, key);
+        if let Some((at, len)) = unlink {
+            self.unlink(conn, &buf[at..at + len]);
         }
+        Some((swallow, close))
     }
 }
 

@@ -15,7 +15,7 @@ use super::render::render;
 use super::{Batch, Pipe, Settings, Then};
 use crate::backend::{Backend, OwnedCache, StatsPort};
 use crate::metrics::{Metrics, WorkerStats};
-use crate::protocol::binary::{parse_binary, BinError};
+use crate::protocol::binary::parse_binary;
 use crate::protocol::{parse, ParseError};
 use segcache::{Request, Response, Segcache};
 use std::sync::Arc;
@@ -88,22 +88,10 @@ pub fn fuzz(data: &[u8]) {
                         break;
                     }
                 }
-                Err(BinError::Incomplete | BinError::Close) => break,
-                Err(BinError::Refused {
-                    opcode,
-                    opaque,
-                    status,
-                    swallow,
-                    close,
-                    unlink,
-                }) => {
-                    let key = unlink.map(|(at, len)| &avail[at..at + len]);
-                    pipe.binary_refused(0, opcode, opaque, status, key);
-                    if close {
-                        break;
-                    }
-                    pos += swallow;
-                }
+                Err(e) => match pipe.binary_refused(0, &e, avail) {
+                    Some((swallow, false)) => pos += swallow,
+                    _ => break,
+                },
             }
         } else {
             match parse(avail, limit) {

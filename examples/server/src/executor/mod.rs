@@ -348,14 +348,7 @@ impl Pipe<'_> {
                 cas,
                 noreply,
             } => {
-                stats.cmd(match (mode, cas) {
-                    (_, Some(_)) => Cmd::Cas,
-                    (StoreMode::Set, None) => Cmd::Set,
-                    (StoreMode::Add, None) => Cmd::Add,
-                    (StoreMode::Replace, None) => Cmd::Replace,
-                    (StoreMode::Append, None) => Cmd::Append,
-                    (StoreMode::Prepend, None) => Cmd::Prepend,
-                });
+                stats.cmd(store_cmd(mode, cas.is_some()));
                 let store = Store {
                     flags,
                     ttl: self.ttl(exptime),
@@ -811,6 +804,19 @@ fn memlimit_reply(megabytes: u32) -> &'static [u8] {
 /// sense here (`reset` is not one of them: it is a storage request);
 /// segcache has no slab classes, so `items`, `slabs`, `sizes` and
 /// `cachedump` list none, and connections are not listed.
+/// The command a store counts as in `stats` (`cmd_set`...; any store
+/// with a token is a `cas`).
+fn store_cmd(mode: StoreMode, cas: bool) -> Cmd {
+    match (mode, cas) {
+        (_, true) => Cmd::Cas,
+        (StoreMode::Set, false) => Cmd::Set,
+        (StoreMode::Add, false) => Cmd::Add,
+        (StoreMode::Replace, false) => Cmd::Replace,
+        (StoreMode::Append, false) => Cmd::Append,
+        (StoreMode::Prepend, false) => Cmd::Prepend,
+    }
+}
+
 fn stats_subcommand(out: &mut Vec<u8>, mut args: Tokens<'_>, s: &Settings) {
     match args.next().unwrap_or_default() {
         b"settings" => {
