@@ -29,6 +29,21 @@ need_pkg() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$pkg" >/dev/null
 }
 
+# python_venv DIR PACKAGE...: a venv at DIR with the packages (pip),
+# made once; installs Debian's python3-venv (as root) when the venv
+# module is missing.
+python_venv() {
+    local dir="$1"
+    shift
+    [ -x "$dir/bin/pytest" ] && return 0
+    if ! python3 -m venv "$dir" >/dev/null 2>&1; then
+        rm -rf "$dir"
+        need_pkg python3-venv __no_such_command__
+        python3 -m venv "$dir"
+    fi
+    "$dir/bin/pip" install -q "$@"
+}
+
 build_server() {
     (cd "$REPO_DIR" && cargo build --release -q -p segcache-server --bins)
 }

@@ -16,14 +16,7 @@ SRC="$CARGO_TARGET_DIR/pylibmc-src"
 if [ ! -f /usr/include/libmemcached/memcached.h ]; then
     need_pkg libmemcached-dev __no_such_command__
 fi
-if [ ! -x "$VENV/bin/pytest" ]; then
-    if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
-        rm -rf "$VENV"
-        need_pkg python3-venv __no_such_command__
-        python3 -m venv "$VENV"
-    fi
-    "$VENV/bin/pip" install -q "pylibmc==$PYLIBMC_VERSION" pytest
-fi
+python_venv "$VENV" "pylibmc==$PYLIBMC_VERSION" pytest
 if [ ! -d "$SRC/pylibmc-$PYLIBMC_VERSION/tests" ]; then
     rm -rf "$SRC"
     mkdir -p "$SRC"

@@ -10,14 +10,7 @@ set -euo pipefail
 
 PYMEMCACHE_VERSION=4.0.0
 VENV="$CARGO_TARGET_DIR/pymemcache-venv"
-if [ ! -x "$VENV/bin/pytest" ]; then
-    if ! python3 -m venv "$VENV" >/dev/null 2>&1; then
-        rm -rf "$VENV"
-        need_pkg python3-venv __no_such_command__
-        python3 -m venv "$VENV"
-    fi
-    "$VENV/bin/pip" install -q "pymemcache==$PYMEMCACHE_VERSION" pytest
-fi
+python_venv "$VENV" "pymemcache==$PYMEMCACHE_VERSION" pytest
 SUITE="$("$VENV/bin/python" -c 'import os, pymemcache.test as t; print(os.path.dirname(t.__file__))')"
 
 build_server

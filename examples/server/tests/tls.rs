@@ -7,13 +7,12 @@
 
 mod common;
 
-use common::{Server, BIN};
+use common::Server;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -222,18 +221,7 @@ fn the_unix_socket_stays_plaintext() {
 fn bad_tls_settings_stop_startup() {
     let cert = Cert::new("bad");
     std::fs::write(cert.dir.join("junk.pem"), b"not a certificate\n").unwrap();
-    let run = |args: &[&str]| {
-        let out = Command::new(BIN)
-            .args([&["--port", "0", "--admin-port", "0"], args].concat())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).to_string(),
-        )
-    };
+    let run = common::start_fails;
     let (c, k, junk) = (
         cert.path("cert.pem"),
         cert.path("key.pem"),

@@ -4,12 +4,11 @@
 //! alone, the connection limit, and the file removed at shutdown.
 
 mod common;
-use common::{scratch_pool, Conn, Server, BIN};
+use common::{scratch_pool, Conn, Server};
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Sends `req` on a new connection to the socket at `path` and reads until
@@ -100,18 +99,7 @@ fn permissions_stale_sockets_and_other_files() {
     // stays as it was.
     std::fs::remove_file(&path).ok();
     std::fs::write(&path, b"not a socket").unwrap();
-    let run = |args: &[&str]| {
-        let out = Command::new(BIN)
-            .args([&["--port", "0", "--admin-port", "0"], args].concat())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).to_string(),
-        )
-    };
+    let run = common::start_fails;
     let (code, err) = run(&["--unix-socket", &path_arg]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("server.unix_socket (--unix-socket)"), "{err}");

@@ -210,6 +210,22 @@ impl Conn {
 }
 
 /// Fetches `STAT name value` from the data port's `stats`.
+/// Runs the server with `--port 0 --admin-port 0` and `args` to its exit
+/// (for settings that must stop start-up): its exit code and stderr.
+#[allow(dead_code)]
+pub fn start_fails(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(BIN)
+        .args([&["--port", "0", "--admin-port", "0"], args].concat())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
 pub fn stat(conn: &mut Conn, name: &str) -> Option<String> {
     conn.send(b"stats\r\n");
     let reply = String::from_utf8(conn.read_until_end(b"END\r\n")).unwrap();
