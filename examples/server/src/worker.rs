@@ -9,8 +9,8 @@
 //! 2. For every readable connection, read what the socket has (a short
 //!    read ends its turn: the socket is empty), parse every complete
 //!    command (a text line, or a binary packet on a connection whose
-//!    first byte was the binary magic) and hand it to the executor, which submits its core
-//!    request and notes how to render the reply. Commands
+//!    first byte was the binary magic) and hand it to the executor, which
+//!    submits its core request and notes how to render the reply. Commands
 //!    answered without storage (`version`, parse errors...) get a
 //!    pre-rendered entry, so every connection's replies stay in order.
 //! 3. Collect the storage responses in submission order and let the
