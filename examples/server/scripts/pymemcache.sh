@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Runs pymemcache's own integration suite (it ships inside the wheel:
 # pymemcache/test/test_integration.py) against segcache-server on a free
-# loopback port. Every test must pass except the TLS ones, which need a
-# TLS listener this server does not have: test_tls (3 parametrizations,
-# deselected by name below). Installs pymemcache and pytest in a venv under
-# the cargo target directory; installs python3-venv (as root) when missing.
+# loopback port. Every test must pass except test_tls (3
+# parametrizations, deselected by name below), which pymemcache 4.0.0
+# itself marks skipped (its issue 39; its CA file is not in the wheel
+# either): the server's TLS is tested by gomemcache's TestTLS
+# (gomemcache.sh) and tests/tls.rs. Installs pymemcache and pytest in a
+# venv under the cargo target directory; installs python3-venv (as root)
+# when missing.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 
