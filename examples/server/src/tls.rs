@@ -178,12 +178,19 @@ impl TlsStream {
         Ok(())
     }
 
-    /// Reads ciphertext from the socket and decrypts it; `Ok(false)` at
-    /// the end of the stream. Handshake replies go out at once.
-    fn receive(&mut self) -> io::Result<bool> {
-        if self.tls.read_tls(&mut self.sock)? == 0 {
-            return Ok(false);
+    /// Reads ciphertext from the socket and decrypts it; `Ok(None)` at
+    /// the end of the stream, else whether the socket gave less than was
+    /// asked (it is empty now: no need to ask again until the next
+    /// readable event). Handshake replies go out at once.
+    fn receive(&mut self) -> io::Result<Option<bool>> {
+        let mut probe = Probe {
+            sock: &mut self.sock,
+            short: false,
+        };
+        if self.tls.read_tls(&mut probe)? == 0 {
+            return Ok(None);
         }
+        let drained = probe.short;
         let state = self.tls.process_new_packets();
         // A failed handshake or record: its alert goes out before the
         // error closes the connection.
@@ -191,17 +198,32 @@ impl TlsStream {
         state.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         match sent {
             Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
-            _ => Ok(true),
+            _ => Ok(Some(drained)),
         }
     }
 }
 
+/// The socket as rustls reads it, noting whether a read came back short.
+struct Probe<'a> {
+    sock: &'a mut TcpStream,
+    short: bool,
+}
+
+impl Read for Probe<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.sock.read(buf)?;
+        self.short = n < buf.len();
+        Ok(n)
+    }
+}
+
 impl Read for TlsStream {
-    /// Fills `buf` with plaintext until it is full, the socket would
-    /// block (then an error only if nothing was read), or the stream
-    /// ends.
+    /// Fills `buf` with plaintext until it is full, the socket is empty
+    /// (it would block, or gave less than asked: then "would block" only
+    /// if nothing was read), or the stream ends.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let mut n = 0;
+        let mut drained = false;
         while n < buf.len() {
             match self.tls.reader().read(&mut buf[n..]) {
                 // The client's close_notify: the end.
@@ -215,9 +237,18 @@ impl Read for TlsStream {
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(n),
                 Err(e) => return Err(e),
             }
+            if drained {
+                // The socket was emptied by the last read: a plain socket's
+                // short read, without the read that would say so.
+                return if n > 0 {
+                    Ok(n)
+                } else {
+                    Err(io::ErrorKind::WouldBlock.into())
+                };
+            }
             match self.receive() {
-                Ok(true) => {}
-                Ok(false) => return Ok(n),
+                Ok(Some(short)) => drained = short,
+                Ok(None) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock && n > 0 => return Ok(n),
                 Err(e) => return Err(e),
             }
