@@ -9,7 +9,8 @@
 use super::render::{next, Replies};
 use super::*;
 use crate::protocol::binary::{
-    op, status, write_bin_error, write_bin_response, write_bin_value, BinError, BinRequest,
+    base_opcode, op, status, write_bin_error, write_bin_response, write_bin_value, BinError,
+    BinRequest,
 };
 use crate::protocol::Tokens;
 
@@ -24,23 +25,11 @@ pub(crate) struct BinReply {
 
 impl BinReply {
     fn base(&self) -> u8 {
-        self.request().base()
+        base_opcode(self.opcode)
     }
 
     fn quiet(&self) -> bool {
-        self.request().quiet()
-    }
-
-    /// The opcode's rules live on the request type.
-    fn request(&self) -> BinRequest<'static> {
-        BinRequest {
-            opcode: self.opcode,
-            opaque: self.opaque,
-            cas: 0,
-            extras: &[],
-            key: &[],
-            value: &[],
-        }
+        self.base() != self.opcode
     }
 }
 
@@ -57,14 +46,6 @@ impl Pipe<'_> {
         let stats = self.stats;
         let cas = (req.cas != 0).then_some(req.cas);
         let (opcode, opaque) = (req.opcode, req.opaque);
-        let reply = |pipe: &mut Self| {
-            let key = pipe.bytes(req.key);
-            Kind::Binary(BinReply {
-                opcode,
-                opaque,
-                key,
-            })
-        };
         match req.base() {
             op::GET | op::GETK | op::TOUCH | op::GAT | op::GATK => {
                 let touch = match req.base() {
@@ -85,9 +66,7 @@ impl Pipe<'_> {
                     touch,
                     ..GetOpts::default()
                 };
-                self.submit(Request::Get { key: req.key, opts });
-                let kind = reply(self);
-                self.push(conn, kind);
+                self.submit_binary(conn, req, Request::Get { key: req.key, opts });
             }
             base @ (op::SET | op::ADD | op::REPLACE | op::APPEND | op::PREPEND) => {
                 let mode = match base {
@@ -110,9 +89,7 @@ impl Pipe<'_> {
                     cas,
                     ..Store::new(mode, req.key, req.value)
                 };
-                self.submit(Request::Store(store));
-                let kind = reply(self);
-                self.push(conn, kind);
+                self.submit_binary(conn, req, Request::Store(store));
             }
             op::DELETE => {
                 stats.cmd(Cmd::Delete);
@@ -120,9 +97,7 @@ impl Pipe<'_> {
                     cas,
                     ..DeleteOpts::default()
                 };
-                self.submit(Request::Delete { key: req.key, opts });
-                let kind = reply(self);
-                self.push(conn, kind);
+                self.submit_binary(conn, req, Request::Delete { key: req.key, opts });
             }
             base @ (op::INCREMENT | op::DECREMENT) => {
                 let incr = base == op::INCREMENT;
@@ -135,9 +110,7 @@ impl Pipe<'_> {
                     vivify,
                     ..ArithOpts::new(incr, delta)
                 };
-                self.submit(Request::Arith { key: req.key, opts });
-                let kind = reply(self);
-                self.push(conn, kind);
+                self.submit_binary(conn, req, Request::Arith { key: req.key, opts });
             }
             op::FLUSH if !self.settings.flush_enabled => {
                 stats.cmd(Cmd::FlushAll);
@@ -151,9 +124,7 @@ impl Pipe<'_> {
                     0 => Duration::ZERO,
                     e => self.ttl(e).duration().unwrap_or(Duration::ZERO),
                 };
-                self.submit(Request::Flush { delay });
-                let kind = reply(self);
-                self.push(conn, kind);
+                self.submit_binary(conn, req, Request::Flush { delay });
             }
             op::NOOP => self.local(conn, |o| {
                 write_bin_response(o, opcode, status::OK, opaque, 0, b"", b"")
@@ -198,6 +169,19 @@ impl Pipe<'_> {
             }
         }
         Then::Continue
+    }
+
+    /// Submits `request`, the one storage request of `req`, and queues
+    /// its response packet.
+    fn submit_binary(&mut self, conn: usize, req: &BinRequest<'_>, request: Request<&[u8]>) {
+        self.submit(request);
+        let key = self.bytes(req.key);
+        let reply = BinReply {
+            opcode: req.opcode,
+            opaque: req.opaque,
+            key,
+        };
+        self.push(conn, Kind::Binary(reply));
     }
 
     /// Answers a packet the parser refused, and for an oversized `SET`

@@ -106,26 +106,31 @@ pub struct BinRequest<'a> {
     pub value: &'a [u8],
 }
 
+/// An opcode without its quiet variant (`GETQ` is `GET`...).
+pub fn base_opcode(opcode: u8) -> u8 {
+    match opcode {
+        op::GETQ => op::GET,
+        op::GETKQ => op::GETK,
+        op::SETQ => op::SET,
+        op::ADDQ => op::ADD,
+        op::REPLACEQ => op::REPLACE,
+        op::DELETEQ => op::DELETE,
+        op::INCREMENTQ => op::INCREMENT,
+        op::DECREMENTQ => op::DECREMENT,
+        op::QUITQ => op::QUIT,
+        op::FLUSHQ => op::FLUSH,
+        op::APPENDQ => op::APPEND,
+        op::PREPENDQ => op::PREPEND,
+        op::GATQ => op::GAT,
+        op::GATKQ => op::GATK,
+        other => other,
+    }
+}
+
 impl BinRequest<'_> {
-    /// The opcode without its quiet variant (`GETQ` is `GET`...).
+    /// The opcode without its quiet variant (see [`base_opcode`]).
     pub fn base(&self) -> u8 {
-        match self.opcode {
-            op::GETQ => op::GET,
-            op::GETKQ => op::GETK,
-            op::SETQ => op::SET,
-            op::ADDQ => op::ADD,
-            op::REPLACEQ => op::REPLACE,
-            op::DELETEQ => op::DELETE,
-            op::INCREMENTQ => op::INCREMENT,
-            op::DECREMENTQ => op::DECREMENT,
-            op::QUITQ => op::QUIT,
-            op::FLUSHQ => op::FLUSH,
-            op::APPENDQ => op::APPEND,
-            op::PREPENDQ => op::PREPEND,
-            op::GATQ => op::GAT,
-            op::GATKQ => op::GATK,
-            other => other,
-        }
+        base_opcode(self.opcode)
     }
 
     /// A quiet opcode: success is not answered (but a read's hit is, and
