@@ -155,8 +155,8 @@ mod tests {
             "{sum} vs {}",
             r.overhead()
         );
-        // Every item pays at least its 5-byte header in the segment.
-        assert!(r.item_header() >= 5.0 && r.item_header() < 13.0);
+        // Every item pays at least its 3-byte header in the segment.
+        assert!(r.item_header() >= 3.0 && r.item_header() < 13.0);
         // A full heap is mostly live items.
         assert!(s.live_bytes as f64 > 0.7 * s.heap_bytes as f64, "{s:?}");
     }

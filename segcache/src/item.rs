@@ -1,30 +1,41 @@
 //! Item layout: how one key/value pair is laid out inside a segment.
 //!
 //! ```text
-//! +--------+-----------+-------+--------------+----------+-----+-------+
-//! | klen u8| vlen u24le| meta  | client flags | kept CAS | key | value |
-//! +--------+-----------+-------+--------------+----------+-----+-------+
-//!   5-byte header                0 or 4 bytes   0 or 8
+//! +--------+------+----------------------+--------------+----------+-----+-------+
+//! | klen u8| meta | vlen u8 or u24le     | client flags | kept CAS | key | value |
+//! +--------+------+----------------------+--------------+----------+-----+-------+
+//!   3-byte header (values under 256 B),   0 or 4 bytes   0 or 8
+//!   5-byte header (longer values)
 //! ```
 //!
-//! The header's meta byte says which optional fields follow (bit 0: client
-//! flags, stored only when nonzero; bit 1: a CAS token the item keeps when
-//! it is rewritten by a touch) and holds three marks the meta protocol
-//! reads and sets in place: fetched (`h`), stale (`X`) and win token sent
-//! (`Z`); bit 5 says the item was unlinked (a hint for walks over a
-//! segment, [`UNLINKED`]). Items are packed back to back with no padding (the hash table
-//! addresses them by byte offset), so the header is the whole per-item
-//! cost in the segment. This module owns that layout and nothing else: it
-//! never decides where an item goes, nor whether it is live.
+//! The header's meta byte says how long the value's length field is (bit
+//! 6, [`LONG_VALUE`]: three bytes instead of one) and which optional fields
+//! follow (bit 0: client flags, stored only when nonzero; bit 1: a CAS
+//! token the item keeps when it is rewritten by a touch), and holds three
+//! marks the meta protocol reads and sets in place: fetched (`h`), stale
+//! (`X`) and win token sent (`Z`); bit 5 says the item was unlinked (a
+//! hint for walks over a segment, [`UNLINKED`]). Small objects are the
+//! point of the design, so a value under 256 bytes pays a 3-byte header.
+//! Items are packed back to back with no padding (the hash table addresses
+//! them by byte offset), so the header is the whole per-item cost in the
+//! segment. Keys are never empty, so every item is at least 4 bytes long.
+//! This module owns that layout and nothing else: it never decides where
+//! an item goes, nor whether it is live.
 
 /// Longest key accepted (memcache's limit; the header could hold 255).
 pub const MAX_KEY_LEN: usize = 250;
-/// Item header size in bytes.
-pub(crate) const HEADER_LEN: usize = 5;
+/// Header size in bytes of an item whose value is shorter than 256 bytes.
+pub(crate) const SHORT_HEADER_LEN: usize = 3;
+/// Header size in bytes of an item with a longer value.
+pub(crate) const LONG_HEADER_LEN: usize = 5;
+/// Longest value a short header describes.
+const SHORT_VALUE_MAX: usize = u8::MAX as usize;
 /// Largest value length the 24-bit header field can describe.
 pub(crate) const MAX_VALUE_FIELD: usize = (1 << 24) - 1;
 /// Offset of the meta byte in the header.
-pub(crate) const META_AT: usize = 4;
+pub(crate) const META_AT: usize = 1;
+/// Offset of the value's length in the header.
+const VALUE_LEN_AT: usize = 2;
 const HAS_FLAGS: u8 = 0x01;
 const HAS_CAS: u8 = 0x02;
 /// The item has been read (meta `h`).
@@ -43,6 +54,27 @@ pub(crate) const MARKS: u8 = FETCHED | STALE | WIN_SENT;
 /// that probe, as before. A new item's header is written whole, so the
 /// bit never outlives the item it was set on.
 pub(crate) const UNLINKED: u8 = 0x20;
+/// The value's length takes three bytes (it is 256 bytes or longer) and
+/// the header five; without it, one byte and three.
+pub(crate) const LONG_VALUE: u8 = 0x40;
+
+/// Header size of an item with a `value_len`-byte value.
+#[inline(always)]
+pub(crate) fn header_len(value_len: usize) -> usize {
+    if value_len <= SHORT_VALUE_MAX {
+        SHORT_HEADER_LEN
+    } else {
+        LONG_HEADER_LEN
+    }
+}
+
+/// Header size of an item whose meta byte is `bits`: 3, or 5 with
+/// [`LONG_VALUE`], with no branch.
+#[inline(always)]
+fn header_len_of(bits: u8) -> usize {
+    const _: () = assert!(LONG_VALUE >> 5 == LONG_HEADER_LEN as u8 - SHORT_HEADER_LEN as u8);
+    SHORT_HEADER_LEN + ((bits & LONG_VALUE) >> 5) as usize
+}
 
 /// What an item carries besides its key and value.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -82,14 +114,21 @@ pub fn max_value_len(segment_size: usize, key_len: usize, flags: u32) -> usize {
         flags,
         ..Meta::default()
     };
-    let around = HEADER_LEN + meta.optional_len() + key_len;
-    segment_size.saturating_sub(around).min(MAX_VALUE_FIELD)
+    let around = meta.optional_len() + key_len;
+    let short = segment_size.saturating_sub(around + SHORT_HEADER_LEN);
+    if short <= SHORT_VALUE_MAX {
+        return short;
+    }
+    // A longer value pays the long header; the short one's longest value
+    // still fits when the long header leaves less.
+    let long = segment_size.saturating_sub(around + LONG_HEADER_LEN);
+    long.clamp(SHORT_VALUE_MAX, MAX_VALUE_FIELD)
 }
 
 /// Size in the segment (header, optional fields, key, value).
 #[inline]
 pub(crate) fn item_size(key_len: usize, value_len: usize, meta: &Meta) -> usize {
-    HEADER_LEN + meta.optional_len() + key_len + value_len
+    header_len(value_len) + meta.optional_len() + key_len + value_len
 }
 
 /// Writes an item whose value is the concatenation of `value_parts` into
@@ -117,28 +156,43 @@ pub(crate) unsafe fn write_at(dst: *mut u8, key: &[u8], value_parts: [&[u8]; 2],
     let value_len = value_parts[0].len() + value_parts[1].len();
     debug_assert!(key.len() <= MAX_KEY_LEN && value_len <= MAX_VALUE_FIELD);
     debug_assert_eq!(meta.marks & !MARKS, 0);
-    // Key length and value length in one store, then the meta byte.
-    let lens = key.len() as u32 | (value_len as u32) << 8;
     let mut bits = meta.marks;
-    let mut at = HEADER_LEN;
+    if meta.flags != 0 {
+        bits |= HAS_FLAGS;
+    }
+    if meta.cas.is_some() {
+        bits |= HAS_CAS;
+    }
+    let mut at = header_len(value_len);
     // SAFETY (every write below): each lies inside the item's bytes, which
     // are laid out as `item_size` counts them: header, the optional fields
-    // `meta` names, key, value.
+    // `meta` names, key, value. The header's stores may run past it (by one
+    // byte for a short header: every item is at least 4 bytes long, and by
+    // one for a long header: its value alone is 256); the optional fields
+    // and the key written next cover those bytes again.
     unsafe {
-        dst.cast::<u32>().write_unaligned(lens.to_le());
+        if at == SHORT_HEADER_LEN {
+            // Key length, meta byte and value length in one store.
+            let word = key.len() as u32 | (bits as u32) << 8 | (value_len as u32) << 16;
+            dst.cast::<u32>().write_unaligned(word.to_le());
+        } else {
+            bits |= LONG_VALUE;
+            dst.cast::<u16>()
+                .write_unaligned((key.len() as u16 | (bits as u16) << 8).to_le());
+            dst.add(VALUE_LEN_AT)
+                .cast::<u32>()
+                .write_unaligned((value_len as u32).to_le());
+        }
         if meta.flags != 0 {
-            bits |= HAS_FLAGS;
             dst.add(at)
                 .cast::<u32>()
                 .write_unaligned(meta.flags.to_le());
             at += 4;
         }
         if let Some(cas) = meta.cas {
-            bits |= HAS_CAS;
             dst.add(at).cast::<u64>().write_unaligned(cas.to_le());
             at += 8;
         }
-        *dst.add(META_AT) = bits;
         copy_to(dst.add(at), key);
         at += key.len();
         for part in value_parts {
@@ -226,7 +280,7 @@ impl<'a> RawItem<'a> {
     /// Views the item that starts at `bytes[0]` (the slice may run past it).
     #[inline]
     pub(crate) fn at(bytes: &'a [u8]) -> Self {
-        debug_assert!(bytes.len() >= HEADER_LEN);
+        debug_assert!(bytes.len() > SHORT_HEADER_LEN);
         RawItem { bytes }
     }
 
@@ -237,7 +291,19 @@ impl<'a> RawItem<'a> {
 
     #[inline]
     fn value_len(&self) -> usize {
-        u32::from_le_bytes([self.bytes[1], self.bytes[2], self.bytes[3], 0]) as usize
+        let b = &self.bytes[VALUE_LEN_AT..];
+        if self.bits() & LONG_VALUE == 0 {
+            b[0] as usize
+        } else {
+            u32::from_le_bytes([b[0], b[1], b[2], 0]) as usize
+        }
+    }
+
+    /// 3, or 5 when the value's length takes three bytes (read from the
+    /// meta byte alone).
+    #[inline]
+    pub(crate) fn header_len(&self) -> usize {
+        header_len_of(self.bits())
     }
 
     #[inline]
@@ -255,20 +321,21 @@ impl<'a> RawItem<'a> {
 
     #[inline]
     pub(crate) fn key(&self) -> &'a [u8] {
-        let start = HEADER_LEN + self.optional_len();
+        let start = self.header_len() + self.optional_len();
         &self.bytes[start..start + self.key_len()]
     }
 
     #[inline]
     pub(crate) fn value(&self) -> &'a [u8] {
-        let start = HEADER_LEN + self.optional_len() + self.key_len();
+        let start = self.header_len() + self.optional_len() + self.key_len();
         &self.bytes[start..start + self.value_len()]
     }
 
     #[inline]
     pub(crate) fn client_flags(&self) -> u32 {
         if self.bits() & HAS_FLAGS != 0 {
-            let b = &self.bytes[HEADER_LEN..HEADER_LEN + 4];
+            let at = self.header_len();
+            let b = &self.bytes[at..at + 4];
             u32::from_le_bytes([b[0], b[1], b[2], b[3]])
         } else {
             0
@@ -281,7 +348,7 @@ impl<'a> RawItem<'a> {
         if self.bits() & HAS_CAS == 0 {
             return None;
         }
-        let at = HEADER_LEN + if self.bits() & HAS_FLAGS != 0 { 4 } else { 0 };
+        let at = self.header_len() + if self.bits() & HAS_FLAGS != 0 { 4 } else { 0 };
         let mut b = [0u8; 8];
         b.copy_from_slice(&self.bytes[at..at + 8]);
         Some(u64::from_le_bytes(b))
@@ -309,14 +376,10 @@ impl<'a> RawItem<'a> {
         }
     }
 
-    /// Bytes this item occupies in its segment (from one read of the
-    /// header: the lengths' word and the meta byte).
+    /// Bytes this item occupies in its segment.
     #[inline]
     pub(crate) fn size(&self) -> usize {
-        let header: [u8; HEADER_LEN] = self.bytes[..HEADER_LEN].try_into().unwrap();
-        let lens = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-        let optional = (header[META_AT] & (HAS_FLAGS | HAS_CAS)) as usize * 4;
-        HEADER_LEN + optional + (lens & 0xff) + (lens >> 8)
+        self.header_len() + self.optional_len() + self.key_len() + self.value_len()
     }
 }
 
@@ -336,18 +399,15 @@ impl<'a> RawItem<'a> {
 #[inline(always)]
 pub(crate) unsafe fn size_if_key(item: *const u8, key: &[u8]) -> Option<usize> {
     let n = key.len();
-    // SAFETY: a whole item starts with its HEADER_LEN-byte header: the
-    // lengths' word at 0 and the meta byte at META_AT.
-    let (lens, bits) = unsafe {
-        (
-            u32::from_le(item.cast::<u32>().read_unaligned()),
-            *item.add(META_AT),
-        )
-    };
-    if lens as u8 as usize != n {
+    // SAFETY: a whole item is at least 4 bytes long (a header of 3 or 5
+    // and a key of at least one byte): key length, meta byte, and the
+    // value's length or its first byte.
+    let word = unsafe { u32::from_le(item.cast::<u32>().read_unaligned()) };
+    if word as u8 as usize != n {
         return None;
     }
-    let start = HEADER_LEN + (bits & (HAS_FLAGS | HAS_CAS)) as usize * 4;
+    let bits = (word >> 8) as u8;
+    let start = header_len_of(bits) + (bits & (HAS_FLAGS | HAS_CAS)) as usize * 4;
     // SAFETY: the key follows the header and the optional fields the meta
     // byte names, and its length byte says it is `n` bytes long; the
     // caller guarantees the whole item is readable.
@@ -359,7 +419,19 @@ pub(crate) unsafe fn size_if_key(item: *const u8, key: &[u8]) -> Option<usize> {
         // SAFETY: as above.
         bytes_eq(unsafe { std::slice::from_raw_parts(stored, n) }, key)
     };
-    same.then(|| start + n + (lens >> 8) as usize)
+    if !same {
+        return None;
+    }
+    let value_len = if bits & LONG_VALUE == 0 {
+        (word >> 16) as u8 as usize
+    } else {
+        // SAFETY: a long header is 5 bytes, the value length's three at
+        // VALUE_LEN_AT, and its value alone is 256, so the four bytes read
+        // lie in the item.
+        let w = unsafe { item.add(VALUE_LEN_AT).cast::<u32>().read_unaligned() };
+        (u32::from_le(w) & 0xff_ffff) as usize
+    };
+    Some(start + n + value_len)
 }
 
 /// `stored[..n] == key` for a key of `n` = 8 to 32 bytes: the 8-byte
@@ -449,19 +521,79 @@ mod tests {
     }
 
     #[test]
-    fn header_is_five_bytes_and_flags_cost_only_when_set() {
-        // 32-byte key + 64-byte value: 101 bytes, no padding.
+    fn header_is_three_bytes_under_256_and_flags_cost_only_when_set() {
+        // 32-byte key + 64-byte value: 99 bytes, no padding.
         let plain = Meta::default();
-        assert_eq!(item_size(32, 64, &plain), 101);
+        assert_eq!(item_size(32, 64, &plain), 99);
         // Client flags cost 4 bytes only when nonzero, a kept CAS 8.
         let flags = Meta { flags: 7, ..plain };
-        assert_eq!(item_size(32, 64, &flags), 105);
+        assert_eq!(item_size(32, 64, &flags), 103);
         let kept = Meta {
             cas: Some(1),
             ..flags
         };
-        assert_eq!(item_size(32, 64, &kept), 113);
-        assert_eq!(item_size(1, 0, &plain), 6);
+        assert_eq!(item_size(32, 64, &kept), 111);
+        assert_eq!(item_size(1, 0, &plain), 4);
+        // A value of 256 bytes or more takes the 5-byte header.
+        assert_eq!(item_size(1, 255, &plain), 259);
+        assert_eq!(item_size(1, 256, &plain), 262);
+    }
+
+    #[test]
+    fn both_headers_round_trip_at_their_edges() {
+        for value_len in [0, 1, 254, 255, 256, 257, 65_535, 65_536, MAX_VALUE_FIELD] {
+            for meta in [
+                Meta::default(),
+                Meta {
+                    flags: 0xdead_beef,
+                    cas: Some(u64::MAX),
+                    marks: MARKS,
+                },
+            ] {
+                let value: Vec<u8> = (0..value_len).map(|i| (i * 7) as u8).collect();
+                let key = b"k";
+                let size = item_size(key.len(), value_len, &meta);
+                let mut buf = vec![0x5au8; size];
+                write(&mut buf, key, [&value, &[]], &meta);
+                let item = RawItem::at(&buf);
+                assert_eq!(item.key(), key, "{value_len}");
+                assert_eq!(item.value(), &value[..], "{value_len}");
+                assert_eq!(item.meta(), meta, "{value_len}");
+                assert_eq!(item.size(), size, "{value_len}");
+                assert_eq!(item.header_len(), header_len(value_len));
+                // SAFETY: `buf` is exactly the item just written: whole.
+                assert_eq!(unsafe { size_if_key(buf.as_ptr(), key) }, Some(size));
+                // Marking keeps the length's width.
+                mark(&mut buf, FETCHED);
+                assert_eq!(RawItem::at(&buf).value(), &value[..]);
+            }
+        }
+    }
+
+    #[test]
+    fn max_value_len_is_the_largest_value_that_fits() {
+        for segment in (8..700).chain([4096, 1 << 20]) {
+            for (key_len, flags) in [(1, 0), (1, 9), (32, 0), (250, 9)] {
+                let meta = Meta {
+                    flags,
+                    ..Meta::default()
+                };
+                let max = max_value_len(segment, key_len, flags);
+                let around = key_len + meta.optional_len() + SHORT_HEADER_LEN;
+                if segment < around {
+                    assert_eq!(max, 0);
+                    continue;
+                }
+                assert!(
+                    item_size(key_len, max, &meta) <= segment,
+                    "{segment} {key_len}"
+                );
+                assert!(
+                    item_size(key_len, max + 1, &meta) > segment,
+                    "{segment} {key_len}"
+                );
+            }
+        }
     }
 
     #[test]

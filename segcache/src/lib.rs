@@ -63,7 +63,8 @@
 //!
 //! # Memory
 //! `heap_size` bounds the item bytes exactly. Each item costs, in its
-//! segment, a 5-byte header + key + value (+ 4 bytes if its client flags
+//! segment, a header + key + value (the header is 3 bytes for a value
+//! under 256 bytes, 5 for a longer one; + 4 bytes if its client flags
 //! are nonzero, + 8 if a touch had to move it and keep its CAS token), and
 //! one 8-byte hash-table slot; the table is buckets of 64 bytes (7 slots
 //! each), sized at build for 1 KiB items filling the heap and grown
@@ -74,11 +75,12 @@
 //! reserved at build: 1/512 of the heap, at least half a segment, at most
 //! 1.5 segments) about 0.2 bytes per ~100-byte item in a heap of 256
 //! segments or more. At a full heap that is about
-//! `5 + key + value + 64 / (7 × load) + 0.55` bytes per item plus the
-//! scratch's share, with the table ~87 % loaded: ~16.1 bytes of overhead
-//! per item, plus the scratch and under 1 byte of heap not yet reclaimed
-//! (measured with 256 KiB segments, 32-byte keys and 64-byte values:
-//! 16.2 B per item at a 1 GiB heap, 16.8 B at 64 MiB). Segment headers
+//! `header + key + value + 64 / (7 × load) + 0.55` bytes per item plus
+//! the scratch's share, with the table ~87 % loaded: ~14.1 bytes of
+//! overhead per item under 256-byte values, plus the scratch and under 1
+//! byte of heap not yet reclaimed (measured with 256 KiB segments, 32-byte
+//! keys and 64-byte values: 14.2 B per item at a 1 GiB heap, 14.8 B at
+//! 64 MiB). Segment headers
 //! add 44 bytes per segment. [`Segcache::stats`] reports every byte
 //! allocated.
 //!
@@ -109,7 +111,7 @@
 //!   notifications, at the highest per-item overhead of the three.
 //!
 //! # Layout
-//! One module per concept: `item` (the 5-byte header layout), `hashtable`,
+//! One module per concept: `item` (the 3- or 5-byte header layout), `hashtable`,
 //! `segments` (heap and segment headers), `ttl` (TTL buckets and their
 //! precision rule), `windows` (the deadline windows a merged segment keeps
 //! so each item expires on its own), `eviction` (merge eviction and the

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: [u8; 8] = *b"SEGCMETA";
 /// Bumped whenever the snapshot, item or table layout changes.
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 
 /// The snapshot's path for a datapool file: `<datapool>.meta`.
 pub(crate) fn meta_path(datapool: &Path) -> PathBuf {

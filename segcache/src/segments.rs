@@ -2,7 +2,7 @@
 //! headers.
 //!
 //! Owns the heap bytes, one [`SegmentHeader`] per segment (kept apart from
-//! the data, so items carry no per-item metadata beyond their 5-byte header)
+//! the data, so items carry no per-item metadata beyond their 3- or 5-byte header)
 //! and the free list. Items are addressed by (segment id, offset), never by
 //! pointer, so the heap can later live in a file and be mapped anywhere.
 //! This module must never touch the hash table: deciding which items are
@@ -315,7 +315,7 @@ impl Segments {
     #[inline(always)]
     pub(crate) unsafe fn size_if_key(&self, loc: Location, key: &[u8]) -> Option<usize> {
         let (start, end) = self.item_span(loc);
-        debug_assert!(end <= self.data.len() && start + crate::item::HEADER_LEN <= end);
+        debug_assert!(end <= self.data.len() && start + crate::item::SHORT_HEADER_LEN < end);
         debug_assert!(
             self.item(loc).size() <= end - start,
             "an item past its segment"
@@ -332,7 +332,8 @@ impl Segments {
         let (offset, written) = (loc.offset as usize, written as usize);
         (loc.seg as usize) < self.headers.len()
             && written <= self.segment_size
-            && offset + crate::item::HEADER_LEN <= written
+            && offset + crate::item::SHORT_HEADER_LEN < written
+            && offset + self.item(loc).header_len() < written
             && offset + self.item(loc).size() <= written
     }
 
@@ -401,7 +402,7 @@ impl Segments {
     #[inline(always)]
     pub(crate) unsafe fn fetch_compared(&mut self, loc: Location) -> (RawItem<'_>, &Segments) {
         let (start, end) = self.item_span(loc);
-        debug_assert!(start + crate::item::HEADER_LEN <= end && end <= self.data.len());
+        debug_assert!(start + crate::item::SHORT_HEADER_LEN < end && end <= self.data.len());
         debug_assert!((loc.seg as usize) < self.headers.len());
         // SAFETY: the caller guarantees a whole item at `loc`, so
         // `start..end` (from it to its segment's end) is in the heap.

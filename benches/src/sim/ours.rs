@@ -83,8 +83,9 @@ impl SegcacheSim {
         let per_bucket = (b.hash_table_bytes - a.hash_table_bytes) as usize >> 10;
         let per_segment = (b.segment_header_bytes - a.segment_header_bytes) as usize / 4;
         let fixed = a.segment_header_bytes as usize - 4 * per_segment;
-        // Item: 5-byte header + key + value, rounded as the heap packs it.
-        let item = (typ.key_len + typ.value_len + 5).max(8);
+        // Item: header (3 bytes, 5 from 256-byte values) + key + value.
+        let header = if typ.value_len < 256 { 3 } else { 5 };
+        let item = (typ.key_len + typ.value_len + header).max(8);
         // Merge eviction's ghosts: about 0.55 bytes per item held (2-byte
         // entries, a quarter to three eighths as many as items), reserved at 1.125 per
         // typical item as sizes vary, plus a pool flag per segment.

@@ -218,7 +218,7 @@ fn writes_tell_apart_keys_whose_entries_look_alike() {
 fn inline_set_and_delete_edges() {
     let (mut c, clock) = small(Eviction::Merge);
     let item_bytes = |key: usize, value: usize, flags: bool| {
-        (item::HEADER_LEN + key + value + if flags { 4 } else { 0 }) as u64
+        (item::header_len(value) + key + value + if flags { 4 } else { 0 }) as u64
     };
     c.set(b"k", [7u8; 40], 9, Duration::from_millis(1500))
         .unwrap();

@@ -1335,7 +1335,7 @@ fn crawler_and_shutdown_lines() {
 
 #[test]
 fn the_value_limit_counts_the_key_and_flags_a_segment_holds() {
-    // 64-byte segments: a 5-byte header, 4 bytes of flags when not 0, the key.
+    // 64-byte segments: a 3-byte header (values under 256 bytes), 4 bytes of flags when not 0, the key.
     let limit = ValueLimit {
         max_value: 1 << 20,
         segment_size: 64,
@@ -1346,13 +1346,13 @@ fn the_value_limit_counts_the_key_and_flags_a_segment_holds() {
         buf.extend_from_slice(b"\r\n");
         buf
     };
-    assert!(parse(&store("set k 0 0", 58), limit).is_ok());
-    let buf = store("set k 0 0", 59);
+    assert!(parse(&store("set k 0 0", 60), limit).is_ok());
+    let buf = store("set k 0 0", 61);
     let e = parse(&buf, limit).unwrap_err();
     assert!(matches!(e, ParseError::TooLarge { swallow, .. } if swallow == buf.len()));
     assert_eq!(e.too_large_key(&buf).as_deref(), Some(&b"k"[..]));
-    assert!(parse(&store("set k 1 0", 54), limit).is_ok());
-    assert!(parse(&store("set k 1 0", 55), limit).is_err());
+    assert!(parse(&store("set k 1 0", 56), limit).is_ok());
+    assert!(parse(&store("set k 1 0", 57), limit).is_err());
     // `ms`: the decoded key ("Ymln" is "big") and `F` flags count.
     let ms = |flags: &str, len: usize| {
         let mut buf = format!("ms Ymln {len} b{flags}\r\n").into_bytes();
@@ -1360,11 +1360,11 @@ fn the_value_limit_counts_the_key_and_flags_a_segment_holds() {
         buf.extend_from_slice(b"\r\n");
         buf
     };
-    assert!(parse(&ms("", 56), limit).is_ok());
-    let buf = ms(" F7", 53);
+    assert!(parse(&ms("", 58), limit).is_ok());
+    let buf = ms(" F7", 55);
     let e = parse(&buf, limit).unwrap_err();
     assert_eq!(e.too_large_key(&buf).as_deref(), Some(&b"big"[..]));
-    assert!(parse(&ms(" F7", 52), limit).is_ok());
+    assert!(parse(&ms(" F7", 54), limit).is_ok());
     // A plain `max_value` binds alone.
     assert!(parse(&store("set k 0 0", 59), 59).is_ok());
 }

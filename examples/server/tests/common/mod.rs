@@ -235,6 +235,20 @@ pub fn stat(conn: &mut Conn, name: &str) -> Option<String> {
     })
 }
 
+/// The stat `name` once it reads `want`, or its last value after five
+/// seconds: for counts the server updates only when it sees an event
+/// (a closed connection is counted gone when its worker reads the EOF).
+pub fn stat_settles(conn: &mut Conn, name: &str, want: &str) -> Option<String> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let got = stat(conn, name);
+        if got.as_deref() == Some(want) || std::time::Instant::now() > deadline {
+            return got;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// A `/proc/PID/status` field in KiB.
 pub fn status_kib(pid: u32, field: &str) -> u64 {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
