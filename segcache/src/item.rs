@@ -9,12 +9,14 @@
 //! ```
 //!
 //! The header's meta byte says how long the value's length field is (bit
-//! 6, [`LONG_VALUE`]: three bytes instead of one) and which optional fields
-//! follow (bit 0: client flags, stored only when nonzero; bit 1: a CAS
-//! token the item keeps when it is rewritten by a touch), and holds three
-//! marks the meta protocol reads and sets in place: fetched (`h`), stale
-//! (`X`) and win token sent (`Z`); bit 5 says the item was unlinked (a
-//! hint for walks over a segment, [`UNLINKED`]). Small objects are the
+//! 0, [`LONG_VALUE`]: three bytes instead of one) and which optional fields
+//! follow (bit 1: client flags, stored only when nonzero; bit 2: a CAS
+//! token the item keeps when it is rewritten by a touch): the low three
+//! bits, times two, are the bytes between the short header and the key,
+//! so a lookup finds the key with one mask. It also holds three marks the
+//! meta protocol reads and sets in place: fetched (`h`), stale (`X`) and
+//! win token sent (`Z`); bit 6 says the item was unlinked (a hint for
+//! walks over a segment, [`UNLINKED`]). Small objects are the
 //! point of the design, so a value under 256 bytes pays a 3-byte header.
 //! Items are packed back to back with no padding (the hash table addresses
 //! them by byte offset), so the header is the whole per-item cost in the
@@ -36,14 +38,21 @@ pub(crate) const MAX_VALUE_FIELD: usize = (1 << 24) - 1;
 pub(crate) const META_AT: usize = 1;
 /// Offset of the value's length in the header.
 const VALUE_LEN_AT: usize = 2;
-const HAS_FLAGS: u8 = 0x01;
-const HAS_CAS: u8 = 0x02;
+/// The value's length takes three bytes (it is 256 bytes or longer) and
+/// the header five; without it, one byte and three.
+const LONG_VALUE: u8 = 0x01;
+/// Client flags follow the header (4 bytes).
+const HAS_FLAGS: u8 = 0x02;
+/// A kept CAS token follows the header and the flags (8 bytes).
+const HAS_CAS: u8 = 0x04;
+/// The bits that say what lies between the short header and the key.
+const LAYOUT: u8 = LONG_VALUE | HAS_FLAGS | HAS_CAS;
 /// The item has been read (meta `h`).
-pub(crate) const FETCHED: u8 = 0x04;
+pub(crate) const FETCHED: u8 = 0x08;
 /// The item was invalidated (meta `X`).
-pub(crate) const STALE: u8 = 0x08;
+pub(crate) const STALE: u8 = 0x10;
 /// A reader was handed the win token for this item (meta `W`, then `Z`).
-pub(crate) const WIN_SENT: u8 = 0x10;
+pub(crate) const WIN_SENT: u8 = 0x20;
 /// The marks a rewrite may carry over.
 pub(crate) const MARKS: u8 = FETCHED | STALE | WIN_SENT;
 /// The hash table stopped pointing at the item (overwritten or deleted).
@@ -53,27 +62,33 @@ pub(crate) const MARKS: u8 = FETCHED | STALE | WIN_SENT;
 /// and probing the table; an unlinked item without it is found dead by
 /// that probe, as before. A new item's header is written whole, so the
 /// bit never outlives the item it was set on.
-pub(crate) const UNLINKED: u8 = 0x20;
-/// The value's length takes three bytes (it is 256 bytes or longer) and
-/// the header five; without it, one byte and three.
-pub(crate) const LONG_VALUE: u8 = 0x40;
+pub(crate) const UNLINKED: u8 = 0x40;
 
-/// Header size of an item with a `value_len`-byte value.
+/// Header size of an item with a `value_len`-byte value: 3, or 5 from
+/// 256 bytes on.
 #[inline(always)]
 pub(crate) fn header_len(value_len: usize) -> usize {
-    if value_len <= SHORT_VALUE_MAX {
-        SHORT_HEADER_LEN
-    } else {
-        LONG_HEADER_LEN
-    }
+    SHORT_HEADER_LEN + 2 * (value_len > SHORT_VALUE_MAX) as usize
 }
 
 /// Header size of an item whose meta byte is `bits`: 3, or 5 with
-/// [`LONG_VALUE`], with no branch.
+/// [`LONG_VALUE`].
 #[inline(always)]
 fn header_len_of(bits: u8) -> usize {
-    const _: () = assert!(LONG_VALUE >> 5 == LONG_HEADER_LEN as u8 - SHORT_HEADER_LEN as u8);
-    SHORT_HEADER_LEN + ((bits & LONG_VALUE) >> 5) as usize
+    SHORT_HEADER_LEN + (bits & LONG_VALUE) as usize * 2
+}
+
+/// Where the key starts in an item whose meta byte is `bits`: after the
+/// header and the optional fields, each bit of [`LAYOUT`] worth twice its
+/// value in bytes (long header 2 more, flags 4, CAS 8).
+#[inline(always)]
+fn key_at(bits: u8) -> usize {
+    const _: () = assert!(
+        LONG_VALUE as usize * 2 == LONG_HEADER_LEN - SHORT_HEADER_LEN
+            && HAS_FLAGS as usize * 2 == 4
+            && HAS_CAS as usize * 2 == 8
+    );
+    SHORT_HEADER_LEN + (bits & LAYOUT) as usize * 2
 }
 
 /// What an item carries besides its key and value.
@@ -156,14 +171,12 @@ pub(crate) unsafe fn write_at(dst: *mut u8, key: &[u8], value_parts: [&[u8]; 2],
     let value_len = value_parts[0].len() + value_parts[1].len();
     debug_assert!(key.len() <= MAX_KEY_LEN && value_len <= MAX_VALUE_FIELD);
     debug_assert_eq!(meta.marks & !MARKS, 0);
-    let mut bits = meta.marks;
-    if meta.flags != 0 {
-        bits |= HAS_FLAGS;
-    }
-    if meta.cas.is_some() {
-        bits |= HAS_CAS;
-    }
-    let mut at = header_len(value_len);
+    let long = value_len > SHORT_VALUE_MAX;
+    let bits = meta.marks
+        | (long as u8 * LONG_VALUE)
+        | ((meta.flags != 0) as u8 * HAS_FLAGS)
+        | (meta.cas.is_some() as u8 * HAS_CAS);
+    let mut at = header_len_of(bits);
     // SAFETY (every write below): each lies inside the item's bytes, which
     // are laid out as `item_size` counts them: header, the optional fields
     // `meta` names, key, value. The header's stores may run past it (by one
@@ -171,12 +184,11 @@ pub(crate) unsafe fn write_at(dst: *mut u8, key: &[u8], value_parts: [&[u8]; 2],
     // one for a long header: its value alone is 256); the optional fields
     // and the key written next cover those bytes again.
     unsafe {
-        if at == SHORT_HEADER_LEN {
+        if !long {
             // Key length, meta byte and value length in one store.
             let word = key.len() as u32 | (bits as u32) << 8 | (value_len as u32) << 16;
             dst.cast::<u32>().write_unaligned(word.to_le());
         } else {
-            bits |= LONG_VALUE;
             dst.cast::<u16>()
                 .write_unaligned((key.len() as u16 | (bits as u16) << 8).to_le());
             dst.add(VALUE_LEN_AT)
@@ -278,56 +290,55 @@ pub(crate) struct RawItem<'a> {
 
 impl<'a> RawItem<'a> {
     /// Views the item that starts at `bytes[0]` (the slice may run past it).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn at(bytes: &'a [u8]) -> Self {
         debug_assert!(bytes.len() > SHORT_HEADER_LEN);
         RawItem { bytes }
     }
 
-    #[inline]
-    fn key_len(&self) -> usize {
-        self.bytes[0] as usize
+    /// The header's first four bytes (every item has them): key length,
+    /// meta byte, and the value's length or its first two bytes.
+    #[inline(always)]
+    fn word(&self) -> u32 {
+        u32::from_le_bytes(self.bytes[..4].try_into().unwrap())
     }
 
-    #[inline]
+    #[inline(always)]
+    fn key_len(&self) -> usize {
+        self.word() as u8 as usize
+    }
+
+    #[inline(always)]
     fn value_len(&self) -> usize {
-        let b = &self.bytes[VALUE_LEN_AT..];
-        if self.bits() & LONG_VALUE == 0 {
-            b[0] as usize
+        let w = self.word();
+        if w & (LONG_VALUE as u32) << 8 == 0 {
+            (w >> 16) as u8 as usize
         } else {
-            u32::from_le_bytes([b[0], b[1], b[2], 0]) as usize
+            ((w >> 16) | (self.bytes[4] as u32) << 16) as usize
         }
     }
 
     /// 3, or 5 when the value's length takes three bytes (read from the
     /// meta byte alone).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn header_len(&self) -> usize {
         header_len_of(self.bits())
     }
 
-    #[inline]
+    #[inline(always)]
     fn bits(&self) -> u8 {
-        self.bytes[META_AT]
+        (self.word() >> 8) as u8
     }
 
-    /// 4 bytes of client flags if present, 8 of CAS if present: the two
-    /// bits times four, with no branch.
-    #[inline]
-    fn optional_len(&self) -> usize {
-        const _: () = assert!(HAS_FLAGS == 1 && HAS_CAS == 2);
-        (self.bits() & (HAS_FLAGS | HAS_CAS)) as usize * 4
-    }
-
-    #[inline]
+    #[inline(always)]
     pub(crate) fn key(&self) -> &'a [u8] {
-        let start = self.header_len() + self.optional_len();
+        let start = key_at(self.bits());
         &self.bytes[start..start + self.key_len()]
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn value(&self) -> &'a [u8] {
-        let start = self.header_len() + self.optional_len() + self.key_len();
+        let start = key_at(self.bits()) + self.key_len();
         &self.bytes[start..start + self.value_len()]
     }
 
@@ -377,9 +388,9 @@ impl<'a> RawItem<'a> {
     }
 
     /// Bytes this item occupies in its segment.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn size(&self) -> usize {
-        self.header_len() + self.optional_len() + self.key_len() + self.value_len()
+        key_at(self.bits()) + self.key_len() + self.value_len()
     }
 }
 
@@ -407,7 +418,7 @@ pub(crate) unsafe fn size_if_key(item: *const u8, key: &[u8]) -> Option<usize> {
         return None;
     }
     let bits = (word >> 8) as u8;
-    let start = header_len_of(bits) + (bits & (HAS_FLAGS | HAS_CAS)) as usize * 4;
+    let start = key_at(bits);
     // SAFETY: the key follows the header and the optional fields the meta
     // byte names, and its length byte says it is `n` bytes long; the
     // caller guarantees the whole item is readable.
