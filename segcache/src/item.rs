@@ -552,7 +552,9 @@ mod tests {
 
     #[test]
     fn both_headers_round_trip_at_their_edges() {
-        for value_len in [0, 1, 254, 255, 256, 257, 65_535, 65_536, MAX_VALUE_FIELD] {
+        // (Miri interprets: the largest length only natively.)
+        let largest = if cfg!(miri) { 70_000 } else { MAX_VALUE_FIELD };
+        for value_len in [0, 1, 254, 255, 256, 257, 65_535, 65_536, largest] {
             for meta in [
                 Meta::default(),
                 Meta {
