@@ -653,14 +653,31 @@ mod tests {
             end
         ));
         assert!(!segs.holds_item(loc, 4097));
-        // Inside the item (its value bytes read as a header claiming 118
-        // key and 0x767676 value bytes), and a segment that does not exist.
+        // Inside the item (its value bytes read as a header claiming a
+        // 118-byte key, flags, a kept CAS and a 118-byte value), and a
+        // segment that does not exist.
         let inner = Location {
             offset: at as u32 + 100,
             ..loc
         };
         assert!(!segs.holds_item(inner, 4096));
         assert!(!segs.holds_item(Location { seg: 2, ..loc }, 4096));
+        // Four bytes before the segment's end, a header whose meta byte
+        // says the value's length takes three bytes: the long header
+        // would run past the segment, and is not read there.
+        let tail = 4096 - 4;
+        segs.data_mut(id)[tail..].copy_from_slice(&[1, 0x01, 0, 0]);
+        let tail = Location {
+            offset: tail as u32,
+            ..loc
+        };
+        assert!(!segs.holds_item(tail, 4096));
+        // The same bytes as a short header: a 1-byte key and no value, in
+        // four bytes (the smallest item).
+        segs.data_mut(id)[4092..].copy_from_slice(&[1, 0x00, 0, b'k']);
+        assert!(segs.holds_item(tail, 4096));
+        // SAFETY: a whole item lies at `tail` (just checked).
+        assert_eq!(unsafe { segs.size_if_key(tail, b"k") }, Some(4));
     }
 
     #[test]
