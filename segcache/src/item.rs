@@ -29,7 +29,7 @@ pub const MAX_KEY_LEN: usize = 250;
 /// Header size in bytes of an item whose value is shorter than 256 bytes.
 pub(crate) const SHORT_HEADER_LEN: usize = 3;
 /// Header size in bytes of an item with a longer value.
-pub(crate) const LONG_HEADER_LEN: usize = 5;
+const LONG_HEADER_LEN: usize = 5;
 /// Longest value a short header describes.
 const SHORT_VALUE_MAX: usize = u8::MAX as usize;
 /// Largest value length the 24-bit header field can describe.
