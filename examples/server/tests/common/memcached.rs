@@ -3,6 +3,7 @@
 //! message, when the `memcached` binary is not installed
 //! (`examples/server/test.sh` installs it).
 
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -31,8 +32,20 @@ impl Memcached {
             );
             return None;
         }
-        // A port free now; a race with another process is unlikely and
-        // shows as a start failure below.
+        // A port free now may be taken before memcached binds it (a
+        // server under test binding port 0 gets ephemeral ports too):
+        // memcached then exits, and a probe would reach the other process.
+        // So a start counts only when the listener on the port reports
+        // this child's pid; otherwise it is retried on another port.
+        for _ in 0..5 {
+            if let Some(mc) = Self::start_on_free_port(extra) {
+                return Some(mc);
+            }
+        }
+        panic!("memcached did not start on five free ports");
+    }
+
+    fn start_on_free_port(extra: &[&str]) -> Option<Memcached> {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
@@ -52,17 +65,41 @@ impl Memcached {
             .spawn()
             .expect("spawn memcached");
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        // Dropped (killed) on every early return.
         let mut mc = Memcached { child, addr };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            if Instant::now() > deadline || !matches!(mc.child.try_wait(), Ok(None)) {
+        let want = format!("STAT pid {}\r\n", mc.child.id());
+        loop {
+            if !matches!(mc.child.try_wait(), Ok(None)) {
+                return None;
+            }
+            if let Some(stats) = stats_of(addr) {
+                return stats.contains(&want).then_some(mc);
+            }
+            if Instant::now() > deadline {
                 panic!("memcached did not start on {addr}");
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = &mut mc;
-        Some(mc)
     }
+}
+
+/// The `stats` reply of whatever listens on `addr`, or `None` if nothing
+/// answers it whole within a second.
+fn stats_of(addr: SocketAddr) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    s.write_all(b"stats\r\n").ok()?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !reply.ends_with(b"END\r\n") {
+        let n = s.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        reply.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8(reply).ok()
 }
 
 impl Drop for Memcached {
