@@ -100,7 +100,7 @@
 //! - **Segcache** has TTLs as a first-class, per-item feature that costs
 //!   nothing to expire (whole segments), memcache semantics (flags, CAS,
 //!   add/replace/append, incr/decr, stale-while-revalidate win tokens),
-//!   a heap bounded in bytes with 16-18 B of overhead per item, a storage-
+//!   a heap bounded in bytes with 14-15 B of overhead per small item, a storage-
 //!   thread mode and a warm restart from a file-backed heap. It stores
 //!   bytes, not Rust values.
 //! - **quick_cache** stores any `K: Hash + Eq`, `V: Clone` with a weigher,

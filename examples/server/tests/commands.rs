@@ -364,8 +364,9 @@ fn a_value_too_large_for_its_key_is_refused_as_an_oversized_one() {
         req
     };
     const REFUSED: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
-    // An item is a 5-byte header, the flags (4 bytes, when not 0), the key
-    // and the value; the largest value for key "k" fits, one more does not.
+    // An item whose value is 256 bytes or more is a 5-byte header, the
+    // flags (4 bytes, when not 0), the key and the value; the largest value
+    // for key "k" fits, one more does not.
     let largest = SEGMENT - 5 - 1;
     assert_eq!(segcache::max_value_len(SEGMENT, 1, 0), largest);
     c.expect(&store("set k 0 0", largest), b"STORED\r\n");
