@@ -29,7 +29,10 @@
 # load generator connects with `--unix`), TLS (1: also segcache-server
 # with TLS on its TCP port, as segcache-tls: `--tls-cert`/`--tls-key`
 # with a certificate made by openssl for the run; the load generator
-# speaks TLS with `--tls-ca`; memcached is not built with TLS in Debian).
+# speaks TLS with `--tls-ca`; memcached is not built with TLS in Debian),
+# BINARY (1: also segcache-server and memcached spoken to in the binary
+# protocol, as segcache-bin and memcached-bin: the load generator's
+# `--binary`, the same requests as GET and SET packets).
 # Prints markdown to stdout.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
@@ -61,6 +64,10 @@ start_target() { # NAME -> T_PORT, T_PID; TARGET: the load generator's flags
     if [ "$PIN" = 1 ]; then cores="0-$WORKERS"; fi
     local sock="$WORK/$1.sock"
     case "$1" in
+    *-bin)
+        start_target "${1%-bin}"
+        TARGET+=(--binary)
+        return ;;
     segcache-tls)
         local pin=()
         if [ -n "$cores" ]; then pin=(--pin "$cores"); fi
@@ -117,6 +124,7 @@ if [ "${#BINS[@]}" -gt 0 ]; then
 fi
 add_pelikan_servers
 if [ "${UNIX:-0}" = 1 ]; then SERVERS="$SERVERS segcache-unix memcached-unix"; fi
+if [ "${BINARY:-0}" = 1 ]; then SERVERS="$SERVERS segcache-bin memcached-bin"; fi
 if [ "${TLS:-0}" = 1 ]; then
     need_pkg openssl openssl
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 2 \
@@ -152,7 +160,7 @@ done
 
 echo "## Server CPU per request (µs, user+system from /proc, median of $ROUNDS interleaved rounds [min-max])"
 echo
-echo "Command: \`RATES=\"$RATES\" ROUNDS=$ROUNDS SECS=$SECS CONNS=$CONNS WORKERS=$WORKERS PIN=$PIN UNIX=${UNIX:-0} TLS=${TLS:-0} bash examples/server/scripts/cpu.sh\`"
+echo "Command: \`RATES=\"$RATES\" ROUNDS=$ROUNDS SECS=$SECS CONNS=$CONNS WORKERS=$WORKERS PIN=$PIN UNIX=${UNIX:-0} TLS=${TLS:-0} BINARY=${BINARY:-0} bash examples/server/scripts/cpu.sh\`"
 echo
 python3 - "$RESULTS" "$SERVERS" "$RATES" <<'PY'
 import statistics, sys

@@ -1,5 +1,6 @@
-//! `loadgen`: an open-loop memcache ASCII load generator for benchmarks,
-//! over TCP, TLS (`--tls-ca`) or a Unix domain socket (`--unix`).
+//! `loadgen`: an open-loop memcache load generator for benchmarks, in the
+//! ASCII protocol or memcached's binary one (`--binary`), over TCP, TLS
+//! (`--tls-ca`) or a Unix domain socket (`--unix`).
 //!
 //! Requests are scheduled at a fixed target rate regardless of how fast
 //! replies come back (open loop), spread round-robin over many
@@ -66,6 +67,10 @@ struct Args {
     /// Skip filling the key space first.
     #[arg(long)]
     no_fill: bool,
+    /// Send the measured requests in memcached's binary protocol (GET and
+    /// SET packets) instead of text; the fill stays text.
+    #[arg(long)]
+    binary: bool,
 }
 
 fn key(i: u64) -> Vec<u8> {
@@ -104,8 +109,58 @@ struct Conn {
     pending: VecDeque<Instant>,
 }
 
-/// Length of the first complete reply in `buf`, and whether it was an
-/// error; `None` if incomplete.
+/// Appends a text `get` of `key`, or a `set` of `value` under it.
+fn push_text(out: &mut Vec<u8>, key: &[u8], value: Option<&[u8]>) {
+    out.extend_from_slice(if value.is_some() { b"set " } else { b"get " });
+    out.extend_from_slice(key);
+    match value {
+        None => out.extend_from_slice(b"\r\n"),
+        Some(value) => {
+            out.extend_from_slice(format!(" 0 0 {}\r\n", value.len()).as_bytes());
+            out.extend_from_slice(value);
+            out.extend_from_slice(b"\r\n");
+        }
+    }
+}
+
+/// The binary protocol's request magic, and its GET and SET opcodes.
+const BIN_REQUEST: u8 = 0x80;
+const BIN_GET: u8 = 0x00;
+const BIN_SET: u8 = 0x01;
+/// A binary packet's header length.
+const BIN_HEADER: usize = 24;
+/// A binary response's status "key not found" (a get's miss).
+const BIN_NOT_FOUND: u16 = 0x0001;
+
+/// Appends a binary request packet: `extras`, then `key`, then `value`.
+fn push_binary(out: &mut Vec<u8>, opcode: u8, extras: &[u8], key: &[u8], value: &[u8]) {
+    let body = (extras.len() + key.len() + value.len()) as u32;
+    out.extend_from_slice(&[BIN_REQUEST, opcode]);
+    out.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    out.extend_from_slice(&[extras.len() as u8, 0, 0, 0]); // data type, vbucket
+    out.extend_from_slice(&body.to_be_bytes());
+    out.extend_from_slice(&[0; 12]); // opaque, CAS
+    out.extend_from_slice(extras);
+    out.extend_from_slice(key);
+    out.extend_from_slice(value);
+}
+
+/// Length of the first complete binary response in `buf`, and whether it
+/// was an error (any status but success, or "not found" for a get);
+/// `None` if incomplete.
+fn binary_reply_len(buf: &[u8]) -> Option<(usize, bool)> {
+    let header = buf.get(..BIN_HEADER)?;
+    let body = u32::from_be_bytes([header[8], header[9], header[10], header[11]]) as usize;
+    if buf.len() < BIN_HEADER + body {
+        return None;
+    }
+    let status = u16::from_be_bytes([header[6], header[7]]);
+    let ok = status == 0 || (header[1] == BIN_GET && status == BIN_NOT_FOUND);
+    Some((BIN_HEADER + body, header[0] != 0x81 || !ok))
+}
+
+/// Length of the first complete text reply in `buf`, and whether it was
+/// an error; `None` if incomplete.
 fn reply_len(buf: &[u8]) -> Option<(usize, bool)> {
     let nl = buf.iter().position(|&b| b == b'\n')? + 1;
     let line = &buf[..nl];
@@ -201,11 +256,7 @@ fn fill(target: &Target, keys: u64) -> io::Result<()> {
         let end = (i + 1000).min(keys);
         let mut req = Vec::new();
         for k in i..end {
-            req.extend_from_slice(b"set ");
-            req.extend_from_slice(&key(k));
-            req.extend_from_slice(format!(" 0 0 {}\r\n", value_len(k)).as_bytes());
-            req.extend_from_slice(&value[..value_len(k)]);
-            req.extend_from_slice(b"\r\n");
+            push_text(&mut req, &key(k), Some(&value[..value_len(k)]));
         }
         s.write_all(&req)?;
         let want = (end - i) as usize * 8;
@@ -278,16 +329,13 @@ fn main() -> io::Result<()> {
             let queued = c.out.len();
             let k = rng.next() % args.keys;
             let is_get = (rng.next() % 10_000) as f64 / 10_000.0 < args.get_ratio;
-            c.out
-                .extend_from_slice(if is_get { b"get " } else { b"set " });
-            c.out.extend_from_slice(&key(k));
-            if is_get {
-                c.out.extend_from_slice(b"\r\n");
-            } else {
-                let n = value_len(k);
-                c.out.extend_from_slice(format!(" 0 0 {n}\r\n").as_bytes());
-                c.out.extend_from_slice(&value[..n]);
-                c.out.extend_from_slice(b"\r\n");
+            let (key, value) = (key(k), &value[..value_len(k)]);
+            match (args.binary, is_get) {
+                (false, true) => push_text(&mut c.out, &key, None),
+                (false, false) => push_text(&mut c.out, &key, Some(value)),
+                (true, true) => push_binary(&mut c.out, BIN_GET, &[], &key, &[]),
+                // Extras: flags and expiry, both 0.
+                (true, false) => push_binary(&mut c.out, BIN_SET, &[0; 8], &key, value),
             }
             all_sent += 1;
             all_bytes += (c.out.len() - queued) as u64;
@@ -341,7 +389,12 @@ fn main() -> io::Result<()> {
             }
             let done_at = Instant::now();
             let mut used = 0;
-            while let Some((len, err)) = reply_len(&c.inbuf[used..]) {
+            let parse = if args.binary {
+                binary_reply_len
+            } else {
+                reply_len
+            };
+            while let Some((len, err)) = parse(&c.inbuf[used..]) {
                 used += len;
                 let Some(sched) = c.pending.pop_front() else {
                     errors += 1;
