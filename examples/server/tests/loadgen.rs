@@ -48,7 +48,10 @@ fn assert_clean(fields: &std::collections::HashMap<String, f64>, what: &str) {
 fn text_and_binary_requests_are_all_answered_by_memcached_and_by_us() {
     let server = Server::start(&["--workers", "1"]);
     for protocol in [&[][..], &["--binary"][..]] {
-        assert_clean(&run(server.addr, protocol), &format!("segcache-server {protocol:?}"));
+        assert_clean(
+            &run(server.addr, protocol),
+            &format!("segcache-server {protocol:?}"),
+        );
     }
     let Some(mc) = Memcached::start(&["-m", "64"]) else {
         return;

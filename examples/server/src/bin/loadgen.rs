@@ -123,8 +123,10 @@ fn push_text(out: &mut Vec<u8>, key: &[u8], value: Option<&[u8]>) {
     }
 }
 
-/// The binary protocol's request magic, and its GET and SET opcodes.
+/// The binary protocol's request and response magic, and its GET and SET
+/// opcodes.
 const BIN_REQUEST: u8 = 0x80;
+const BIN_RESPONSE: u8 = 0x81;
 const BIN_GET: u8 = 0x00;
 const BIN_SET: u8 = 0x01;
 /// A binary packet's header length.
@@ -156,7 +158,7 @@ fn binary_reply_len(buf: &[u8]) -> Option<(usize, bool)> {
     }
     let status = u16::from_be_bytes([header[6], header[7]]);
     let ok = status == 0 || (header[1] == BIN_GET && status == BIN_NOT_FOUND);
-    Some((BIN_HEADER + body, header[0] != 0x81 || !ok))
+    Some((BIN_HEADER + body, header[0] != BIN_RESPONSE || !ok))
 }
 
 /// Length of the first complete text reply in `buf`, and whether it was
@@ -329,13 +331,13 @@ fn main() -> io::Result<()> {
             let queued = c.out.len();
             let k = rng.next() % args.keys;
             let is_get = (rng.next() % 10_000) as f64 / 10_000.0 < args.get_ratio;
-            let (key, value) = (key(k), &value[..value_len(k)]);
+            let (k, v) = (key(k), &value[..value_len(k)]);
             match (args.binary, is_get) {
-                (false, true) => push_text(&mut c.out, &key, None),
-                (false, false) => push_text(&mut c.out, &key, Some(value)),
-                (true, true) => push_binary(&mut c.out, BIN_GET, &[], &key, &[]),
+                (false, true) => push_text(&mut c.out, &k, None),
+                (false, false) => push_text(&mut c.out, &k, Some(v)),
+                (true, true) => push_binary(&mut c.out, BIN_GET, &[], &k, &[]),
                 // Extras: flags and expiry, both 0.
-                (true, false) => push_binary(&mut c.out, BIN_SET, &[0; 8], &key, value),
+                (true, false) => push_binary(&mut c.out, BIN_SET, &[0; 8], &k, v),
             }
             all_sent += 1;
             all_bytes += (c.out.len() - queued) as u64;
