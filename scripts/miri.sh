@@ -55,7 +55,6 @@ SKIP=(
     model_tests::never_wrong_when_merges_join_deadlines
     model_tests::never_wrong_while_growing_under_eviction
     model_tests::the_fuzz_entry_point_agrees_with_the_model_on_random_inputs
-    result:
     sharded::tests::cas_tokens_name_one_item_version_across_all_shards
     sharded::tests::every_keyed_op_agrees_with_one_unsharded_cache
     sharded::tests::keys_spread_evenly_and_every_shard_fills
