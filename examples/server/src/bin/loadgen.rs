@@ -321,6 +321,11 @@ fn main() -> io::Result<()> {
     let mut rr = 0usize;
     let (mut all_sent, mut all_bytes) = (0u64, 0u64);
     let mut events = Events::with_capacity(1024);
+    let parse_reply = if args.binary {
+        binary_reply_len
+    } else {
+        reply_len
+    };
     loop {
         let now = Instant::now();
         // Schedule everything due (open loop).
@@ -391,12 +396,7 @@ fn main() -> io::Result<()> {
             }
             let done_at = Instant::now();
             let mut used = 0;
-            let parse = if args.binary {
-                binary_reply_len
-            } else {
-                reply_len
-            };
-            while let Some((len, err)) = parse(&c.inbuf[used..]) {
+            while let Some((len, err)) = parse_reply(&c.inbuf[used..]) {
                 used += len;
                 let Some(sched) = c.pending.pop_front() else {
                     errors += 1;
