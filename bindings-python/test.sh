@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds and tests the Python package from a fresh machine: makes a venv
-# (bindings-python/.venv, or $SEGCACHE_VENV), installs maturin, pytest and mypy,
+# (bindings-python/.venv, or $SEGCACHE_VENV), installs maturin, pytest, hypothesis and mypy,
 # builds the wheel once with `pip wheel ./bindings-python` (the maturin
 # build backend compiles the Rust extension in release mode, stripped),
 # installs it and runs the pytest suite against the installed package.
@@ -36,7 +36,7 @@ make_venv() { # python, dir
 
 make_venv python3 "$venv"
 py="$venv/bin/python"
-"$py" -m pip install -q --disable-pip-version-check "maturin>=1.9.4,<2" "pytest>=7" "mypy>=1.8"
+"$py" -m pip install -q --disable-pip-version-check "maturin>=1.9.4,<2" "pytest>=7" "hypothesis>=6" "mypy>=1.8"
 
 echo "-- pip wheel ./bindings-python"
 # From the workspace root, as a user would; a stale .so left by
@@ -73,7 +73,7 @@ for minor in 3.10 3.13; do
     fi
     other_venv="$venv-$minor"
     make_venv "$other" "$other_venv"
-    "$other_venv/bin/python" -m pip install -q --disable-pip-version-check "pytest>=7" "maturin>=1.9.4,<2"
+    "$other_venv/bin/python" -m pip install -q --disable-pip-version-check "pytest>=7" "hypothesis>=6" "maturin>=1.9.4,<2"
     "$other_venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps "$wheel"
     run_suite "$other_venv/bin/python"
 done

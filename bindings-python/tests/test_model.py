@@ -1,0 +1,273 @@
+"""segcache.Cache against a plain dict, driven by Hypothesis through random
+sequences of every mapping operation and the conditional writes, over the
+whole key and value domain the package documents (nested tuples, ints of
+any size, integral floats and bools that equal ints, -0.0, unicode and
+bytes, values of every kind up to a few KiB). The heap is large enough that
+nothing is evicted, so the cache must answer exactly as the dict does.
+
+Where the two differ by design (README "Keys"), the model follows the
+cache: an integral float or a bool key comes back as the int it equals
+(compared with ==, as a dict compares keys), and a key whose encoding is
+over MAX_KEY_LEN bytes cannot be written (ValueError, nothing changes)."""
+
+import pickle
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import settings, strategies as st  # noqa: E402
+from hypothesis.stateful import (  # noqa: E402
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+import segcache  # noqa: E402
+
+# Text without lone surrogates (those raise, tested in test_layout.py).
+text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+atoms = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.sampled_from([0.0, -0.0, 1.0, 2.0, -1.0, 1e300, float("inf")]),
+    text,
+    st.binary(max_size=12),
+)
+keys = st.one_of(
+    atoms,
+    st.recursive(atoms, lambda inner: st.tuples(inner) | st.tuples(inner, inner), max_leaves=4),
+    # Around the length limit: 245-255 bytes of UTF-8.
+    st.integers(245, 255).map(lambda n: "k" * n),
+)
+small_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    text,
+    st.binary(max_size=64),
+)
+values = st.one_of(
+    small_values,
+    st.binary(min_size=200, max_size=3000),
+    st.text(max_size=300),
+    st.lists(small_values, max_size=4),
+    st.dictionaries(text, small_values, max_size=3),
+)
+
+
+def encoded_too_long(key):
+    """True where the write must be refused: a str key over MAX_KEY_LEN
+    bytes of UTF-8. Other keys here stay far below the limit."""
+    return isinstance(key, str) and len(key.encode()) > segcache.MAX_KEY_LEN
+
+
+def same(got, want):
+    """Equal and, for the types stored as themselves, of the same type."""
+    return got == want and (type(got) is type(want) or not isinstance(want, (bytes, str, int)))
+
+
+class CacheMatchesDict(RuleBasedStateMachine):
+    @initialize()
+    def build(self):
+        self.cache = segcache.Cache(heap_size=16 << 20, shards=2)
+        self.model = {}
+
+    @rule(key=keys, value=values)
+    def setitem(self, key, value):
+        if encoded_too_long(key):
+            with pytest.raises(ValueError):
+                self.cache[key] = value
+            return
+        self.cache[key] = value
+        self.model[key] = value
+
+    @rule(key=keys, value=values)
+    def add(self, key, value):
+        if encoded_too_long(key):
+            with pytest.raises(ValueError):
+                self.cache.add(key, value)
+            return
+        stored = self.cache.add(key, value)
+        assert stored == (key not in self.model)
+        if stored:
+            self.model[key] = value
+
+    @rule(key=keys, value=values)
+    def replace(self, key, value):
+        if encoded_too_long(key):
+            # Refused before the key is looked for; the model never holds it.
+            with pytest.raises(ValueError):
+                self.cache.replace(key, value)
+            return
+        stored = self.cache.replace(key, value)
+        assert stored == (key in self.model)
+        if stored:
+            self.model[key] = value
+
+    @rule(key=keys)
+    def getitem(self, key):
+        if key in self.model:
+            assert same(self.cache[key], self.model[key])
+        else:
+            with pytest.raises(KeyError):
+                self.cache[key]
+
+    @rule(key=keys)
+    def get_with_default(self, key):
+        marker = object()
+        got = self.cache.get(key, marker)
+        if key in self.model:
+            assert same(got, self.model[key])
+        else:
+            assert got is marker
+
+    @rule(key=keys)
+    def contains(self, key):
+        assert (key in self.cache) == (key in self.model)
+
+    @rule(key=keys)
+    def delitem(self, key):
+        if key in self.model:
+            del self.cache[key]
+            del self.model[key]
+        else:
+            with pytest.raises(KeyError):
+                del self.cache[key]
+
+    @rule(key=keys)
+    def pop(self, key):
+        marker = object()
+        got = self.cache.pop(key, marker)
+        want = self.model.pop(key, marker)
+        assert got is marker if want is marker else same(got, want)
+
+    @rule(key=keys, value=values)
+    def setdefault(self, key, value):
+        if encoded_too_long(key):
+            with pytest.raises(ValueError):
+                self.cache.setdefault(key, value)
+            return
+        got = self.cache.setdefault(key, value)
+        assert same(got, self.model.setdefault(key, value))
+
+    @rule(pairs=st.dictionaries(keys, values, max_size=4))
+    def update(self, pairs):
+        if any(encoded_too_long(k) for k in pairs):
+            return
+        self.cache.update(pairs)
+        self.model.update(pairs)
+
+    @precondition(lambda self: self.model)
+    @rule()
+    def popitem(self):
+        key, value = self.cache.popitem()
+        assert key in self.model and same(value, self.model.pop(key))
+
+    @rule()
+    def pickle_round_trip(self):
+        clone = pickle.loads(pickle.dumps(self.cache))
+        assert dict(clone.items()) == self.model
+
+    @invariant()
+    def same_items(self):
+        assert len(self.cache) == len(self.model)
+        items = dict(self.cache.items())
+        assert items == self.model
+        for key, value in items.items():
+            assert same(value, self.model[key])
+
+
+class EvictingCacheIsNeverWrong(RuleBasedStateMachine):
+    """The latest value written under each key (the model) against a cache
+    of four 64 KiB segments; values of up to 20 KiB fill it in a few
+    writes."""
+
+    @initialize()
+    def build(self):
+        self.cache = segcache.Cache(heap_size=256 << 10, segment_size=64 << 10, shards=1)
+        self.model = {}
+
+    def check(self, key, got, missing):
+        if got is missing:
+            return
+        assert key in self.model, "a key never written (or deleted) was answered"
+        assert same(got, self.model[key]), "an answer that is not the latest value"
+
+    @rule(key=keys, value=values | st.binary(min_size=4000, max_size=20000))
+    def setitem(self, key, value):
+        if encoded_too_long(key):
+            return
+        self.cache[key] = value
+        self.model[key] = value
+
+    @rule(key=keys, value=values)
+    def add(self, key, value):
+        if encoded_too_long(key):
+            return
+        if self.cache.add(key, value):
+            self.model[key] = value
+        else:
+            self.check(key, self.cache.get(key, None), None)
+
+    @rule(key=keys, value=values)
+    def replace(self, key, value):
+        if encoded_too_long(key):
+            return
+        if self.cache.replace(key, value):
+            self.model[key] = value
+
+    @rule(key=keys)
+    def get(self, key):
+        marker = object()
+        self.check(key, self.cache.get(key, marker), marker)
+
+    @rule(key=keys)
+    def delitem(self, key):
+        try:
+            del self.cache[key]
+        except KeyError:
+            pass
+        self.model.pop(key, None)
+        assert key not in self.cache
+
+    @rule(key=keys, value=values)
+    def setdefault(self, key, value):
+        if encoded_too_long(key):
+            return
+        got = self.cache.setdefault(key, value)
+        if same(got, value) and (key not in self.model or not same(self.model[key], value)):
+            self.model[key] = value
+        self.check(key, got, object())
+
+    @precondition(lambda self: self.model)
+    @rule()
+    def popitem(self):
+        try:
+            key, value = self.cache.popitem()
+        except KeyError:
+            return
+        self.check(key, value, object())
+        del self.model[key]
+
+    @invariant()
+    def answers_are_latest(self):
+        assert len(self.cache) <= len(self.model)
+        for key, value in self.cache.items():
+            self.check(key, value, object())
+
+
+EvictingCacheIsNeverWrong.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=60, deadline=None, derandomize=True
+)
+test_an_evicting_cache_is_never_wrong = EvictingCacheIsNeverWrong.TestCase
+
+CacheMatchesDict.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=40, deadline=None, derandomize=True
+)
+test_cache_matches_a_dict = CacheMatchesDict.TestCase
