@@ -2,8 +2,8 @@
 //! memcached and against segcache-server, in the text and the binary
 //! protocol: every request it schedules is answered and none is counted
 //! an error, so its requests are ones memcached understands; and refused
-//! sets are counted as errors in both protocols, so a clean run means
-//! something. The scripts' CPU-per-request tables rest on these counts.
+//! sets are counted as errors in both protocols and in the fill, so a
+//! clean run means something. The scripts' CPU-per-request tables rest on these counts.
 //! The memcached half is skipped, with a message, when memcached is not
 //! installed.
 
@@ -36,9 +36,10 @@ fn run(addr: SocketAddr, extra: &[&str]) -> std::collections::HashMap<String, f6
         .collect()
 }
 
-/// Every request of the measured half second (2,000 per second) is
-/// answered, none an error.
+/// Every set of the fill is stored, and every request of the measured
+/// half second (2,000 per second) is answered, none an error.
 fn assert_clean(fields: &std::collections::HashMap<String, f64>, what: &str) {
+    assert_eq!(fields["fill_refused"], 0.0, "{what}: {fields:?}");
     assert_eq!(fields["requests"], 1000.0, "{what}: {fields:?}");
     assert_eq!(fields["errors"], 0.0, "{what}: {fields:?}");
     assert_eq!(fields["timeouts"], 0.0, "{what}: {fields:?}");
@@ -64,10 +65,12 @@ fn text_and_binary_requests_are_all_answered_by_memcached_and_by_us() {
 #[test]
 fn refused_sets_count_as_errors_in_both_protocols() {
     // Values of 64 and 256 bytes against a 128-byte limit: every 256-byte
-    // set is refused (the fill's too, so some gets miss: not errors).
+    // set is refused, the fill's too (the odd keys: 1,000 of 2,000; so
+    // some gets miss: not errors).
     let server = Server::start(&["--workers", "1", "--max-value", "128"]);
     for protocol in [&[][..], &["--binary"][..]] {
         let fields = run(server.addr, protocol);
+        assert_eq!(fields["fill_refused"], 1000.0, "{protocol:?}: {fields:?}");
         assert_eq!(fields["requests"], 1000.0, "{protocol:?}: {fields:?}");
         // 20% sets, half of them 256 bytes: about 100 of 1,000.
         assert!(

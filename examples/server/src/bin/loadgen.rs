@@ -11,10 +11,11 @@
 //! uniform over the key space, which is filled before measuring.
 //!
 //! Prints one line: `rate=.. achieved=.. p50_us=.. p99_us=.. p999_us=..
-//! max_us=.. errors=.. timeouts=.. requests=.. cpu_us=.. request_bytes=..`:
-//! `requests` completed in the measured window, `request_bytes` the mean
-//! size of a request sent (so that bytes a server received count its
-//! requests), and `cpu_us` the load generator's
+//! max_us=.. errors=.. timeouts=.. requests=.. cpu_us=.. request_bytes=..
+//! fill_refused=..`: `requests` completed in the measured window,
+//! `request_bytes` the mean size of a request sent (so that bytes a server
+//! received count its requests), `fill_refused` the fill's sets that were
+//! not `STORED`, and `cpu_us` the load generator's
 //! own user+system CPU from the first request to the end (on loopback the
 //! kernel work of a segment is charged to whichever process transmits it,
 //! so a server's CPU per request is only comparable with the client's
@@ -250,9 +251,16 @@ fn connect_blocking(target: &Target) -> io::Result<Box<dyn ReadWrite>> {
 trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
 
-fn fill(target: &Target, keys: u64) -> io::Result<()> {
+/// Writes every key once, 1,000 text sets per round trip, and reads the
+/// one reply line each set gets. Returns how many were not `STORED` (a
+/// refused value, a full heap), so a fill the server turned down is
+/// reported instead of being taken for a full key space.
+fn fill(target: &Target, keys: u64) -> io::Result<u64> {
     let mut s = connect_blocking(target)?;
     let value = vec![b'v'; 256];
+    let mut refused = 0;
+    let mut inbuf = Vec::new();
+    let mut chunk = vec![0u8; 64 << 10];
     let mut i = 0;
     while i < keys {
         let end = (i + 1000).min(keys);
@@ -261,12 +269,30 @@ fn fill(target: &Target, keys: u64) -> io::Result<()> {
             push_text(&mut req, &key(k), Some(&value[..value_len(k)]));
         }
         s.write_all(&req)?;
-        let want = (end - i) as usize * 8;
-        let mut got = vec![0u8; want];
-        s.read_exact(&mut got)?;
+        let mut replies = end - i;
+        while replies > 0 {
+            let n = s.read(&mut chunk)?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the server closed the connection during the fill",
+                ));
+            }
+            inbuf.extend_from_slice(&chunk[..n]);
+            let mut used = 0;
+            while replies > 0 {
+                let Some(len) = inbuf[used..].windows(2).position(|w| w == b"\r\n") else {
+                    break;
+                };
+                refused += u64::from(&inbuf[used..used + len] != b"STORED");
+                used += len + 2;
+                replies -= 1;
+            }
+            inbuf.drain(..used);
+        }
         i = end;
     }
-    Ok(())
+    Ok(refused)
 }
 
 fn main() -> io::Result<()> {
@@ -289,9 +315,11 @@ fn main() -> io::Result<()> {
             },
         ),
     };
-    if !args.no_fill {
-        fill(&target, args.keys)?;
-    }
+    let fill_refused = if args.no_fill {
+        0
+    } else {
+        fill(&target, args.keys)?
+    };
     let mut poll = Poll::new()?;
     let mut conns = Vec::with_capacity(args.connections);
     for i in 0..args.connections {
@@ -416,7 +444,7 @@ fn main() -> io::Result<()> {
     let q = |p: f64| hist.value_at_quantile(p) / 1000;
     println!(
         "rate={} achieved={:.0} p50_us={} p99_us={} p999_us={} max_us={} errors={} timeouts={} \
-         requests={} cpu_us={} request_bytes={:.3}",
+         requests={} cpu_us={} request_bytes={:.3} fill_refused={}",
         args.rate,
         done_measured as f64 / secs,
         q(0.5),
@@ -427,7 +455,8 @@ fn main() -> io::Result<()> {
         sent_measured.saturating_sub(done_measured),
         done_measured,
         cpu_us() - cpu_start,
-        all_bytes as f64 / all_sent.max(1) as f64
+        all_bytes as f64 / all_sent.max(1) as f64,
+        fill_refused
     );
     Ok(())
 }
