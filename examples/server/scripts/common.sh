@@ -208,3 +208,17 @@ cleanup() {
 # field NAME LINE: the value of NAME in a line of NAME=VALUE words
 # (loadgen's report).
 field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
+
+# Runs the load generator command given (its fill and a short unmeasured
+# step) and stops the script if the server refused any set of the fill:
+# a benchmark over a half-filled key space measures misses, not the
+# server.
+fill_first() { # LOADGEN ARGS...
+    local line refused
+    line="$("$@")"
+    refused="$(field fill_refused "$line")"
+    if [ "${refused:-0}" != 0 ]; then
+        echo "$(basename "$0"): the server refused $refused sets of the fill: $line" >&2
+        exit 1
+    fi
+}

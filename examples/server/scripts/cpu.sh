@@ -138,8 +138,8 @@ for round in $(seq 1 "$ROUNDS"); do
     for server in $SERVERS; do
         start_target "$server"
         # Fill once, then one unmeasured warm-up step.
-        "$LOADGEN" "${TARGET[@]}" --rate 10000 --duration 1 --warmup 0 \
-            --connections "$CONNS" >/dev/null
+        fill_first "$LOADGEN" "${TARGET[@]}" --rate 10000 --duration 1 --warmup 0 \
+            --connections "$CONNS"
         for rate in $RATES; do
             before="$(cpu_ticks "$T_PID")"
             cs_before="$(ctx_switches "$T_PID")"

@@ -44,7 +44,7 @@ for bin in $BINS; do
         tries=$((tries + 1))
         [ "$tries" -lt 4 ] || { echo "$bin did not start under valgrind" >&2; exit 1; }
     done
-    "$LOADGEN" --port "$port" --rate 2000 --duration 1 --warmup 0 --connections "$CONNS" >/dev/null
+    fill_first "$LOADGEN" --port "$port" --rate 2000 --duration 1 --warmup 0 --connections "$CONNS"
     callgrind_control -z "$pid" >/dev/null 2>&1
     line="$("$LOADGEN" --port "$port" --rate "$RATE" --duration "$SECS" --warmup 0 \
         --connections "$CONNS" --no-fill)"

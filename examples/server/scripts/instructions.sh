@@ -56,8 +56,8 @@ run() {
         tries=$((tries + 1))
         [ "$tries" -lt 4 ] || { echo "$name did not start under valgrind" >&2; return 1; }
     done
-    "$LOADGEN" --port "$port" --rate 2000 --duration 1 --warmup 0 \
-        --connections "$CONNS" >/dev/null
+    fill_first "$LOADGEN" --port "$port" --rate 2000 --duration 1 --warmup 0 \
+        --connections "$CONNS"
     line="$("$LOADGEN" --port "$port" --rate "$RATE" --duration "$secs" --warmup 0 \
         --connections "$CONNS" --no-fill)"
     stop_pid "$pid"

@@ -67,8 +67,8 @@ RESULTS="$WORK/results"
 for round in $(seq 1 "$ROUNDS"); do
     for server in $SERVERS; do
         start_target "$server"
-        "$LOADGEN" --port "$T_PORT" --rate 10000 --duration 1 --warmup 0 \
-            --connections "$CONNS" >/dev/null
+        fill_first "$LOADGEN" --port "$T_PORT" --rate 10000 --duration 1 --warmup 0 \
+            --connections "$CONNS"
         for rate in $RATES; do
             "$LOADGEN" --port "$T_PORT" --rate "$rate" --duration "$((SECS + 3))" \
                 --warmup 0.5 --connections "$CONNS" --no-fill >"$WORK/line" &

@@ -65,8 +65,8 @@ RESULTS="$(mktemp)"
 for round in $(seq 1 "$ROUNDS"); do
     for server in $SERVERS; do
         start_target "$server"
-        "$LOADGEN" --port "$T_PORT" --rate 10000 --duration 1 --warmup 0 \
-            --connections "$CONNS" >/dev/null
+        fill_first "$LOADGEN" --port "$T_PORT" --rate 10000 --duration 1 --warmup 0 \
+            --connections "$CONNS"
         for rate in $RATES; do
             stat="$(mktemp)"
             line="$(perf stat -x, -o "$stat" -e "$EVENTS" -p "$T_PID" -- \

@@ -75,8 +75,8 @@ for round in $(seq 1 "$ROUNDS"); do
         PIDS+=("$T_PID")
         renice -n "$NICE" -p "$T_PID" >/dev/null
         for tid in /proc/"$T_PID"/task/*; do renice -n "$NICE" -p "${tid##*/}" >/dev/null; done
-        "$LOADGEN" --port "$T_PORT" --rate 10000 --duration 1 --warmup 0 \
-            --connections "$CONNS" >/dev/null
+        fill_first "$LOADGEN" --port "$T_PORT" --rate 10000 --duration 1 --warmup 0 \
+            --connections "$CONNS"
         for rate in $RATES; do
             nice -n "$NICE" "$LOADGEN" --port "$T_PORT" --rate "$rate" --duration "$((SECS + 2))" \
                 --warmup 0.5 --connections "$CONNS" --no-fill >"$WORK/line" &
