@@ -67,6 +67,16 @@ def encoded_too_long(key):
     return isinstance(key, str) and len(key.encode()) > segcache.MAX_KEY_LEN
 
 
+def refused_if_too_long(key, write):
+    """For a key over the limit: `write()` raises ValueError (and the
+    caller's model does not change); returns whether it was such a key."""
+    if not encoded_too_long(key):
+        return False
+    with pytest.raises(ValueError):
+        write()
+    return True
+
+
 def same(got, want):
     """Equal and, for the types stored as themselves, of the same type."""
     return got == want and (type(got) is type(want) or not isinstance(want, (bytes, str, int)))
@@ -80,18 +90,14 @@ class CacheMatchesDict(RuleBasedStateMachine):
 
     @rule(key=keys, value=values)
     def setitem(self, key, value):
-        if encoded_too_long(key):
-            with pytest.raises(ValueError):
-                self.cache[key] = value
+        if refused_if_too_long(key, lambda: self.cache.__setitem__(key, value)):
             return
         self.cache[key] = value
         self.model[key] = value
 
     @rule(key=keys, value=values)
     def add(self, key, value):
-        if encoded_too_long(key):
-            with pytest.raises(ValueError):
-                self.cache.add(key, value)
+        if refused_if_too_long(key, lambda: self.cache.add(key, value)):
             return
         stored = self.cache.add(key, value)
         assert stored == (key not in self.model)
@@ -100,10 +106,8 @@ class CacheMatchesDict(RuleBasedStateMachine):
 
     @rule(key=keys, value=values)
     def replace(self, key, value):
-        if encoded_too_long(key):
-            # Refused before the key is looked for; the model never holds it.
-            with pytest.raises(ValueError):
-                self.cache.replace(key, value)
+        # Refused before the key is looked for; the model never holds it.
+        if refused_if_too_long(key, lambda: self.cache.replace(key, value)):
             return
         stored = self.cache.replace(key, value)
         assert stored == (key in self.model)
@@ -149,9 +153,7 @@ class CacheMatchesDict(RuleBasedStateMachine):
 
     @rule(key=keys, value=values)
     def setdefault(self, key, value):
-        if encoded_too_long(key):
-            with pytest.raises(ValueError):
-                self.cache.setdefault(key, value)
+        if refused_if_too_long(key, lambda: self.cache.setdefault(key, value)):
             return
         got = self.cache.setdefault(key, value)
         assert same(got, self.model.setdefault(key, value))
