@@ -265,11 +265,11 @@ class EvictingCacheIsNeverWrong(RuleBasedStateMachine):
 
 
 EvictingCacheIsNeverWrong.TestCase.settings = settings(
-    max_examples=40, stateful_step_count=60, deadline=None, derandomize=True
+    max_examples=40, stateful_step_count=60, deadline=None, derandomize=True, database=None
 )
 test_an_evicting_cache_is_never_wrong = EvictingCacheIsNeverWrong.TestCase
 
 CacheMatchesDict.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=40, deadline=None, derandomize=True
+    max_examples=60, stateful_step_count=40, deadline=None, derandomize=True, database=None
 )
 test_cache_matches_a_dict = CacheMatchesDict.TestCase
