@@ -45,7 +45,7 @@ start_target() { # NAME -> sets T_PORT, T_PID
 }
 
 run_load() { # PORT RATE [extra]
-    "$LOADGEN" --port "$1" --rate "$2" --duration "$STEP_SECS" --warmup 0.5 \
+    loaded "$LOADGEN" --port "$1" --rate "$2" --duration "$STEP_SECS" --warmup 0.5 \
         --connections "$CONNS" "${@:3}"
 }
 

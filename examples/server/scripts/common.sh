@@ -209,11 +209,10 @@ cleanup() {
 # (loadgen's report).
 field() { echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"; }
 
-# Runs the load generator command given (its fill and a short unmeasured
-# step) and stops the script if the server refused any set of the fill:
-# a benchmark over a half-filled key space measures misses, not the
-# server.
-fill_first() { # LOADGEN ARGS...
+# loaded LOADGEN ARGS...: runs the load generator and prints its report,
+# or stops the script if the server refused any set of its fill: a
+# benchmark over a half-filled key space measures misses, not the server.
+loaded() {
     local line refused
     line="$("$@")"
     refused="$(field fill_refused "$line")"
@@ -221,4 +220,11 @@ fill_first() { # LOADGEN ARGS...
         echo "$(basename "$0"): the server refused $refused sets of the fill: $line" >&2
         exit 1
     fi
+    echo "$line"
+}
+
+# fill_first LOADGEN ARGS...: the fill and a short unmeasured step, checked
+# as `loaded` checks them.
+fill_first() {
+    loaded "$@" >/dev/null
 }
