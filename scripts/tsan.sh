@@ -19,7 +19,7 @@
 # Miri (scripts/miri.sh) checks unsafe code for undefined behaviour but
 # skips the threaded tests (too slow interpreted); this covers them.
 # Reports are written under $OUT (default target/tsan-reports); the script
-# fails if any test fails or any report was written. About 10 minutes on
+# fails if any test fails or any report was written. About 11 minutes on
 # two cores. Needs the nightly toolchain's rust-src component and a C
 # compiler.
 set -euo pipefail
