@@ -8,7 +8,12 @@ nothing is evicted, so the cache must answer exactly as the dict does.
 Where the two differ by design (README "Keys"), the model follows the
 cache: an integral float or a bool key comes back as the int it equals
 (compared with ==, as a dict compares keys), and a key whose encoding is
-over MAX_KEY_LEN bytes cannot be written (ValueError, nothing changes)."""
+over MAX_KEY_LEN bytes cannot be written (ValueError, nothing changes).
+
+A second machine runs the writes through a heap small enough that eviction
+runs all the time: there the cache may forget a key, but whatever it
+answers must be the key's latest value, never an older one or another
+key's."""
 
 import os
 import pickle
@@ -97,26 +102,30 @@ def rough_len(key):
     return 9
 
 
+def near_limit(key):
+    """A key other than a str whose estimated encoding is within 24 bytes
+    of the limit: its write may be refused."""
+    return not isinstance(key, str) and rough_len(key) > segcache.MAX_KEY_LEN - 24
+
+
+def may_be_refused(key):
+    return encoded_too_long(key) or near_limit(key)
+
+
 def attempt(key, write):
     """`(True, write())`, or `(False, None)` where the key is too long to
-    be written: a str over the limit must be refused, a key whose
-    estimate is near the limit may be (ValueError), any other must not."""
+    be written: a str over the limit must be refused (ValueError), a key
+    near the limit may be, any other must not."""
     if encoded_too_long(key):
         with pytest.raises(ValueError):
             write()
         return False, None
-    if rough_len(key) > segcache.MAX_KEY_LEN - 24 and not isinstance(key, str):
+    if near_limit(key):
         try:
             return True, write()
         except ValueError:
             return False, None
     return True, write()
-
-
-def may_be_refused(key):
-    return encoded_too_long(key) or (
-        rough_len(key) > segcache.MAX_KEY_LEN - 24 and not isinstance(key, str)
-    )
 
 
 def same(got, want):
