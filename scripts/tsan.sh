@@ -6,8 +6,9 @@
 #     single-flight table, Batch) and its storage, semantics and walk
 #     integration tests;
 #   - every server integration test, with the server binary sanitized too
-#     (workers, the storage thread, the admin thread), except the three
-#     that measure the server's RSS: the sanitizer's shadow memory and
+#     (workers, the storage thread, the admin thread), except the four
+#     that measure the server's RSS (memory_bound's three attacks and
+#     metadump's stalled dump): the sanitizer's shadow memory and
 #     allocator make those numbers meaningless;
 #   - `segcache-bench concurrent` on a small key space: two threads on a
 #     ShardedCache and on Pelikan's crate, and the storage thread with
