@@ -13,7 +13,7 @@
 # that a use after free in a canary process is caught.
 #
 # Arguments go to pytest (e.g. `-k cas` for a part of the suite).
-# About 25 minutes on one core. Needs valgrind and cargo; as root it
+# About 15 minutes on one core. Needs valgrind and cargo; as root it
 # installs python3.11-dbg and valgrind from Debian's packages when
 # missing. Work files go to target/memcheck (or $MEMCHECK_DIR).
 set -euo pipefail
