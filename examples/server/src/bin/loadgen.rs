@@ -281,11 +281,11 @@ fn fill(target: &Target, keys: u64) -> io::Result<u64> {
             inbuf.extend_from_slice(&chunk[..n]);
             let mut used = 0;
             while replies > 0 {
-                let Some(len) = inbuf[used..].windows(2).position(|w| w == b"\r\n") else {
+                let Some((len, err)) = reply_len(&inbuf[used..]) else {
                     break;
                 };
-                refused += u64::from(&inbuf[used..used + len] != b"STORED");
-                used += len + 2;
+                refused += u64::from(err);
+                used += len;
                 replies -= 1;
             }
             inbuf.drain(..used);
