@@ -297,7 +297,7 @@ class EvictingCacheIsNeverWrong(RuleBasedStateMachine):
         if may_be_refused(key):
             return
         got = self.cache.setdefault(key, value)
-        if same(got, value) and (key not in self.model or not same(self.model[key], value)):
+        if same(got, value):
             self.model[key] = value
         self.check(key, got, object())
 
@@ -318,22 +318,23 @@ class EvictingCacheIsNeverWrong(RuleBasedStateMachine):
             self.check(key, value, object())
 
 
-EvictingCacheIsNeverWrong.TestCase.settings = settings(
-    max_examples=EXAMPLES or 40, stateful_step_count=60, deadline=None,
-    derandomize=True,
-    database=None,
-    # Generation is not what is measured; a slow machine (or valgrind,
-    # memcheck.sh) must not fail the test for it.
-    suppress_health_check=[HealthCheck.too_slow],
-)
+def machine_settings(examples, steps):
+    """Derandomized, no example database; `examples` unless
+    SEGCACHE_MODEL_EXAMPLES asks for another count."""
+    return settings(
+        max_examples=EXAMPLES or examples,
+        stateful_step_count=steps,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        # Generation is not what is measured; a slow machine (or valgrind,
+        # memcheck.sh) must not fail the test for it.
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+
+
+EvictingCacheIsNeverWrong.TestCase.settings = machine_settings(40, 60)
 test_an_evicting_cache_is_never_wrong = EvictingCacheIsNeverWrong.TestCase
 
-CacheMatchesDict.TestCase.settings = settings(
-    max_examples=EXAMPLES or 60, stateful_step_count=40, deadline=None,
-    derandomize=True,
-    database=None,
-    # Generation is not what is measured; a slow machine (or valgrind,
-    # memcheck.sh) must not fail the test for it.
-    suppress_health_check=[HealthCheck.too_slow],
-)
+CacheMatchesDict.TestCase.settings = machine_settings(60, 40)
 test_cache_matches_a_dict = CacheMatchesDict.TestCase
