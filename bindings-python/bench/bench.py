@@ -54,6 +54,24 @@ import time
 MEMORY_VALUE_LEN = 100
 
 
+# --- the build timed ----------------------------------------------------------
+
+
+def require_optimised(package, label: str = "segcache") -> None:
+    """Stops the run if `package` (segcache, or a copy of it holding
+    another build) runs an extension built with debug assertions on:
+    cargo's dev profile, as `memcheck.sh` builds it. Such a build is an
+    order of magnitude slower (a 64 B get hit took 1,420 ns instead of
+    ~90), so every figure taken from it would be wrong."""
+    ext = package._segcache
+    if getattr(ext, "_DEBUG_ASSERTIONS", False):
+        raise SystemExit(
+            f"{label}: {ext.__file__} is a debug build (debug assertions on, cargo's dev profile); "
+            "timing it would measure that. Time a release build (bash bindings-python/test.sh installs "
+            "the wheel) or a profiling one (cargo build --profile profiling -p segcache-python)"
+        )
+
+
 # --- caches ------------------------------------------------------------------
 
 
@@ -358,6 +376,9 @@ def main() -> None:
     if args.memory_child:
         print(json.dumps(memory_child(args.memory_child, args.entries)))
         return
+    import segcache
+
+    require_optimised(segcache)
 
     n = args.resident
     keys = [f"key:{i}" for i in range(n)]

@@ -18,7 +18,7 @@ import statistics
 import time
 
 # bench.py, beside this file: the same caches, built the same way.
-from bench import make_map
+from bench import make_map, require_optimised
 
 
 def get_hit_ns(cache, keys, repeats: int) -> float:
@@ -39,6 +39,9 @@ def main() -> None:
     ap.add_argument("--values", default="64,1024", help="value sizes in bytes")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
     args = ap.parse_args()
+    import segcache
+
+    require_optimised(segcache)
     keys = [f"key:{i}" for i in range(args.keys)]
     print("| value | segcache ns | cachebox ns | cachebox / segcache (median, min-max) | table bytes per key |")
     print("|---|---:|---:|---|---:|")

@@ -23,6 +23,9 @@ import subprocess
 import sys
 import tempfile
 
+# bench.py, beside this file.
+from bench import require_optimised
+
 CHILD = r"""
 import functools, sys
 name, op, n, reps, vlen = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
@@ -166,6 +169,9 @@ def main() -> None:
     ap.add_argument("--value", type=int, default=64, help="value bytes")
     ap.add_argument("--caches", default=",".join(CACHES), help="comma-separated subset of " + ",".join(CACHES))
     args = ap.parse_args()
+    import segcache
+
+    require_optimised(segcache)
     script = CHILD
     print(f"Instructions per operation (callgrind), {args.keys} hot str keys, {args.value}-byte values; "
           "delete is the mean of a delete and the re-insert after it.\n")

@@ -34,6 +34,9 @@ import subprocess
 import sys
 import tempfile
 
+# bench.py, beside this file.
+from bench import require_optimised
+
 CHILD = r"""
 import math, sys
 name, op, passes, vlen, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
@@ -126,6 +129,10 @@ def main() -> None:
         shutil.copytree(os.path.dirname(segcache.__file__), pkg, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
         shutil.copy(args.so, os.path.join(pkg, "_segcache.abi3.so"))
         env["PYTHONPATH"] = os.path.dirname(pkg)
+    else:
+        import segcache
+
+        require_optimised(segcache)
     try:
         print(
             f"Per call (callgrind cache simulator: 32 KiB 8-way L1, {args.ll} MiB 16-way last level), "

@@ -105,5 +105,9 @@ fn _segcache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_TTL", segcache::MAX_TTL)?;
     m.add("DETACH_AT", DETACH_AT)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    // Whether this build has debug assertions on (cargo's dev profile, as
+    // `memcheck.sh` builds it): the bench scripts refuse to time such a
+    // build, and the packaging test checks that pip's wheel is not one.
+    m.add("_DEBUG_ASSERTIONS", cfg!(debug_assertions))?;
     Ok(())
 }

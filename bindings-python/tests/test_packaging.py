@@ -138,3 +138,14 @@ def test_extension_has_no_debug_info():
     names = elf_section_names(so.read_bytes())
     assert ".text" in names and ".dynsym" in names
     assert not [n for n in names if n.startswith(".debug") or n == ".symtab"], names
+
+
+def test_the_wheel_is_an_optimised_build():
+    # pip builds the release profile; only memcheck.sh installs a dev
+    # build (debug assertions on, for its checks) and says so. A dev build
+    # left installed runs a 64 B get an order of magnitude slower, and the
+    # bench scripts refuse it by the same flag.
+    if pathlib.Path(segcache._segcache.__file__).parent == HERE.parent / "python" / "segcache":
+        pytest.skip("a development build (maturin develop), not the wheel")
+    expected = os.environ.get("SEGCACHE_EXPECT_DEV_BUILD") == "1"
+    assert segcache._segcache._DEBUG_ASSERTIONS is expected
