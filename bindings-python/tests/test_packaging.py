@@ -1,5 +1,6 @@
 """Packaging: the build backend refuses to build without cargo instead of
-downloading a toolchain, the version is one everywhere, the typing files
+downloading a toolchain, and at once on a free-threaded CPython pyo3 does
+not support, the version is one everywhere, the typing files
 are installed and the runtime signatures match the stubs."""
 
 import ast
@@ -36,6 +37,19 @@ def test_build_backend_without_cargo_says_so(monkeypatch, tmp_path):
     # With the opt-in, maturin's own behaviour (it asks for puccinialin).
     monkeypatch.setenv("SEGCACHE_ALLOW_RUST_DOWNLOAD", "1")
     assert "puccinialin" in segcache_build.get_requires_for_build_wheel(None)
+
+
+def test_build_backend_refuses_free_threaded_3_13(monkeypatch):
+    pytest.importorskip("maturin")
+    monkeypatch.syspath_prepend(str(BACKEND))
+    import segcache_build
+
+    check = segcache_build._require_supported_interpreter
+    with pytest.raises(segcache_build.UnsupportedInterpreter, match=r"3\.13t: pyo3.* from 3\.14 on"):
+        check(gil_disabled=True, version=(3, 13))
+    check(gil_disabled=True, version=(3, 14))  # pyo3 0.30 builds for 3.14t
+    check(gil_disabled=False, version=(3, 13))
+    check()  # the interpreter running this suite was able to build the wheel
 
 
 def test_version_is_consistent():
