@@ -313,6 +313,7 @@ impl PyCache {
                 ttl,
                 cas,
                 invalidate: false,
+                external: false,
             };
             cache.store(&store).map(drop)
         }

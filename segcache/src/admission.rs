@@ -119,6 +119,15 @@ impl Admission {
         }
     }
 
+    /// The heap the pools share, in bytes: less than the whole heap
+    /// while segments are withheld for external values
+    /// (`crate::external`). The small pool's wanted size stays within
+    /// the new bounds.
+    pub(crate) fn set_heap_bytes(&mut self, heap_bytes: usize) {
+        self.heap_bytes = heap_bytes as u64;
+        self.wanted = self.wanted.min(self.heap_bytes * MAX_SMALL_PERCENT / 100);
+    }
+
     #[inline]
     pub(crate) fn is_main(&self, id: u32) -> bool {
         self.main[id as usize]

@@ -105,6 +105,7 @@ impl Batch {
                 ttl: s.ttl,
                 cas: s.cas,
                 invalidate: s.invalidate,
+                external: s.external,
             }),
             Request::Delete { key, opts } => Request::Delete {
                 key: self.span(key.as_ref()),
@@ -237,6 +238,7 @@ impl Batch {
                         ttl: s.ttl,
                         cas: s.cas,
                         invalidate: s.invalidate,
+                        external: s.external,
                     }),
                     hash,
                 ),

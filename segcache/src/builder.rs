@@ -137,6 +137,7 @@ pub struct Builder {
     datapool: Option<PathBuf>,
     restore: bool,
     prefault: bool,
+    on_release: Option<crate::ReleaseFn>,
 }
 
 impl Default for Builder {
@@ -150,6 +151,7 @@ impl Default for Builder {
             datapool: None,
             restore: false,
             prefault: false,
+            on_release: None,
         }
     }
 }
@@ -232,6 +234,14 @@ impl Builder {
         self
     }
 
+    /// Lets the cache hold [`External`](crate::External) values (see
+    /// [`Segcache::set_external`]): `release` is called once for each
+    /// one the cache lets go of. Without it, external stores are refused.
+    pub fn on_release(mut self, release: crate::ReleaseFn) -> Self {
+        self.on_release = Some(release);
+        self
+    }
+
     /// Reads time from `clock` instead of the system's monotonic clock.
     pub fn clock(mut self, clock: ManualClock) -> Self {
         self.clock = Some(clock);
@@ -264,6 +274,14 @@ impl Builder {
 
     /// Checks every setting and allocates the cache.
     pub fn build(self) -> Result<Segcache, Error> {
+        let release = self.on_release;
+        let mut cache = self.build_storage()?;
+        cache.externals.release = release;
+        Ok(cache)
+    }
+
+    /// [`build`](Self::build) but for the release hook.
+    fn build_storage(self) -> Result<Segcache, Error> {
         let seg = self
             .segment_size
             .unwrap_or_else(|| default_segment_size(self.heap_size));

@@ -56,6 +56,11 @@ pub enum Error {
     /// The storage thread has stopped (shut down, or it failed); the
     /// request was not accepted.
     Closed,
+    /// The cache cannot do this with this value or in this setup (an
+    /// [`External`](crate::External) value without a release function, or
+    /// in a datapool; arithmetic or append on an external value); the
+    /// reason says which.
+    Unsupported(&'static str),
 }
 
 impl fmt::Display for Error {
@@ -88,6 +93,7 @@ impl fmt::Display for Error {
             Error::InvalidConfig { field, reason } => write!(f, "invalid {field}: {reason}"),
             Error::Persistence(reason) => write!(f, "persistence: {reason}"),
             Error::Closed => write!(f, "the storage thread has stopped"),
+            Error::Unsupported(reason) => write!(f, "unsupported: {reason}"),
         }
     }
 }

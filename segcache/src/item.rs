@@ -16,7 +16,9 @@
 //! so a lookup finds the key with one mask. It also holds three marks the
 //! meta protocol reads and sets in place: fetched (`h`), stale (`X`) and
 //! win token sent (`Z`); bit 6 says the item was unlinked (a hint for
-//! walks over a segment, [`UNLINKED`]). Small objects are the
+//! walks over a segment, [`UNLINKED`]); bit 7 says the value is the
+//! 12-byte handle of an [`External`](crate::External) value kept outside
+//! the heap ([`EXTERNAL`]). Small objects are the
 //! point of the design, so a value under 256 bytes pays a 3-byte header.
 //! Items are packed back to back with no padding (the hash table addresses
 //! them by byte offset), so the header is the whole per-item cost in the
@@ -63,6 +65,11 @@ pub(crate) const MARKS: u8 = FETCHED | STALE | WIN_SENT;
 /// that probe, as before. A new item's header is written whole, so the
 /// bit never outlives the item it was set on.
 pub(crate) const UNLINKED: u8 = 0x40;
+/// The value is an [`External`](crate::External)'s encoding: a handle to
+/// memory the cache's owner keeps, released once when the item leaves the
+/// cache (`crate::external`). Moves (merges, compaction, a touch's
+/// rewrite) carry the bit with the value; nothing else sets or clears it.
+pub(crate) const EXTERNAL: u8 = 0x80;
 
 /// Header size of an item with a `value_len`-byte value: 3, or 5 from
 /// 256 bytes on.
@@ -100,6 +107,9 @@ pub(crate) struct Meta {
     pub cas: Option<u64>,
     /// [`FETCHED`], [`STALE`], [`WIN_SENT`].
     pub marks: u8,
+    /// The value is an [`External`](crate::External)'s encoding
+    /// ([`EXTERNAL`]).
+    pub external: bool,
 }
 
 impl Meta {
@@ -173,6 +183,7 @@ pub(crate) unsafe fn write_at(dst: *mut u8, key: &[u8], value_parts: [&[u8]; 2],
     debug_assert_eq!(meta.marks & !MARKS, 0);
     let long = value_len > SHORT_VALUE_MAX;
     let bits = meta.marks
+        | (meta.external as u8 * EXTERNAL)
         | (long as u8 * LONG_VALUE)
         | ((meta.flags != 0) as u8 * HAS_FLAGS)
         | (meta.cas.is_some() as u8 * HAS_CAS);
@@ -377,6 +388,13 @@ impl<'a> RawItem<'a> {
         self.bits() & MARKS
     }
 
+    /// True if the value is an [`External`](crate::External)'s encoding
+    /// ([`EXTERNAL`]).
+    #[inline(always)]
+    pub(crate) fn is_external(&self) -> bool {
+        self.bits() & EXTERNAL != 0
+    }
+
     /// Everything but key and value.
     #[inline]
     pub(crate) fn meta(&self) -> Meta {
@@ -384,6 +402,7 @@ impl<'a> RawItem<'a> {
             flags: self.client_flags(),
             cas: self.kept_cas(),
             marks: self.marks(),
+            external: self.is_external(),
         }
     }
 
@@ -515,8 +534,13 @@ mod tests {
     fn round_trips_key_value_and_flags() {
         for flags in [0u32, 1, 0xdead_beef] {
             for cas in [None, Some(0), Some(u64::MAX - 7)] {
-                for marks in [0, FETCHED, STALE | WIN_SENT] {
-                    let meta = Meta { flags, cas, marks };
+                for (marks, external) in [(0, false), (FETCHED, true), (STALE | WIN_SENT, false)] {
+                    let meta = Meta {
+                        flags,
+                        cas,
+                        marks,
+                        external,
+                    };
                     let key = b"a key";
                     let size = item_size(key.len(), 11, &meta);
                     let mut buf = vec![0xffu8; size + 16];
@@ -561,6 +585,7 @@ mod tests {
                     flags: 0xdead_beef,
                     cas: Some(u64::MAX),
                     marks: MARKS,
+                    external: true,
                 },
             ] {
                 let value: Vec<u8> = (0..value_len).map(|i| (i * 7) as u8).collect();

@@ -131,6 +131,7 @@ mod cache;
 mod clock;
 mod error;
 mod eviction;
+mod external;
 mod flight;
 mod ghost;
 mod hashtable;
@@ -165,6 +166,7 @@ pub use builder::{
 pub use cache::{Expired, Item, OwnedItem, RestoreOutcome, Segcache, Stats};
 pub use clock::ManualClock;
 pub use error::Error;
+pub use external::{External, ReleaseFn};
 pub use item::{max_value_len, MAX_KEY_LEN};
 pub use ops::{Request, Response, Store, StoreMode, Ttl};
 pub use sharded::ShardedCache;

@@ -101,6 +101,33 @@ impl Heap {
     pub(crate) fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }
+
+    /// Gives the whole pages of `range` back to the kernel (anonymous
+    /// memory only: a datapool's pages are its file's). Their contents are
+    /// lost (they read as zeros, and become resident again when written).
+    /// Advisory: a refusal leaves the pages resident, nothing else.
+    pub(crate) fn discard(&mut self, range: std::ops::Range<usize>) {
+        debug_assert!(range.start <= range.end && range.end <= self.map.len());
+        // (Miri cannot run madvise; the caller reads nothing it discarded.)
+        #[cfg(all(target_os = "linux", not(miri)))]
+        if self.path.is_none() {
+            let base = self.map.as_mut_ptr() as usize;
+            let start = (base + range.start).next_multiple_of(PAGE);
+            let end = (base + range.end) / PAGE * PAGE;
+            if end > start {
+                // SAFETY: [start, end) lies inside this heap's anonymous
+                // mapping, which `&mut self` keeps alive and unshared for
+                // the call; both ends are page-aligned, as madvise
+                // requires. MADV_DONTNEED on private anonymous memory only
+                // makes the pages read as zeros from now on.
+                unsafe {
+                    libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+                }
+            }
+        }
+        #[cfg(not(all(target_os = "linux", not(miri))))]
+        let _ = range;
+    }
 }
 
 impl Heap {

@@ -163,6 +163,12 @@ pub struct Store<B = Vec<u8>> {
     /// and mark the new item stale. (memcached accepts only a token *older*
     /// than the item's; tokens here are not ordered, so any mismatch is.)
     pub invalidate: bool,
+    /// The value is an [`External`](crate::External)'s encoding
+    /// ([`External::encode`](crate::External::encode)), not bytes to
+    /// copy: the item holds the handle and its weight is charged to the
+    /// heap ([`Segcache::set_external`](crate::Segcache::set_external)
+    /// says what is refused). Not for append or prepend.
+    pub external: bool,
 }
 
 impl<B> Store<B> {
@@ -176,6 +182,7 @@ impl<B> Store<B> {
             ttl: Ttl::Never,
             cas: None,
             invalidate: false,
+            external: false,
         }
     }
 }

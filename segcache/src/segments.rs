@@ -112,6 +112,10 @@ pub(crate) struct Segments {
     data: Heap,
     segment_size: usize,
     free: Vec<u32>,
+    /// Free segments held back from writes, their pages given back to the
+    /// kernel: the heap's share of memory that external values
+    /// (`crate::external`) use instead.
+    withheld: Vec<u32>,
     /// What a generation grows by when a segment's contents go: 1, or in
     /// a shard of a sharded cache the shard count, so that every
     /// generation of shard `i` is `i` modulo the count and no two shards
@@ -139,6 +143,7 @@ impl Segments {
             data,
             segment_size,
             free: (0..count as u32).rev().collect(),
+            withheld: Vec::new(),
             gen_step: 1,
         }
     }
@@ -204,8 +209,36 @@ impl Segments {
         self.headers.len()
     }
 
+    /// Free segments that writes may take (not the withheld ones).
     pub(crate) fn free_count(&self) -> usize {
         self.free.len()
+    }
+
+    /// Segments held back from writes ([`withhold`](Self::withhold)).
+    pub(crate) fn withheld_count(&self) -> usize {
+        self.withheld.len()
+    }
+
+    /// Holds a free segment back from writes and gives its pages to the
+    /// kernel; false if no segment is free.
+    pub(crate) fn withhold(&mut self) -> bool {
+        let Some(id) = self.free.pop() else {
+            return false;
+        };
+        debug_assert_eq!(self.headers[id as usize].state, SegState::Free);
+        let start = id as usize * self.segment_size;
+        self.data.discard(start..start + self.segment_size);
+        self.withheld.push(id);
+        true
+    }
+
+    /// Returns a withheld segment to the free list; false if none is held.
+    pub(crate) fn unwithhold(&mut self) -> bool {
+        let Some(id) = self.withheld.pop() else {
+            return false;
+        };
+        self.free.push(id);
+        true
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
@@ -214,7 +247,7 @@ impl Segments {
 
     pub(crate) fn header_bytes(&self) -> usize {
         self.headers.len() * std::mem::size_of::<SegmentHeader>()
-            + self.free.capacity() * std::mem::size_of::<u32>()
+            + (self.free.capacity() + self.withheld.capacity()) * std::mem::size_of::<u32>()
     }
 
     pub(crate) fn heap(&self) -> &Heap {
@@ -253,8 +286,10 @@ impl Segments {
         self.free.push(id);
     }
 
-    /// Frees every segment at once (the caller has emptied the table).
+    /// Frees every segment at once (the caller has emptied the table);
+    /// withheld segments are free again too.
     pub(crate) fn release_all(&mut self) {
+        self.withheld.clear();
         for h in self.headers.iter_mut() {
             let generation = if h.state == SegState::Free {
                 h.generation
@@ -365,13 +400,15 @@ impl Segments {
 
     /// Marks the item at `loc` [`UNLINKED`](crate::item::UNLINKED): the
     /// caller has just unlinked it from the table, whose entry pointed
-    /// there.
+    /// there. Returns true if the item is
+    /// [`EXTERNAL`](crate::item::EXTERNAL) (its value is the caller's to
+    /// release), read from the byte the mark rewrites.
     ///
     /// # Safety
     /// `loc` names a whole item inside its segment (as every location the
     /// table holds does, see [`size_if_key`](Self::size_if_key)).
     #[inline(always)]
-    pub(crate) unsafe fn mark_unlinked(&mut self, loc: Location) {
+    pub(crate) unsafe fn mark_unlinked(&mut self, loc: Location) -> bool {
         let (start, end) = self.item_span(loc);
         let at = start + crate::item::META_AT;
         debug_assert!(at < end && end <= self.data.len());
@@ -379,6 +416,20 @@ impl Segments {
         // meta byte included) lies in the heap.
         let meta = unsafe { self.data.get_unchecked_mut(at) };
         *meta |= crate::item::UNLINKED;
+        *meta & crate::item::EXTERNAL != 0
+    }
+
+    /// Sets or clears the [`EXTERNAL`](crate::item::EXTERNAL) bit of the
+    /// item at `loc` (a move of its external value: see
+    /// `Segcache::rewrite`).
+    pub(crate) fn set_external(&mut self, loc: Location, on: bool) {
+        let (start, _) = self.item_span(loc);
+        let meta = &mut self.data[start + crate::item::META_AT];
+        if on {
+            *meta |= crate::item::EXTERNAL;
+        } else {
+            *meta &= !crate::item::EXTERNAL;
+        }
     }
 
     /// The item at `loc` as a plain read returns it, with the segments

@@ -12,7 +12,7 @@ use crate::cache::{Expired, OwnedItem, RestoreOutcome, Stats};
 use crate::flight::Flights;
 use crate::hashtable::{hash_key, SHARD_SHIFT};
 use crate::ops::{ArithOpts, Request, Response, Store, StoreMode, Ttl, Walked};
-use crate::{Error, Item, Segcache};
+use crate::{Error, External, Item, Segcache};
 use parking_lot::Mutex;
 use std::time::Duration;
 
@@ -304,6 +304,26 @@ impl ShardedCache {
             ttl.into(),
             Some(cas),
         )
+    }
+
+    /// See [`Segcache::set_external`].
+    pub fn set_external(
+        &self,
+        key: impl AsRef<[u8]>,
+        value: External,
+        flags: u32,
+        ttl: impl Into<Ttl>,
+    ) -> Result<(), Error> {
+        let key = key.as_ref();
+        let hash = hash_key(key);
+        let encoded = value.encode();
+        let store = Store {
+            flags,
+            ttl: ttl.into(),
+            external: true,
+            ..Store::new(StoreMode::Set, key, &encoded[..])
+        };
+        self.shard_for(hash).store_located(&store, hash).map(drop)
     }
 
     /// See [`Segcache::store`].

@@ -75,6 +75,8 @@ pub struct Segcache {
     /// Copy of a value being rewritten (append, touch...), reused.
     scratch: Vec<u8>,
     restore_outcome: RestoreOutcome,
+    /// External values held and their release hook (`crate::external`).
+    pub(crate) externals: crate::external::Externals,
 }
 
 /// What [`Builder::restore`](crate::Builder::restore) found at build time.
@@ -221,7 +223,14 @@ impl Segcache {
             recent_left: 0,
             scratch: Vec::new(),
             restore_outcome,
+            externals: Default::default(),
         }
+    }
+
+    /// The cache's clock now (no delayed flush carried out).
+    #[inline]
+    pub(crate) fn clock_now(&self) -> u32 {
+        self.clock.now()
     }
 
     pub(crate) fn set_restore_outcome(&mut self, outcome: RestoreOutcome) {
@@ -556,7 +565,7 @@ impl Segcache {
         Stats {
             items: c.items,
             live_bytes: c.live_bytes,
-            segments_used: self.segs.count() as u64 - free,
+            segments_used: self.segs.count() as u64 - free - self.segs.withheld_count() as u64,
             segments_free: free,
             hits: c.hits,
             misses: c.misses,
@@ -570,6 +579,9 @@ impl Segcache {
             segment_header_bytes: headers,
             admission_bytes: admission,
             total_bytes: heap + table + headers + admission,
+            external_items: self.externals.items,
+            external_bytes: self.externals.bytes,
+            segments_withheld: self.segs.withheld_count() as u64,
         }
     }
 
@@ -596,7 +608,11 @@ impl Segcache {
     /// points at.
     #[inline]
     pub(crate) fn account_unlinked(&mut self, loc: Location) {
-        let size = self.segs.item(loc).size();
+        let raw = self.segs.item(loc);
+        let size = raw.size();
+        if raw.is_external() {
+            self.release_external(loc);
+        }
         self.segs.headers[loc.seg as usize].uncount_item(size);
         self.counters.items -= 1;
         self.counters.live_bytes -= size as u64;
@@ -638,7 +654,10 @@ impl Segcache {
             assert_eq!(n, self.ttl.buckets[bucket].segments);
             linked += n as usize;
         }
-        assert_eq!(linked + self.segs.free_count(), self.segs.count());
+        assert_eq!(
+            linked + self.segs.free_count() + self.segs.withheld_count(),
+            self.segs.count()
+        );
         for id in 0..self.segs.count() as u32 {
             let h = &self.segs.headers[id as usize];
             assert!(h.write_offset as usize <= self.segs.segment_size());

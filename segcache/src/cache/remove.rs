@@ -51,7 +51,9 @@ impl Segcache {
         debug_assert_eq!(size, self.segs.item(loc).size());
         // SAFETY: the table held `loc` (a whole item) until `remove`
         // cleared it just now; nothing moved since.
-        unsafe { self.segs.mark_unlinked(loc) };
+        if unsafe { self.segs.mark_unlinked(loc) } {
+            self.release_external(loc);
+        }
         // SAFETY: `loc` came from the table, which points only into
         // segments that exist.
         let header = unsafe { self.segs.header_unchecked_mut(loc.seg) };
@@ -121,13 +123,9 @@ impl Segcache {
             flags: raw.client_flags(),
             cas: None,
             marks: (raw.marks() | item::STALE) & !item::WIN_SENT,
+            external: raw.is_external(),
         };
-        let mut value = std::mem::take(&mut self.scratch);
-        value.clear();
-        value.extend_from_slice(raw.value());
-        let written = self.write(key, hash, [&value, &[]], &meta, ttl, now);
-        self.scratch = value;
-        written.map(drop)
+        self.rewrite(key, hash, loc, &meta, ttl, now).map(drop)
     }
 
     /// Removes every item now, and cancels a pending delayed flush.
@@ -148,6 +146,7 @@ impl Segcache {
     /// Drops every item and returns every segment to the free list;
     /// counters other than items and bytes are kept.
     pub fn clear(&mut self) {
+        self.release_all_externals();
         self.table.clear();
         self.segs.release_all();
         self.admission.clear();
@@ -226,6 +225,7 @@ impl Segcache {
     ) -> usize {
         let segs = &self.segs;
         let table = &mut self.table;
+        let externals = &mut self.externals;
         let in_main = remember && self.admission.is_main(id);
         let (mut unlinked, mut bytes) = (0usize, 0usize);
         let live = segs.headers[id as usize].live_items as usize;
@@ -240,6 +240,9 @@ impl Segcache {
             if let Some(info) = table.remove_at(hash, Location { seg: id, offset }) {
                 unlinked += 1;
                 bytes += item.size();
+                if item.is_external() {
+                    externals.release(item.value());
+                }
                 if remember && (in_main || hashtable::frequency(info) > 0) {
                     self.admission.remember_expired(hash);
                 }

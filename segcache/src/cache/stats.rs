@@ -30,6 +30,10 @@ pub struct Stats {
     pub segments_used: u64,
     /// Segments on the free list.
     pub segments_free: u64,
+    /// Free segments held back, their pages returned to the kernel, so
+    /// that the heap in use plus [`external_bytes`](Self::external_bytes)
+    /// stays within the heap's size.
+    pub segments_withheld: u64,
     /// Reads that found a live item.
     pub hits: u64,
     /// Reads that found nothing.
@@ -57,6 +61,11 @@ pub struct Stats {
     pub admission_bytes: u64,
     /// Everything above together: all the memory the cache allocated.
     pub total_bytes: u64,
+    /// Items whose value is [`External`](crate::External) (kept by the
+    /// cache's owner, not in the heap).
+    pub external_items: u64,
+    /// Their weights' sum: bytes charged to the heap for them.
+    pub external_bytes: u64,
 }
 
 impl std::ops::AddAssign<&Stats> for Stats {
@@ -66,6 +75,7 @@ impl std::ops::AddAssign<&Stats> for Stats {
         self.live_bytes += o.live_bytes;
         self.segments_used += o.segments_used;
         self.segments_free += o.segments_free;
+        self.segments_withheld += o.segments_withheld;
         self.hits += o.hits;
         self.misses += o.misses;
         self.evictions += o.evictions;
@@ -78,6 +88,8 @@ impl std::ops::AddAssign<&Stats> for Stats {
         self.segment_header_bytes += o.segment_header_bytes;
         self.admission_bytes += o.admission_bytes;
         self.total_bytes += o.total_bytes;
+        self.external_items += o.external_items;
+        self.external_bytes += o.external_bytes;
     }
 }
 

@@ -8,6 +8,7 @@ use crate::hashtable::Location;
 use crate::item::{self, RawItem};
 use crate::ops::Ttl;
 use crate::segments::{SegmentHeader, Segments};
+use crate::External;
 use std::time::Duration;
 
 /// An item read from the cache, borrowed from its memory: no copy.
@@ -35,10 +36,26 @@ impl<'a> Item<'a> {
         self.raw.key()
     }
 
-    /// The item's value, without a copy.
+    /// The item's value, without a copy (for an [`External`] value, its
+    /// [encoding](External::encode): read it with
+    /// [`external`](Self::external)).
     #[inline]
     pub fn value(&self) -> &'a [u8] {
         self.raw.value()
+    }
+
+    /// The item's value if it is [`External`] (stored with
+    /// [`Segcache::set_external`](crate::Segcache::set_external)): its
+    /// handle stays valid while the cache holds the item, so read it where
+    /// the item is borrowed (in a [`ShardedCache`](crate::ShardedCache),
+    /// inside `read_with`).
+    #[inline]
+    pub fn external(&self) -> Option<External> {
+        if self.raw.is_external() {
+            External::decode(self.raw.value())
+        } else {
+            None
+        }
     }
 
     /// Memcache client flags stored with the item (0 unless set).

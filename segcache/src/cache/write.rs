@@ -331,6 +331,14 @@ impl Segcache {
         let (key, value) = (store.key.as_ref(), store.value.as_ref());
         check_key(key)?;
         let concat = matches!(store.mode, StoreMode::Append | StoreMode::Prepend);
+        if store.external {
+            if concat {
+                return Err(Error::Unsupported(
+                    "append and prepend take bytes, not an external value",
+                ));
+            }
+            self.check_external(value)?;
+        }
         // Some(0): never; None: already expired. Append and prepend keep
         // the item's own TTL.
         let secs = if concat {
@@ -339,6 +347,7 @@ impl Segcache {
             let secs = live_secs(store.ttl)?;
             let meta = Meta {
                 flags: store.flags,
+                external: store.external,
                 ..Meta::default()
             };
             self.check_size(key.len(), value.len(), &meta)?;
@@ -378,10 +387,16 @@ impl Segcache {
         if concat {
             let loc = found.expect("append and prepend checked the item is there");
             let raw = self.segs.item(loc);
+            if raw.is_external() {
+                return Err(Error::Unsupported(
+                    "append and prepend cannot extend an external value",
+                ));
+            }
             let meta = Meta {
                 flags: raw.client_flags(),
                 cas: None,
                 marks,
+                external: false,
             };
             let ttl = self.remaining_ttl(loc, now);
             // Copy the old value out: making room may evict its segment.
@@ -398,9 +413,13 @@ impl Segcache {
             return written.map(Some);
         }
         let Some(ttl) = keep_ttl.or(secs) else {
-            // Already expired: the store succeeds and leaves nothing readable.
+            // Already expired: the store succeeds and leaves nothing
+            // readable (an external value is handed back at once).
             if let Some(loc) = found {
                 self.unlink_item(hash, loc);
+            }
+            if store.external {
+                self.externals.give_back(value);
             }
             return Ok(None);
         };
@@ -408,9 +427,17 @@ impl Segcache {
             flags: store.flags,
             cas: None,
             marks,
+            external: store.external,
         };
-        self.write(key, hash, [value, &[]], &meta, ttl, now)
-            .map(Some)
+        let loc = self.write(key, hash, [value, &[]], &meta, ttl, now)?;
+        if !store.external {
+            return Ok(Some(loc));
+        }
+        self.count_external(loc);
+        self.fit_externals();
+        // Making room for the weight may have moved the item (or, in a
+        // heap too small for it, evicted it).
+        Ok(self.find_hashed(key, hash).map(|(.., at)| at))
     }
 
     /// Adds `delta` to a decimal `u64` value, wrapping at 2^64; returns the
@@ -471,8 +498,9 @@ impl Segcache {
             };
         };
         // memcached's order: an empty value is refused before the token is
-        // compared, the number is read after.
-        if self.segs.item(loc).value().is_empty() {
+        // compared, the number is read after. An external value is a
+        // handle, not digits.
+        if self.segs.item(loc).value().is_empty() || self.segs.item(loc).is_external() {
             return Err(Error::NotNumeric);
         }
         if opts.cas.is_some_and(|token| token != self.cas_at(loc)) {
@@ -497,6 +525,7 @@ impl Segcache {
             } else {
                 0
             },
+            external: false,
         };
         let ttl = match new_ttl {
             None => self.remaining_ttl(loc, now),
@@ -564,12 +593,44 @@ impl Segcache {
         }
         let mut meta = self.segs.item(loc).meta();
         meta.cas = Some(self.cas_at(loc));
+        self.rewrite(key, hash, loc, &meta, ttl, now).map(Some)
+    }
+
+    /// Writes the item at `loc` again, its value unchanged, with `meta`
+    /// (whose `external` must be the item's) and `ttl`: a move, so an
+    /// external value changes hands from the old copy to the new one and
+    /// is never released. The old copy gives up the [`EXTERNAL`] bit
+    /// before the write (which may evict or move it while making room);
+    /// if the write fails, the copy the table still holds, wherever it is
+    /// now, takes it back, and a value whose copy was evicted meanwhile
+    /// is released.
+    ///
+    /// [`EXTERNAL`]: item::EXTERNAL
+    pub(super) fn rewrite(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        loc: Location,
+        meta: &Meta,
+        ttl: u32,
+        now: u32,
+    ) -> Result<Location, Error> {
+        debug_assert_eq!(meta.external, self.segs.item(loc).is_external());
         let mut value = std::mem::take(&mut self.scratch);
         value.clear();
         value.extend_from_slice(self.segs.item(loc).value());
-        let written = self.write(key, hash, [&value, &[]], &meta, ttl, now);
+        if meta.external {
+            self.segs.set_external(loc, false);
+        }
+        let written = self.write(key, hash, [&value, &[]], meta, ttl, now);
+        if meta.external && written.is_err() {
+            match self.find_hashed(key, hash) {
+                Some((.., at)) => self.segs.set_external(at, true),
+                None => self.externals.release(&value),
+            }
+        }
         self.scratch = value;
-        written.map(Some)
+        written
     }
 
     /// The item's size, or [`Error::ValueTooLarge`] if it cannot fit in a
@@ -682,7 +743,9 @@ impl Segcache {
         debug_assert_eq!(old_size, self.segs.item(old).size());
         // SAFETY: the table held `old` (a whole item) until `replace`
         // repointed it just now; nothing moved since.
-        unsafe { self.segs.mark_unlinked(old) };
+        if unsafe { self.segs.mark_unlinked(old) } {
+            self.release_external(old);
+        }
         // SAFETY: `old` came from the table, which points only into
         // segments that exist.
         let old_header = unsafe { self.segs.header_unchecked_mut(old.seg) };
@@ -880,11 +943,16 @@ impl Segcache {
         Ok(Location { seg: id, offset: 0 })
     }
 
-    /// A free segment: from the free list, else by expiring, else by evicting.
+    /// A free segment: from the free list, else one withheld for external
+    /// values that no longer need it, else by expiring, else by evicting.
     fn alloc_segment(&mut self, bucket: usize, now: u32) -> Result<u32, Error> {
         for _ in 0..self.segs.count() + 2 {
             if let Some(id) = self.segs.alloc(now, bucket as u16) {
                 return Ok(id);
+            }
+            if self.segs.withheld_count() > self.withheld_wanted() {
+                self.segs.unwithhold();
+                continue;
             }
             if self.expire_at(now).segments == 0 {
                 self.evict(now)?;

@@ -344,6 +344,10 @@ impl Segcache {
                             let hash = self.table.hash(self.segs.item(from).key());
                             self.admission.remember(hash, from_main);
                         }
+                        let dropped = self.segs.item(from);
+                        if dropped.is_external() {
+                            self.externals.release(dropped.value());
+                        }
                         self.table.clear_at(bucket, slot);
                         evicted += 1;
                     }

@@ -901,6 +901,21 @@ impl HashTable {
             .copied()
     }
 
+    /// Calls `f` with every entry's item info, in the table and, while it
+    /// grows, in the table being drained (no particular order).
+    pub(crate) fn for_each_entry(&self, mut f: impl FnMut(u64)) {
+        let tables = std::iter::once(&self.table).chain(self.drain.as_ref().map(|d| &d.old));
+        for t in tables {
+            for (b, &ctrl) in t.ctrl.iter().enumerate() {
+                for s in 0..SLOTS {
+                    if (ctrl >> (8 * s)) & 0xff != 0 {
+                        f(t.slots[b * SLOTS + s]);
+                    }
+                }
+            }
+        }
+    }
+
     /// Words a snapshot of a table with `homes` homes holds.
     pub(crate) fn words_for(homes: usize) -> usize {
         (homes + MAX_DISPLACEMENT) * (SLOTS + 1)
