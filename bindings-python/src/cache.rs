@@ -17,7 +17,7 @@ use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
-use segcache::ops::{DeleteOpts, GetOpts};
+use segcache::ops::DeleteOpts;
 use segcache::{
     Eviction, Request, Response, RestoreOutcome, Segcache, ShardedCache, Store, StoreMode, Ttl,
 };
@@ -31,6 +31,7 @@ use crate::convert::{
     type_name,
 };
 use crate::flight::{Flights, Role};
+use crate::held::{self, detach};
 use crate::key::{self, KeyBuf, KeyError};
 use crate::recycle::Recycler;
 use crate::value::{self, Serializer, FLAG_BYTES, FLAG_STR};
@@ -72,6 +73,12 @@ pub struct PyCache {
     popitem_queue: parking_lot::Mutex<(KeySnapshot, usize)>,
     /// The `bytes` objects reads hand out, refilled once let go of.
     pub recycler: Recycler,
+    /// The longest value held by reference (`crate::held`): 0 with a
+    /// datapool (whose items must outlive the process), else what any
+    /// key's item takes in a segment, so that holding a value never
+    /// changes which values fit (longer ones are copied, or refused as
+    /// too large, as before).
+    pub held_max: usize,
 }
 
 /// Keys copied out of one shard, packed in one buffer.
@@ -246,14 +253,92 @@ impl PyCache {
         mode: StoreMode,
         cas: Option<u64>,
     ) -> PyResult<Result<(), segcache::Error>> {
-        // bytes and str, the common values, go straight from the object.
+        // bytes and str, the common values, go straight from the object;
+        // large ones are held by reference.
         if let Ok(b) = value.cast_exact::<PyBytes>() {
-            return self.store_bytes(py, key, bytes_of(b), FLAG_BYTES, ttl, mode, cas);
+            let data = bytes_of(b);
+            if (held::HELD_AT..=self.held_max).contains(&data.len()) {
+                let weight = held::bytes_weight(data.len());
+                return self.store_held(
+                    py,
+                    key,
+                    value,
+                    held::FLAG_HELD_BYTES,
+                    weight,
+                    ttl,
+                    mode,
+                    cas,
+                );
+            }
+            return self.store_bytes(py, key, data, FLAG_BYTES, ttl, mode, cas);
         }
         if let Ok(s) = value.cast_exact::<PyString>() {
+            if self.held_max > 0 {
+                // SAFETY: attached; `value` is a live `str` for the call.
+                if let Some(ascii) = unsafe { crate::layout::ascii_str(value.as_ptr()) } {
+                    if (held::HELD_AT..=self.held_max).contains(&ascii.len()) {
+                        let weight = held::str_weight(ascii.len());
+                        return self.store_held(
+                            py,
+                            key,
+                            value,
+                            held::FLAG_HELD_STR,
+                            weight,
+                            ttl,
+                            mode,
+                            cas,
+                        );
+                    }
+                }
+            }
             return self.store_bytes(py, key, str_bytes(s)?, FLAG_STR, ttl, mode, cas);
         }
         self.store_other(py, key, value, ttl, mode, cas)
+    }
+
+    /// Stores `obj` (an exact `bytes` or `str`, or a serializer's output)
+    /// held by reference, weighing `weight`: the cache takes a reference
+    /// of its own, which it keeps if the store succeeds (and gives back
+    /// through `held::release`).
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn store_held(
+        &self,
+        py: Python<'_>,
+        key: &[u8],
+        obj: &Bound<'_, PyAny>,
+        flags: u32,
+        weight: u32,
+        ttl: Option<Duration>,
+        mode: StoreMode,
+        cas: Option<u64>,
+    ) -> PyResult<Result<(), segcache::Error>> {
+        let ttl = match ttl {
+            Some(d) if !d.is_zero() => Ttl::After(d),
+            _ => Ttl::Never,
+        };
+        let encoded = held::external(obj.as_ptr(), weight).encode();
+        let store = Store {
+            mode,
+            key,
+            value: &encoded[..],
+            flags,
+            ttl,
+            cas,
+            invalidate: false,
+            external: true,
+        };
+        // The core's store runs no Python code; a release it makes drops
+        // only a held `bytes` or `str` (allowed here: see `held`).
+        let cache = self.cache_attached(py)?;
+        let handed = obj.clone().into_ptr();
+        let stored = cache.store(&store).map(drop);
+        if stored.is_err() {
+            // Refused: the reference is ours again.
+            // SAFETY: attached; `handed` is the reference taken above.
+            unsafe { pyo3::ffi::Py_DecRef(handed) };
+        }
+        Ok(stored)
     }
 
     /// [`store`](Self::store) for values that need encoding.
@@ -268,6 +353,11 @@ impl PyCache {
         cas: Option<u64>,
     ) -> PyResult<Result<(), segcache::Error>> {
         let v = value::encode(value, &self.serializer)?;
+        if self.held_max > 0 {
+            if let Some((obj, flags, weight)) = v.held(self.held_max) {
+                return self.store_held(py, key, obj, flags, weight, ttl, mode, cas);
+            }
+        }
         self.store_bytes(py, key, &v, v.flags, ttl, mode, cas)
     }
 
@@ -320,7 +410,9 @@ impl PyCache {
         if value.len() >= DETACH_AT {
             let guard = self.cache()?;
             let cache: &ShardedCache = &guard;
-            return Ok(py.detach(|| write(cache, key, value, flags, ttl, mode, cas)));
+            return Ok(detach(py, || {
+                write(cache, key, value, flags, ttl, mode, cas)
+            }));
         }
         // The core's write runs no Python code.
         let cache = self.cache_attached(py)?;
@@ -346,7 +438,7 @@ impl PyCache {
     pub fn snapshot_keys(&self, py: Python<'_>) -> PyResult<KeySnapshot> {
         let guard = self.cache()?;
         let cache: &ShardedCache = &guard;
-        Ok(py.detach(|| {
+        Ok(detach(py, || {
             let mut keys = KeySnapshot::default();
             cache.for_each(|item| keys.push(item.key()));
             keys
@@ -419,18 +511,92 @@ impl PyCache {
         self.store(py, k, value, ttl, mode, None)
     }
 
-    /// Checks that the item under `key` holds bytes or str (for
-    /// append/prepend); `Ok(false)` if it is missing.
-    fn is_text_or_bytes(&self, key: &[u8]) -> PyResult<bool> {
-        match self
-            .cache()?
-            .read_with(key, |item| item.map(|it| it.flags()))
-        {
-            None => Ok(false),
-            Some(FLAG_BYTES | FLAG_STR) => Ok(true),
-            Some(_) => Err(PyTypeError::new_err(
-                "append/prepend need a bytes or str value; this key holds another type",
-            )),
+    /// `append` (`mode` Append) or `prepend` (Prepend).
+    fn concat(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+        mode: StoreMode,
+    ) -> PyResult<bool> {
+        let mut kb = KeyBuf::new();
+        let (k, d) = (write_key(key, &mut kb)?, buf(data, "data")?);
+        loop {
+            let flags = self.cache()?.read_with(k, |item| item.map(|it| it.flags()));
+            match flags {
+                None => return Ok(false),
+                Some(FLAG_BYTES | FLAG_STR) => {
+                    let done = if mode == StoreMode::Append {
+                        self.cache()?.append(k, &*d)
+                    } else {
+                        self.cache()?.prepend(k, &*d)
+                    };
+                    return conditional(done, key);
+                }
+                Some(held::FLAG_HELD_BYTES | held::FLAG_HELD_STR) => {
+                    if let Some(done) = self.concat_held(py, k, key, &d, mode)? {
+                        return Ok(done);
+                    }
+                }
+                Some(_) => {
+                    return Err(PyTypeError::new_err(
+                        "append/prepend need a bytes or str value; this key holds another type",
+                    ))
+                }
+            }
+        }
+    }
+
+    /// [`concat`](Self::concat) on a value held by reference: the new
+    /// value is built here and written in its place if the item is still
+    /// the one read (compare-and-swap), with the TTL it had. `None`: the
+    /// item changed meanwhile, try again.
+    fn concat_held(
+        &self,
+        py: Python<'_>,
+        k: &[u8],
+        key: &Bound<'_, PyAny>,
+        data: &[u8],
+        mode: StoreMode,
+    ) -> PyResult<Option<bool>> {
+        let found = self.cache()?.read_with(k, |item| {
+            item.map(|it| {
+                let ttl = it.ttl().duration();
+                (
+                    value::fetch(py, it.value(), it.flags()),
+                    it.flags(),
+                    it.cas(),
+                    ttl,
+                )
+            })
+        });
+        let Some((fetched, flags, cas, ttl)) = found else {
+            return Ok(None);
+        };
+        if !held::is_held(flags) || flags == held::FLAG_HELD_SERIALIZED {
+            return Ok(None);
+        }
+        let old = fetched.finish(&self.serializer)?;
+        let old_bytes: &[u8] = match old.cast::<PyBytes>() {
+            Ok(b) => b.as_bytes(),
+            Err(_) => str_bytes(old.cast::<PyString>()?)?,
+        };
+        let joined = if mode == StoreMode::Append {
+            [old_bytes, data].concat()
+        } else {
+            [data, old_bytes].concat()
+        };
+        // A str stays a str while it is UTF-8 (as a copied str value
+        // reads back), else the bytes.
+        let new = match (flags, std::str::from_utf8(&joined)) {
+            (held::FLAG_HELD_STR, Ok(text)) => PyString::new(py, text).into_any(),
+            _ => PyBytes::new(py, &joined).into_any(),
+        };
+        match self.store(py, k, &new, ttl, StoreMode::Set, Some(cas))? {
+            Ok(()) => Ok(Some(true)),
+            Err(segcache::Error::Exists) => Ok(None),
+            Err(segcache::Error::NotFound) => Ok(Some(false)),
+            Err(e) => Err(to_py_err(e, Some(key))),
         }
     }
 }
@@ -464,7 +630,9 @@ impl PyCache {
             Some(o) => Some(int_arg(&o, "segment_size", 1, usize::MAX as u64)? as usize),
             None => None,
         };
-        let mut builder = Segcache::builder().heap_size(heap_size);
+        let mut builder = Segcache::builder()
+            .heap_size(heap_size)
+            .on_release(held::release);
         if let Some(seg) = segment_size {
             builder = builder.segment_size(seg);
         }
@@ -545,11 +713,17 @@ impl PyCache {
             },
             inner: RwLock::new(Some(inner)),
             closing: AtomicBool::new(false),
-            datapool,
             serializer,
             flights: Flights::default(),
             popitem_queue: parking_lot::Mutex::new((KeySnapshot::default(), 0)),
             recycler: Recycler::new(),
+            held_max: match datapool {
+                Some(_) => 0,
+                None => held::longest_held(
+                    segment_size.unwrap_or_else(|| segcache::default_segment_size(heap_size)),
+                ),
+            },
+            datapool,
         })
     }
 
@@ -567,10 +741,8 @@ impl PyCache {
             ));
         }
         self.closing.store(true, Ordering::Relaxed);
-        let cache = py
-            .detach(|| self.inner.write().take())
-            .ok_or_else(closed_error)?;
-        py.detach(|| cache.save()).map_err(|e| to_py_err(e, None))
+        let cache = detach(py, || self.inner.write().take()).ok_or_else(closed_error)?;
+        detach(py, || cache.save()).map_err(|e| to_py_err(e, None))
     }
 
     /// True once `save()` has closed the cache.
@@ -731,24 +903,24 @@ impl PyCache {
 
     /// Appends data (bytes or str) to a bytes or str value (TTL stays);
     /// False if key is missing, TypeError if it holds another type.
-    fn append(&self, key: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let mut kb = KeyBuf::new();
-        let (k, d) = (write_key(key, &mut kb)?, buf(data, "data")?);
-        if !self.is_text_or_bytes(k)? {
-            return Ok(false);
-        }
-        conditional(self.cache()?.append(k, &*d), key)
+    fn append(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        self.concat(py, key, data, StoreMode::Append)
     }
 
     /// Prepends data (bytes or str) to a bytes or str value (TTL stays);
     /// False if key is missing, TypeError if it holds another type.
-    fn prepend(&self, key: &Bound<'_, PyAny>, data: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let mut kb = KeyBuf::new();
-        let (k, d) = (write_key(key, &mut kb)?, buf(data, "data")?);
-        if !self.is_text_or_bytes(k)? {
-            return Ok(false);
-        }
-        conditional(self.cache()?.prepend(k, &*d), key)
+    fn prepend(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        data: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        self.concat(py, key, data, StoreMode::Prepend)
     }
 
     /// Adds delta to a non-negative int value (or decimal bytes/str) and
@@ -861,17 +1033,50 @@ impl PyCache {
                 Ok((key, value::encode(v, &self.serializer)?))
             })
             .collect::<PyResult<Vec<_>>>()?;
-        let slices: Vec<(&[u8], &[u8], u32)> =
-            encoded.iter().map(|(k, v)| (&**k, &**v, v.flags)).collect();
+        /// One write of the batch: bytes to copy, or a value to hold.
+        enum Write<'a> {
+            Copy(&'a [u8], u32),
+            /// A reference the cache takes over if the write succeeds.
+            Held(segcache::External, u32),
+        }
+        let writes: Vec<(&[u8], Write<'_>)> = encoded
+            .iter()
+            .zip(&pairs)
+            .map(|((k, v), (_, obj))| {
+                let held = value::held_of(obj, self.held_max)
+                    .map(|(f, w)| (obj, f, w))
+                    .or_else(|| v.held(self.held_max));
+                let write = match held {
+                    Some((source, flags, weight)) => {
+                        let handed = source.clone().into_ptr();
+                        Write::Held(held::external(handed, weight), flags)
+                    }
+                    None => Write::Copy(v, v.flags),
+                };
+                (&**k, write)
+            })
+            .collect();
         let guard = self.cache()?;
         let cache: &ShardedCache = &guard;
-        let failed = py.detach(|| {
-            slices
-                .iter()
-                .enumerate()
-                .find_map(|(i, (k, v, f))| cache.set(k, v, *f, ttl).err().map(|e| (i, e)))
+        let failed = detach(py, || {
+            writes.iter().enumerate().find_map(|(i, (k, w))| {
+                let written = match w {
+                    Write::Copy(v, f) => cache.set(k, v, *f, ttl),
+                    Write::Held(h, f) => cache.set_external(k, *h, *f, ttl),
+                };
+                written.err().map(|e| (i, e))
+            })
         });
         drop(guard);
+        // The references of the held values not written are ours again.
+        let kept = failed.as_ref().map_or(writes.len(), |(i, _)| *i);
+        for (_, w) in &writes[kept..] {
+            if let Write::Held(h, _) = w {
+                // SAFETY: attached; the reference taken for this write,
+                // which the cache did not take over.
+                unsafe { pyo3::ffi::Py_DecRef(h.handle as usize as *mut pyo3::ffi::PyObject) };
+            }
+        }
         match failed {
             None => Ok(()),
             Some((i, e)) => Err(to_py_err(e, Some(&pairs[i].0))),
@@ -1007,7 +1212,7 @@ impl PyCache {
         };
         let guard = self.cache()?;
         let cache: &ShardedCache = &guard;
-        py.detach(|| {
+        detach(py, || {
             if delay.is_zero() {
                 cache.flush()
             } else {
@@ -1022,14 +1227,14 @@ impl PyCache {
     fn expire(&self, py: Python<'_>) -> PyResult<usize> {
         let guard = self.cache()?;
         let cache: &ShardedCache = &guard;
-        Ok(py.detach(|| cache.expire().items))
+        Ok(detach(py, || cache.expire().items))
     }
 
     /// Drops every item; counters other than items and bytes are kept.
     fn clear(&self, py: Python<'_>) -> PyResult<()> {
         let guard = self.cache()?;
         let cache: &ShardedCache = &guard;
-        py.detach(|| cache.clear());
+        detach(py, || cache.clear());
         Ok(())
     }
 
@@ -1037,9 +1242,9 @@ impl PyCache {
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let guard = self.cache()?;
         let cache: &ShardedCache = &guard;
-        let s = py.detach(|| cache.stats());
+        let s = detach(py, || cache.stats());
         let d = PyDict::new(py);
-        let fields: [(&str, u64); 16] = [
+        let fields: [(&str, u64); 19] = [
             ("items", s.items),
             ("live_bytes", s.live_bytes),
             ("segments_used", s.segments_used),
@@ -1056,6 +1261,9 @@ impl PyCache {
             ("segment_header_bytes", s.segment_header_bytes),
             ("admission_bytes", s.admission_bytes),
             ("total_bytes", s.total_bytes),
+            ("held_items", s.external_items),
+            ("held_bytes", s.external_bytes),
+            ("segments_withheld", s.segments_withheld),
         ];
         for (name, value) in fields {
             d.set_item(name, value)?;
@@ -1095,7 +1303,7 @@ impl PyCache {
     fn __len__(&self, py: Python<'_>) -> PyResult<usize> {
         let guard = self.cache()?;
         let cache: &ShardedCache = &guard;
-        Ok(py.detach(|| cache.len()))
+        Ok(detach(py, || cache.len()))
     }
 
     #[inline(always)]
@@ -1168,7 +1376,7 @@ impl PyCache {
             );
         };
         let cache: &ShardedCache = &guard;
-        let items = py.detach(|| cache.len());
+        let items = detach(py, || cache.len());
         drop(guard);
         format!(
             "segcache.Cache(items={items}, heap_size={}, shards={}, eviction={:?})",
@@ -1218,20 +1426,18 @@ impl PyCache {
         py: Python<'py>,
         key: &[u8],
     ) -> PyResult<Option<(Bound<'py, PyAny>, Option<u64>)>> {
-        let request = Request::Get {
-            key,
-            opts: GetOpts {
-                bump: false,
-                ..GetOpts::default()
-            },
+        // Decoded under the shard lock, where a held value's handle is
+        // valid (`crate::held`).
+        let found = self.cache()?.peek_with(key, |item| {
+            item.map(|it| {
+                let ttl = it.ttl().duration().map(|d| d.as_secs().max(1));
+                (value::fetch(py, it.value(), it.flags()), ttl)
+            })
+        });
+        let Some((fetched, ttl)) = found else {
+            return Ok(None);
         };
-        let found = match self.cache()?.execute(&request) {
-            Response::Get(Ok(Some(found))) => found.item,
-            _ => return Ok(None),
-        };
-        let ttl = found.ttl().duration().map(|d| d.as_secs().max(1));
-        let value = value::fetch(py, found.value(), found.flags()).finish(&self.serializer)?;
-        Ok(Some((value, ttl)))
+        Ok(Some((fetched.finish(&self.serializer)?, ttl)))
     }
 }
 

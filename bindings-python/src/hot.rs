@@ -30,6 +30,7 @@ use pyo3::prelude::*;
 use segcache::{Ttl, MAX_KEY_LEN};
 
 use crate::cache::PyCache;
+use crate::held;
 use crate::layout;
 use crate::value::{self, FLAG_BYTES, FLAG_STR};
 use crate::DETACH_AT;
@@ -52,14 +53,24 @@ unsafe fn plain_key<'a>(key: *mut ffi::PyObject) -> Option<&'a [u8]> {
     }
 }
 
-/// A plain value's bytes and flags: an exact `bytes` or an exact compact
-/// ASCII `str`, shorter than [`DETACH_AT`] (longer writes release the
-/// GIL: the general path).
+/// What a plain value is stored as.
+enum Plain<'a> {
+    /// Its bytes, copied in, with their flags.
+    Copy(&'a [u8], u32),
+    /// The object itself, held by reference (`crate::held`): its flags
+    /// and weight.
+    Held(u32, u32),
+}
+
+/// A plain value: an exact `bytes` or an exact compact ASCII `str`, held
+/// by reference from [`held::HELD_AT`] to `held_max` bytes (the cache's
+/// `held_max`, 0 if it holds nothing), else copied if shorter than
+/// [`DETACH_AT`] (longer copies release the GIL: the general path).
 ///
 /// # Safety
 /// Attached; `value` a live object, alive for `'a`.
 #[inline(always)]
-unsafe fn plain_value<'a>(value: *mut ffi::PyObject) -> Option<(&'a [u8], u32)> {
+unsafe fn plain_value<'a>(value: *mut ffi::PyObject, held_max: usize) -> Option<Plain<'a>> {
     // SAFETY: as `plain_key`.
     unsafe {
         let ty = ffi::Py_TYPE(value);
@@ -70,7 +81,14 @@ unsafe fn plain_value<'a>(value: *mut ffi::PyObject) -> Option<(&'a [u8], u32)> 
         } else {
             return None;
         };
-        (v.len() < DETACH_AT).then_some((v, flags))
+        if (held::HELD_AT..=held_max).contains(&v.len()) {
+            return Some(if flags == FLAG_BYTES {
+                Plain::Held(held::FLAG_HELD_BYTES, held::bytes_weight(v.len()))
+            } else {
+                Plain::Held(held::FLAG_HELD_STR, held::str_weight(v.len()))
+            });
+        }
+        (v.len() < DETACH_AT).then_some(Plain::Copy(v, flags))
     }
 }
 
@@ -96,6 +114,10 @@ pub unsafe fn get(
         cache.get_value_with(k, |v, flags| {
             if flags == FLAG_BYTES {
                 Ok(c.recycler.bytes(py, v))
+            } else if flags == held::FLAG_HELD_BYTES {
+                // SAFETY: attached; `v` is the linked item's value, read
+                // under its shard's lock.
+                Ok(unsafe { held::take_ref(v) })
             } else {
                 Err(value::fetch(py, v, flags))
             }
@@ -155,15 +177,45 @@ pub unsafe fn set<R>(
     // SAFETY: forwarded.
     let k = unsafe { plain_key(key) }?;
     // SAFETY: forwarded.
-    let (v, flags) = unsafe { plain_value(value) }?;
-    let cache = c.open_attached(py)?;
-    let written = cache.set(k, v, flags, ttl);
+    let written = match unsafe { plain_value(value, c.held_max) }? {
+        Plain::Copy(v, flags) => c.open_attached(py)?.set(k, v, flags, ttl),
+        // SAFETY: forwarded.
+        Plain::Held(flags, weight) => unsafe { set_held(c, py, k, value, flags, weight, ttl) }?,
+    };
     Some(if written.is_ok() {
         ok
     } else {
         // SAFETY: forwarded.
         unsafe { write_failed(py, key, written, err) }
     })
+}
+
+/// [`set`] of a value held by reference: the cache takes a reference of
+/// its own, kept if the write succeeds; `None` for a closed cache.
+///
+/// # Safety
+/// Attached; `value` a live object borrowed for the call.
+#[inline(never)]
+unsafe fn set_held(
+    c: &PyCache,
+    py: Python<'_>,
+    k: &[u8],
+    value: *mut ffi::PyObject,
+    flags: u32,
+    weight: u32,
+    ttl: Ttl,
+) -> Option<Result<(), segcache::Error>> {
+    let cache = c.open_attached(py)?;
+    // SAFETY: attached; `value` is live (the caller's contract). The core
+    // runs no Python code; a release it makes drops only a held `bytes`
+    // or `str`, which the hot paths may do (see `crate::held`).
+    unsafe { ffi::Py_IncRef(value) };
+    let written = cache.set_external(k, held::external(value, weight), flags, ttl);
+    if written.is_err() {
+        // SAFETY: the reference taken above, which the cache refused.
+        unsafe { ffi::Py_DecRef(value) };
+    }
+    Some(written)
 }
 
 /// Sets the exception for a failed write of `key` (`written` is an

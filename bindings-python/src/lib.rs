@@ -15,6 +15,8 @@
 //!   has let go of it, instead of allocating another;
 //! - `value`: values to bytes and flags (bytes, str, int as themselves,
 //!   the rest through a serializer, pickle by default), and back;
+//! - `held`: large values held by reference instead of copied, their
+//!   weight charged to the heap, and their release;
 //! - `cache`: the `Cache` class;
 //! - `hot`: the common case of the hot entry points (plain str key,
 //!   bytes or ASCII str value) straight to the core;
@@ -42,6 +44,7 @@ mod clock;
 mod convert;
 mod fast;
 mod flight;
+mod held;
 mod hot;
 mod iter;
 mod key;
@@ -75,6 +78,13 @@ fn recycling(cache: &Bound<'_, cache::PyCache>) -> bool {
     cache.get().recycler.on(cache.py())
 }
 
+/// References to held values released while their thread was detached
+/// and not yet dropped (see the `held` module); for tests.
+#[pyfunction(name = "_held_waiting")]
+fn held_waiting() -> usize {
+    held::waiting()
+}
+
 /// Defines `get`, `set` and `delete` on `cls` (a subclass of `Cache`) as
 /// its own fast-call methods, so that CPython specialises calls of them
 /// on its instances (see `fast::install_on_subclass`).
@@ -92,6 +102,7 @@ fn _segcache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(direct_reads, m)?)?;
     m.add_function(wrap_pyfunction!(install_fast_methods, m)?)?;
     m.add_function(wrap_pyfunction!(recycling, m)?)?;
+    m.add_function(wrap_pyfunction!(held_waiting, m)?)?;
     m.add_class::<cache::PyCache>()?;
     let cache_type = m.py().get_type::<cache::PyCache>();
     fast::install(&cache_type)?;
@@ -104,6 +115,7 @@ fn _segcache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_KEY_LEN", segcache::MAX_KEY_LEN)?;
     m.add("MAX_TTL", segcache::MAX_TTL)?;
     m.add("DETACH_AT", DETACH_AT)?;
+    m.add("HELD_AT", held::HELD_AT)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     // Whether this build has debug assertions on (cargo's dev profile, as
     // `memcheck.sh` builds it): the bench scripts refuse to time such a

@@ -9,10 +9,12 @@
 //! | 1 | `str`, as UTF-8 | `str` |
 //! | 2 | `int` (not `bool`), as decimal digits | `int` (so `incr`/`decr` work on it) |
 //! | 3 | anything else, through the serializer's `dumps` | the serializer's `loads` |
+//! | 4, 5, 6 | a `bytes`, a compact ASCII `str`, or the serializer's output, of at least [`HELD_AT`](crate::held::HELD_AT) bytes: a handle to the object itself (`crate::held`) | the object (4, 5), or the serializer's `loads` of it (6) |
 //!
 //! Decoding runs in two steps: [`fetch`] under the shard lock builds the
 //! Python object straight from the cache's memory (one copy, no Python code
-//! run); [`Fetched::finish`] runs the serializer after the lock is dropped.
+//! run), or takes a reference to a held one; [`Fetched::finish`] runs the
+//! serializer after the lock is dropped.
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
@@ -21,6 +23,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyByteArray, PyBytes, PyInt, PyMemoryView, PyString};
 
 use crate::convert::{bytes_of, discard, small_int, str_bytes, type_name, Buf};
+use crate::held::{self, FLAG_HELD_BYTES, FLAG_HELD_SERIALIZED, FLAG_HELD_STR};
 use crate::recycle::Recycler;
 
 /// The stored bytes are the value.
@@ -129,6 +132,50 @@ fn digits(n: i64) -> ([u8; 20], u8) {
         buf[i] = b'-';
     }
     (buf, (20 - i) as u8)
+}
+
+/// `obj`'s flags and weight if it is a value to hold by reference
+/// (`crate::held`): an exact `bytes`, or an exact compact ASCII `str`, of
+/// [`HELD_AT`](held::HELD_AT) to `max` bytes.
+#[inline]
+pub fn held_of(obj: &Bound<'_, PyAny>, max: usize) -> Option<(u32, u32)> {
+    if let Ok(b) = obj.cast_exact::<PyBytes>() {
+        let len = bytes_of(b).len();
+        return (held::HELD_AT..=max)
+            .contains(&len)
+            .then(|| (FLAG_HELD_BYTES, held::bytes_weight(len)));
+    }
+    if obj.cast_exact::<PyString>().is_ok() {
+        // SAFETY: attached (we hold a `Bound`); `obj` is a live `str`.
+        let len = unsafe { crate::layout::ascii_str(obj.as_ptr()) }?.len();
+        return (held::HELD_AT..=max)
+            .contains(&len)
+            .then(|| (FLAG_HELD_STR, held::str_weight(len)));
+    }
+    None
+}
+
+impl<'py> Encoded<'_, 'py> {
+    /// The `bytes` this encoding made (a serializer's output, a
+    /// `memoryview`'s copy) if it is to be held by reference rather than
+    /// copied ([`HELD_AT`](held::HELD_AT) to `max` bytes): the object, its
+    /// flags and its weight.
+    #[inline]
+    pub fn held(&self, max: usize) -> Option<(&Bound<'py, PyAny>, u32, u32)> {
+        let Data::Object(obj) = &self.data else {
+            return None;
+        };
+        let len = obj.as_bytes().len();
+        if !(held::HELD_AT..=max).contains(&len) || !obj.is_exact_instance_of::<PyBytes>() {
+            return None;
+        }
+        let flags = match self.flags {
+            FLAG_SERIALIZED => FLAG_HELD_SERIALIZED,
+            FLAG_BYTES => FLAG_HELD_BYTES,
+            _ => return None,
+        };
+        Some((obj.as_any(), flags, held::bytes_weight(len)))
+    }
 }
 
 /// Encodes a value for storage; runs the serializer for other types.
@@ -263,12 +310,33 @@ pub fn fetch_recycled<'py>(
 }
 
 /// Builds the Python value from the cache's bytes, straight from the
-/// segment: call it under the shard lock. Runs no Python code and builds
-/// only `bytes`, `str` and `int` objects (none tracked by the garbage
-/// collector, so none can start a collection): the caller may hold the
-/// cache without a lock (see `PyCache::cache_attached`).
+/// segment, or takes a reference to a held one: call it under the shard
+/// lock, on the item the read found (never on a copy of its bytes made
+/// earlier: a held value's handle is valid only while the item is
+/// linked). Runs no Python code and builds only `bytes`, `str` and `int`
+/// objects (none tracked by the garbage collector, so none can start a
+/// collection): the caller may hold the cache without a lock (see
+/// `PyCache::cache_attached`).
 #[inline]
 pub fn fetch<'py>(py: Python<'py>, data: &[u8], flags: u32) -> Fetched<'py> {
+    if held::is_held(flags) {
+        // SAFETY: attached (we hold `py`); `data` is a linked held item's
+        // value, read under its shard's lock (this function's contract).
+        let obj = unsafe { held::take_ref(data) };
+        let kind = if flags == FLAG_HELD_SERIALIZED {
+            Kind::Serialized
+        } else {
+            Kind::Ready
+        };
+        if obj.is_null() {
+            return Fetched {
+                obj: new_bytes(data),
+                kind,
+                py,
+            };
+        }
+        return Fetched { obj, kind, py };
+    }
     prefetch(data);
     let (obj, kind) = match flags {
         FLAG_BYTES => (new_bytes(data), Kind::Ready),

@@ -144,12 +144,13 @@ def test_long_values_refill_byte_for_byte_around_the_prefetch():
 
     for n in (65, 255, 256, 257, 1000, 1024, 4095, 4096, 4097, 8 << 10):
         # A cache of its own, one key length: nothing kept but the
-        # objects read below.
+        # objects read below. Stored from bytearrays, which are copied
+        # (a bytes of HELD_AT bytes or more would be held by reference).
         cache = segcache.Cache(heap_size=1 << 20)
         for shift in range(1, 9):
             key = "k" * shift
-            cache["room"] = pattern(n, shift)
-            cache[key] = pattern(n, shift + 1)
+            cache["room"] = bytearray(pattern(n, shift))
+            cache[key] = bytearray(pattern(n, shift + 1))
             got = cache["room"]
             room_id = id(got)
             del got
@@ -201,7 +202,8 @@ def test_short_and_long_values_are_not_kept(cache):
     come back as ordinary objects, whether recycling is on or not."""
     cache["e"] = b""
     cache["o"] = b"o"
-    cache["big"] = b"g" * ((16 << 10) + 1)
+    # (Copied from a bytearray: a bytes this long is held by reference.)
+    cache["big"] = bytearray(b"g" * ((16 << 10) + 1))
     assert cache["e"] == b""
     assert cache["o"] == b"o"
     big = cache["big"]

@@ -264,6 +264,12 @@ impl Segcache {
                 break;
             }
         }
+        self.pools_share_usable_heap();
+    }
+
+    /// Tells merge eviction's pools how much heap they share: the heap
+    /// less its withheld segments.
+    pub(crate) fn pools_share_usable_heap(&mut self) {
         let withheld = self.segs.withheld_count() * self.segs.segment_size();
         self.admission
             .set_heap_bytes(self.segs.heap_bytes() - withheld);

@@ -306,6 +306,11 @@ impl ShardedCache {
         )
     }
 
+    /// See [`Segcache::max_external_weight`] (every shard's is the same).
+    pub fn max_external_weight(&self) -> usize {
+        self.shards[0].0.lock().max_external_weight()
+    }
+
     /// See [`Segcache::set_external`].
     pub fn set_external(
         &self,

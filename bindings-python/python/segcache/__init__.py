@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterator, Optional, TypeVar, Union
 from . import _segcache
 from ._segcache import (
     DETACH_AT,
+    HELD_AT,
     MAX_KEY_LEN,
     MAX_TTL,
     BoundCachedMethod,
@@ -54,6 +55,7 @@ __all__ = [
     "MAX_KEY_LEN",
     "MAX_TTL",
     "DETACH_AT",
+    "HELD_AT",
     "__version__",
 ]
 

@@ -52,7 +52,12 @@ MAX_KEY_LEN: int
 MAX_TTL: int
 """Longest TTL, in seconds (about 97 days)."""
 DETACH_AT: int
-"""Writes of values at least this many bytes release the GIL."""
+"""Writes of values at least this many bytes release the GIL (values the
+cache holds by reference excepted: they are not copied)."""
+HELD_AT: int
+"""A ``bytes``, ASCII ``str`` or serialized value of at least this many
+bytes (1024) is held by reference, not copied: a read returns the object
+itself, and the heap is charged the object's memory."""
 __version__: str
 """The package version."""
 
@@ -84,6 +89,14 @@ class CacheStats(TypedDict):
     total_bytes: int
     """All the memory the cache allocated: ``heap_bytes +
     hash_table_bytes + segment_header_bytes + admission_bytes``."""
+    held_items: int
+    """Values held by reference (see ``HELD_AT``)."""
+    held_bytes: int
+    """Their objects' memory, charged to the heap."""
+    segments_withheld: int
+    """Segments of the heap given up (their memory returned to the OS)
+    for ``held_bytes``: ``heap_bytes`` bounds the segments in use and the
+    held objects together."""
     shards: int
 
 class ShardRestoreOutcome(TypedDict):
@@ -286,7 +299,9 @@ class Cache:
         """Counters and memory, summed over the shards."""
     def max_value_len(self, key_len: int = 1) -> int:
         """The largest value (encoded) storable under a key of ``key_len``
-        bytes."""
+        bytes: copied into the heap, or (a ``bytes``, ASCII ``str`` or
+        serialized value, without a datapool) held by reference, up to half
+        a shard's heap."""
     def __len__(self) -> int: ...
     def __contains__(self, key: object) -> bool: ...
     def __iter__(self) -> Iterator[Any]:

@@ -952,6 +952,7 @@ impl Segcache {
             }
             if self.segs.withheld_count() > self.withheld_wanted() {
                 self.segs.unwithhold();
+                self.pools_share_usable_heap();
                 continue;
             }
             if self.expire_at(now).segments == 0 {
