@@ -32,7 +32,7 @@
 //!    `PyCache::cache_attached`).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -131,6 +131,11 @@ thread_local! {
     static DETACHED: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Threads inside [`detach`] now: while none is, every release is made
+/// on an attached thread, and [`release`] skips the thread-local lookup
+/// (a call through `__tls_get_addr` in a shared object).
+static DETACHED_THREADS: AtomicUsize = AtomicUsize::new(0);
+
 /// Releases made on detached threads, waiting for an attached one.
 static WAITING: parking_lot::Mutex<Vec<usize>> = parking_lot::Mutex::new(Vec::new());
 /// Whether [`WAITING`] may hold anything (checked without the lock).
@@ -141,7 +146,7 @@ static ANY_WAITING: AtomicBool = AtomicBool::new(false);
 /// else once one is.
 pub fn release(held: External) {
     let obj = held.handle as usize;
-    if DETACHED.with(Cell::get) {
+    if DETACHED_THREADS.load(Ordering::Acquire) != 0 && DETACHED.with(Cell::get) {
         WAITING.lock().push(obj);
         ANY_WAITING.store(true, Ordering::Release);
         return;
@@ -175,6 +180,7 @@ fn drop_waiting() {
 /// dropped once it returns.
 pub fn detach<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> T {
     let out = py.detach(|| {
+        DETACHED_THREADS.fetch_add(1, Ordering::AcqRel);
         DETACHED.with(|d| d.set(true));
         // Reset even if `f` panics (pyo3 turns the panic into an exception
         // on this thread, which then runs attached code again).
@@ -182,6 +188,7 @@ pub fn detach<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> T {
         impl Drop for Reset {
             fn drop(&mut self) {
                 DETACHED.with(|d| d.set(false));
+                DETACHED_THREADS.fetch_sub(1, Ordering::AcqRel);
             }
         }
         let _reset = Reset;

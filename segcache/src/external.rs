@@ -154,14 +154,68 @@ impl Segcache {
         flags: u32,
         ttl: impl Into<Ttl>,
     ) -> Result<(), Error> {
-        let encoded = value.encode();
-        let store = crate::ops::Store {
+        let key = key.as_ref();
+        self.set_external_hashed(
+            key,
+            crate::hashtable::hash_key(key),
+            value,
             flags,
-            ttl: ttl.into(),
+            ttl.into(),
+        )
+    }
+
+    /// [`set_external`](Self::set_external) with the key's hash already
+    /// computed: as [`set`](Self::set)'s direct path, a plain overwrite
+    /// that then counts the weight, and makes room for it only if the
+    /// withheld segments no longer cover the external bytes. Anything
+    /// unusual (an error to report, a TTL already expired, a delayed
+    /// flush) takes the general store, which reports as every store does.
+    #[inline]
+    pub(crate) fn set_external_hashed(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        value: External,
+        flags: u32,
+        ttl: Ttl,
+    ) -> Result<(), Error> {
+        let encoded = value.encode();
+        let meta = crate::item::Meta {
+            flags,
             external: true,
-            ..crate::ops::Store::new(crate::ops::StoreMode::Set, key.as_ref(), &encoded[..])
+            ..crate::item::Meta::default()
         };
-        self.store(&store).map(drop)
+        let size = crate::item::item_size(key.len(), encoded.len(), &meta);
+        let secs = match ttl {
+            Ttl::Never => Some(0),
+            Ttl::After(d) => Some(d.as_secs().saturating_add((d.subsec_nanos() > 0) as u64)),
+            Ttl::Expired => None,
+        };
+        let plain = self.externals.release.is_some()
+            && !self.has_datapool()
+            && value.weight as usize <= self.max_external_weight()
+            && self.eviction != crate::Eviction::None
+            && !key.is_empty()
+            && key.len() <= crate::MAX_KEY_LEN
+            && size <= self.segs.segment_size()
+            && !self.flush_pending();
+        let Some(secs) = secs.filter(|&s| plain && s <= crate::MAX_TTL as u64) else {
+            let store = crate::ops::Store {
+                flags,
+                ttl,
+                external: true,
+                ..crate::ops::Store::new(crate::ops::StoreMode::Set, key, &encoded[..])
+            };
+            return self.store_located(&store, hash).map(drop);
+        };
+        let now = if secs == 0 { 0 } else { self.clock_now() };
+        self.write_item(key, hash, &encoded, &meta, size, secs as u32, now)?;
+        self.externals.items += 1;
+        self.externals.bytes += value.weight as u64;
+        if !self.externals_fit() {
+            self.fit_externals();
+        }
+        Ok(())
     }
 
     /// Checks an external store before anything changes: the cache takes
@@ -234,7 +288,8 @@ impl Segcache {
     }
 
     /// True while the external bytes fit the withheld segments.
-    fn externals_fit(&self) -> bool {
+    #[inline(always)]
+    pub(crate) fn externals_fit(&self) -> bool {
         self.externals.bytes <= (self.segs.withheld_count() * self.segs.segment_size()) as u64
     }
 

@@ -321,14 +321,8 @@ impl ShardedCache {
     ) -> Result<(), Error> {
         let key = key.as_ref();
         let hash = hash_key(key);
-        let encoded = value.encode();
-        let store = Store {
-            flags,
-            ttl: ttl.into(),
-            external: true,
-            ..Store::new(StoreMode::Set, key, &encoded[..])
-        };
-        self.shard_for(hash).store_located(&store, hash).map(drop)
+        self.shard_for(hash)
+            .set_external_hashed(key, hash, value, flags, ttl.into())
     }
 
     /// See [`Segcache::store`].

@@ -227,6 +227,13 @@ impl Segcache {
         }
     }
 
+    /// True while a delayed flush waits: the direct write paths then take
+    /// the general one, which carries it out when due.
+    #[inline(always)]
+    pub(crate) fn flush_pending(&self) -> bool {
+        self.flush_at.is_some()
+    }
+
     /// The cache's clock now (no delayed flush carried out).
     #[inline]
     pub(crate) fn clock_now(&self) -> u32 {

@@ -434,10 +434,30 @@ impl Segcache {
             return Ok(Some(loc));
         }
         self.count_external(loc);
+        if self.externals_fit() {
+            return Ok(Some(loc));
+        }
         self.fit_externals();
         // Making room for the weight may have moved the item (or, in a
         // heap too small for it, evicted it).
         Ok(self.find_hashed(key, hash).map(|(.., at)| at))
+    }
+
+    /// [`write_sized`](Self::write_sized) for the external direct path
+    /// (`crate::external`), whose item size is checked.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(crate) fn write_item(
+        &mut self,
+        key: &[u8],
+        hash: u64,
+        value: &[u8],
+        meta: &Meta,
+        size: usize,
+        ttl: u32,
+        now: u32,
+    ) -> Result<Location, Error> {
+        self.write_sized(key, hash, [value, &[]], meta, size, ttl, now)
     }
 
     /// Adds `delta` to a decimal `u64` value, wrapping at 2^64; returns the
