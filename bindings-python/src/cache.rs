@@ -123,6 +123,81 @@ pub(crate) type AttachedRef<'a> = &'a ShardedCache;
 #[cfg(Py_GIL_DISABLED)]
 pub(crate) type AttachedRef<'a> = CacheRef<'a>;
 
+/// How a short attached call reaches the shards: without their locks
+/// where the GIL already keeps every other user out (see
+/// [`PyCache::access`]), else locked.
+pub(crate) enum Access<'a> {
+    /// This thread is the only user of the cache until it lets the GIL go.
+    #[cfg(not(Py_GIL_DISABLED))]
+    Alone(segcache::Unlocked<'a>),
+    /// Others may use the cache meanwhile: each operation takes its lock.
+    Shared(AttachedRef<'a>),
+}
+
+impl Access<'_> {
+    /// See `ShardedCache::get_value_with`.
+    #[inline(always)]
+    pub fn get_value_with<R>(&mut self, key: &[u8], f: impl FnOnce(&[u8], u32) -> R) -> Option<R> {
+        match self {
+            #[cfg(not(Py_GIL_DISABLED))]
+            Access::Alone(view) => view.get_value_with(key, f),
+            Access::Shared(cache) => cache.get_value_with(key, f),
+        }
+    }
+
+    /// See `ShardedCache::set`.
+    #[inline(always)]
+    pub fn set(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Ttl,
+    ) -> Result<(), segcache::Error> {
+        match self {
+            #[cfg(not(Py_GIL_DISABLED))]
+            Access::Alone(view) => view.set(key, value, flags, ttl),
+            Access::Shared(cache) => cache.set(key, value, flags, ttl),
+        }
+    }
+
+    /// See `ShardedCache::set_external`.
+    #[inline(always)]
+    pub fn set_external(
+        &mut self,
+        key: &[u8],
+        value: segcache::External,
+        flags: u32,
+        ttl: Ttl,
+    ) -> Result<(), segcache::Error> {
+        match self {
+            #[cfg(not(Py_GIL_DISABLED))]
+            Access::Alone(view) => view.set_external(key, value, flags, ttl),
+            Access::Shared(cache) => cache.set_external(key, value, flags, ttl),
+        }
+    }
+
+    /// See `ShardedCache::delete`.
+    #[inline(always)]
+    pub fn delete(&mut self, key: &[u8]) -> bool {
+        match self {
+            #[cfg(not(Py_GIL_DISABLED))]
+            Access::Alone(view) => view.delete(key),
+            Access::Shared(cache) => cache.delete(key),
+        }
+    }
+
+    /// See `ShardedCache::contains`.
+    #[inline(always)]
+    pub fn contains(&mut self, key: &[u8]) -> bool {
+        match self {
+            #[cfg(not(Py_GIL_DISABLED))]
+            Access::Alone(view) => view.contains(key),
+            Access::Shared(cache) => cache.contains(key),
+        }
+    }
+}
+
 fn closed_error() -> PyErr {
     PyRuntimeError::new_err(
         "this segcache.Cache is closed: save() shut it down (open a new \
@@ -219,6 +294,29 @@ impl PyCache {
         }
     }
 
+    /// The open cache for one short attached call, reached without the
+    /// shard locks when this thread is its only user (`None`: closed). The
+    /// caller's rules are [`cache_attached`](Self::cache_attached)'s: from
+    /// here to its last use of the access it keeps the GIL, runs no Python
+    /// code, allocates no GC-tracked object and drops nothing but a
+    /// `bytes` or `str` (each of which could let another thread in).
+    #[inline(always)]
+    pub(crate) fn access(&self, py: Python<'_>) -> Option<Access<'_>> {
+        let cache = self.open_attached(py)?;
+        #[cfg(not(Py_GIL_DISABLED))]
+        if held::nobody_detached() {
+            // SAFETY: `unlocked`'s duty. This thread holds the GIL, and
+            // keeps it until its last use of the view (the caller's rules
+            // above); every other user of the cache either holds the GIL
+            // too, so it is not running now, or runs inside
+            // `held::detach`, of which there is none: the count is read
+            // with the GIL held and only changes under it. And the
+            // caller uses the cache only through this access meanwhile.
+            return Some(Access::Alone(unsafe { cache.unlocked() }));
+        }
+        Some(Access::Shared(cache))
+    }
+
     /// The value stored under an encoded key, or `None`.
     #[inline(never)]
     pub fn lookup<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
@@ -234,7 +332,8 @@ impl PyCache {
         key: &[u8],
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         // Under the reference, `fetch` only builds bytes, str or int.
-        let fetched = self.cache_attached(py)?.get_value_with(key, |v, flags| {
+        let mut cache = self.access(py).ok_or_else(closed_error)?;
+        let fetched = cache.get_value_with(key, |v, flags| {
             value::fetch_recycled(py, &self.recycler, v, flags)
         });
         fetched.map(|f| f.finish(&self.serializer)).transpose()
@@ -317,7 +416,8 @@ impl PyCache {
             Some(d) if !d.is_zero() => Ttl::After(d),
             _ => Ttl::Never,
         };
-        let encoded = held::external(obj.as_ptr(), weight).encode();
+        let external = held::external(obj.as_ptr(), weight);
+        let encoded = external.encode();
         let store = Store {
             mode,
             key,
@@ -330,9 +430,23 @@ impl PyCache {
         };
         // The core's store runs no Python code; a release it makes drops
         // only a held `bytes` or `str` (allowed here: see `held`).
-        let cache = self.cache_attached(py)?;
         let handed = obj.clone().into_ptr();
-        let stored = cache.store(&store).map(drop);
+        let stored = if mode == StoreMode::Set && cas.is_none() {
+            // The core's direct path for a plain set.
+            self.access(py)
+                .ok_or_else(closed_error)
+                .map(|mut c| c.set_external(key, external, flags, ttl))
+        } else {
+            self.cache_attached(py).map(|c| c.store(&store).map(drop))
+        };
+        let stored = match stored {
+            Ok(stored) => stored,
+            Err(closed) => {
+                // SAFETY: attached; the reference taken above.
+                unsafe { pyo3::ffi::Py_DecRef(handed) };
+                return Err(closed);
+            }
+        };
         if stored.is_err() {
             // Refused: the reference is ours again.
             // SAFETY: attached; `handed` is the reference taken above.
@@ -415,6 +529,10 @@ impl PyCache {
             }));
         }
         // The core's write runs no Python code.
+        if mode == StoreMode::Set && cas.is_none() {
+            let mut cache = self.access(py).ok_or_else(closed_error)?;
+            return Ok(cache.set(key, value, flags, ttl));
+        }
         let cache = self.cache_attached(py)?;
         // A plain reference with a GIL, a guard on free-threaded builds.
         #[allow(clippy::needless_borrow)]
@@ -424,13 +542,13 @@ impl PyCache {
     /// Whether an encoded key is present.
     #[inline(always)]
     pub fn contains_encoded(&self, py: Python<'_>, key: &[u8]) -> PyResult<bool> {
-        Ok(self.cache_attached(py)?.contains(key))
+        Ok(self.access(py).ok_or_else(closed_error)?.contains(key))
     }
 
     /// Deletes an encoded key; `true` if it was present.
     #[inline(always)]
     pub fn remove(&self, py: Python<'_>, key: &[u8]) -> PyResult<bool> {
-        Ok(self.cache_attached(py)?.delete(key))
+        Ok(self.access(py).ok_or_else(closed_error)?.delete(key))
     }
 
     /// The encoded keys of the live items at this moment, copied out one

@@ -131,10 +131,23 @@ thread_local! {
     static DETACHED: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Threads inside [`detach`] now: while none is, every release is made
-/// on an attached thread, and [`release`] skips the thread-local lookup
-/// (a call through `__tls_get_addr` in a shared object).
-static DETACHED_THREADS: AtomicUsize = AtomicUsize::new(0);
+/// Calls of [`detach`] under way, counted from before the thread leaves
+/// the interpreter to after it is back, so that it only changes while the
+/// changing thread is attached. While it is 0, no thread uses a cache
+/// detached: every release is made on an attached thread ([`release`]
+/// then skips its thread-local lookup, a call through `__tls_get_addr` in
+/// a shared object), and, with a GIL, a thread holding it is the only one
+/// using any cache ([`nobody_detached`]).
+static DETACHED_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+/// True if no thread is inside [`detach`]. Read on an attached thread of
+/// a GIL build, it stays true until this thread lets the GIL go: only a
+/// thread holding the GIL enters [`detach`], and it counts itself in
+/// first.
+#[inline(always)]
+pub fn nobody_detached() -> bool {
+    DETACHED_CALLS.load(Ordering::Acquire) == 0
+}
 
 /// Releases made on detached threads, waiting for an attached one.
 static WAITING: parking_lot::Mutex<Vec<usize>> = parking_lot::Mutex::new(Vec::new());
@@ -146,7 +159,7 @@ static ANY_WAITING: AtomicBool = AtomicBool::new(false);
 /// else once one is.
 pub fn release(held: External) {
     let obj = held.handle as usize;
-    if DETACHED_THREADS.load(Ordering::Acquire) != 0 && DETACHED.with(Cell::get) {
+    if !nobody_detached() && DETACHED.with(Cell::get) {
         WAITING.lock().push(obj);
         ANY_WAITING.store(true, Ordering::Release);
         return;
@@ -177,23 +190,32 @@ fn drop_waiting() {
 
 /// Runs cache work `f` with the thread detached from the interpreter
 /// (other Python threads run meanwhile); the held values it releases are
-/// dropped once it returns.
+/// dropped once it returns. Every use of a cache without the GIL goes
+/// through here (see [`DETACHED_CALLS`]).
 pub fn detach<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> T {
+    /// Counts the call out once the thread is attached again, even if `f`
+    /// panics (pyo3 carries the panic back to the attached thread).
+    struct Counted;
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            DETACHED_CALLS.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+    DETACHED_CALLS.fetch_add(1, Ordering::AcqRel);
+    let counted = Counted;
     let out = py.detach(|| {
-        DETACHED_THREADS.fetch_add(1, Ordering::AcqRel);
         DETACHED.with(|d| d.set(true));
-        // Reset even if `f` panics (pyo3 turns the panic into an exception
-        // on this thread, which then runs attached code again).
+        // Reset even if `f` panics.
         struct Reset;
         impl Drop for Reset {
             fn drop(&mut self) {
                 DETACHED.with(|d| d.set(false));
-                DETACHED_THREADS.fetch_sub(1, Ordering::AcqRel);
             }
         }
         let _reset = Reset;
         f()
     });
+    drop(counted);
     if ANY_WAITING.load(Ordering::Acquire) {
         drop_waiting();
     }

@@ -1,8 +1,9 @@
 //! The common case of the hot entry points (`get`, `set`, `delete` and the
 //! mapping operators): a plain `str` key, a `bytes` or plain `str` value
-//! of less than [`DETACH_AT`] bytes, an open cache. Straight from the
-//! objects' memory (see `crate::layout`) to the core and back, with no
-//! key buffer, no `PyResult` and no `Bound` in between.
+//! copied (under [`DETACH_AT`] bytes) or held by reference (from
+//! [`held::HELD_AT`] bytes, see `crate::held`), an open cache. Straight
+//! from the objects' memory (see `crate::layout`) to the core and back,
+//! with no key buffer, no `PyResult` and no `Bound` in between.
 //!
 //! Owns that shortcut and nothing else. Each function returns `None`
 //! when its case does not apply, before doing anything: the caller then
@@ -107,7 +108,7 @@ pub unsafe fn get(
     // SAFETY: forwarded.
     let k = unsafe { plain_key(key) }?;
     let fetched = {
-        let cache = c.open_attached(py)?;
+        let mut cache = c.access(py)?;
         // Under the reference, `fetch` only builds bytes, str or int. A
         // `bytes` value (the common case) is its object, or NULL with
         // the exception set, as the caller returns it: no `Fetched`.
@@ -178,7 +179,7 @@ pub unsafe fn set<R>(
     let k = unsafe { plain_key(key) }?;
     // SAFETY: forwarded.
     let written = match unsafe { plain_value(value, c.held_max) }? {
-        Plain::Copy(v, flags) => c.open_attached(py)?.set(k, v, flags, ttl),
+        Plain::Copy(v, flags) => c.access(py)?.set(k, v, flags, ttl),
         // SAFETY: forwarded.
         Plain::Held(flags, weight) => unsafe { set_held(c, py, k, value, flags, weight, ttl) }?,
     };
@@ -205,7 +206,7 @@ unsafe fn set_held(
     weight: u32,
     ttl: Ttl,
 ) -> Option<Result<(), segcache::Error>> {
-    let cache = c.open_attached(py)?;
+    let mut cache = c.access(py)?;
     // SAFETY: attached; `value` is live (the caller's contract). The core
     // runs no Python code; a release it makes drops only a held `bytes`
     // or `str`, which the hot paths may do (see `crate::held`).
@@ -248,7 +249,7 @@ unsafe fn write_failed<R>(
 pub unsafe fn delete(c: &PyCache, py: Python<'_>, key: *mut ffi::PyObject) -> Option<bool> {
     // SAFETY: forwarded.
     let k = unsafe { plain_key(key) }?;
-    Some(c.open_attached(py)?.delete(k))
+    Some(c.access(py)?.delete(k))
 }
 
 /// `key in c`; `None`: take the general path.
@@ -259,7 +260,7 @@ pub unsafe fn delete(c: &PyCache, py: Python<'_>, key: *mut ffi::PyObject) -> Op
 pub unsafe fn contains(c: &PyCache, py: Python<'_>, key: *mut ffi::PyObject) -> Option<bool> {
     // SAFETY: forwarded.
     let k = unsafe { plain_key(key) }?;
-    Some(c.open_attached(py)?.contains(k))
+    Some(c.access(py)?.contains(k))
 }
 
 /// A TTL given as an exact `int` of 0 (never) to `i64::MAX` seconds, as

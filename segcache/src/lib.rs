@@ -169,6 +169,6 @@ pub use error::Error;
 pub use external::{External, ReleaseFn};
 pub use item::{max_value_len, MAX_KEY_LEN};
 pub use ops::{Request, Response, Store, StoreMode, Ttl};
-pub use sharded::ShardedCache;
+pub use sharded::{ShardedCache, Unlocked};
 pub use storage::{StorageConfig, StorageCounters, StorageHandle};
 pub use ttl::MAX_TTL;
