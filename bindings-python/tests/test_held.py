@@ -301,3 +301,64 @@ def test_threads_writing_and_reading_held_values_lose_no_reference():
     assert held_refs(objs, base) == c.stats()["held_items"]
     c.clear()
     assert counts(objs) == base
+
+
+def test_attached_calls_beside_detached_ones_keep_the_cache_whole():
+    """Calls that hold the GIL reach the shards without their locks only
+    while no thread runs the cache detached; here one thread keeps
+    running detached calls (len, stats, iteration snapshots, copied
+    writes of DETACH_AT bytes, expire) while others write, read and
+    delete copied and held values."""
+    c = small(heap_size=2 << 20, segment_size=64 << 10, shards=2)
+    objs = [fresh(N + 8 * i) for i in range(32)]
+    base = counts(objs)
+    big = bytearray(b"B" * segcache.DETACH_AT)
+    stop = threading.Event()
+    errors = []
+
+    def detached():
+        try:
+            while not stop.is_set():
+                len(c)
+                c.stats()
+                list(c.keys())
+                c["big"] = big
+                c.expire()
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    def attached(t):
+        try:
+            for i in range(4000):
+                k = f"k{(i * 5 + t) % 61}"
+                if i % 4 == 0:
+                    c[k] = objs[(i + t) % 32]
+                elif i % 4 == 1:
+                    c[k] = b"small" * (i % 7)
+                elif i % 4 == 2:
+                    got = c.get(k)
+                    assert got is None or type(got) is bytes
+                else:
+                    c.pop(k, None)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # switch threads as often as CPython will
+    try:
+        side = threading.Thread(target=detached)
+        side.start()
+        workers = [threading.Thread(target=attached, args=(t,)) for t in range(3)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        stop.set()
+        side.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert errors == []
+    assert c.get("big") in (None, bytes(big))
+    assert held_refs(objs, base) == c.stats()["held_items"]
+    c.clear()
+    assert counts(objs) == base
