@@ -592,6 +592,18 @@ mod tests {
         assert_eq!(s.segments_withheld, 0, "{s:?}");
         assert!(s.segments_used > 60, "{s:?}");
         c.check_invariants();
+        // A clear gives every withheld segment back at once.
+        released();
+        for i in 0..100u64 {
+            c.set_external(format!("z{i}"), ext(10_000 + i, 4096), 0, None)
+                .unwrap();
+        }
+        assert!(c.stats().segments_withheld >= 25);
+        c.clear();
+        let s = c.stats();
+        assert_eq!((s.segments_withheld, s.segments_free), (0, 64), "{s:?}");
+        assert_eq!(released().len(), 100);
+        c.check_invariants();
     }
 
     #[cfg(target_os = "linux")]

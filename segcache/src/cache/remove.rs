@@ -150,6 +150,8 @@ impl Segcache {
         self.table.clear();
         self.segs.release_all();
         self.admission.clear();
+        // No segment is withheld any more (no external value is left).
+        self.pools_share_usable_heap();
         self.ttl.clear();
         self.counters.items = 0;
         self.counters.live_bytes = 0;
