@@ -84,8 +84,16 @@
 //! add 44 bytes per segment. [`Segcache::stats`] reports every byte
 //! allocated.
 //!
+//! [`External`] values (a handle to memory the owner keeps, with its
+//! weight; [`Segcache::set_external`]) are not copied: the item holds the
+//! 12-byte handle, and the heap gives up whole segments (their pages
+//! returned to the kernel) so that segments in use plus every external
+//! weight stay within `heap_size`. The Python package keeps its values of
+//! 1 KiB and more this way.
+//!
 //! # Guarantees
-//! - Item data never exceeds `heap_size`.
+//! - Item data never exceeds `heap_size` (nor does item data plus the
+//!   weight of [`External`] values, to within one segment).
 //! - An item is never served after its deadline, and never expires more
 //!   than `max(1 s, TTL / 16)` before it, both on the cache's clock (see
 //!   [`Ttl`]: the system clock is the kernel's coarse one). No TTL means it
@@ -117,7 +125,8 @@
 //! so each item expires on its own), `eviction` (merge eviction and the
 //! simple policies), `admission` (merge eviction's small and main pools)
 //! and `ghost` (keys recently evicted, or expired after proving
-//! themselves), `cache` (the operations), [`ops`] (the operation
+//! themselves), `external` (values kept outside the heap, their release
+//! and their share of it), `cache` (the operations), [`ops`] (the operation
 //! vocabulary), `sharded`, [`storage`] (the storage thread), `batch`
 //! ([`Batch`]: the storage thread's request arena), `flight` (single-flight
 //! for `get_or_insert_with`), `builder`, `clock`, `persist` (warm restart).
