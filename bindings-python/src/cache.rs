@@ -198,6 +198,15 @@ impl Access<'_> {
     }
 }
 
+/// A write's TTL: as `Ttl::from`, which is not inlined across crates.
+#[inline(always)]
+fn ttl_of(ttl: Option<Duration>) -> Ttl {
+    match ttl {
+        Some(d) if !d.is_zero() => Ttl::After(d),
+        _ => Ttl::Never,
+    }
+}
+
 fn closed_error() -> PyErr {
     PyRuntimeError::new_err(
         "this segcache.Cache is closed: save() shut it down (open a new \
@@ -412,10 +421,7 @@ impl PyCache {
         mode: StoreMode,
         cas: Option<u64>,
     ) -> PyResult<Result<(), segcache::Error>> {
-        let ttl = match ttl {
-            Some(d) if !d.is_zero() => Ttl::After(d),
-            _ => Ttl::Never,
-        };
+        let ttl = ttl_of(ttl);
         let external = held::external(obj.as_ptr(), weight);
         let encoded = external.encode();
         let store = Store {
@@ -488,11 +494,7 @@ impl PyCache {
         mode: StoreMode,
         cas: Option<u64>,
     ) -> PyResult<Result<(), segcache::Error>> {
-        // As `Ttl::from`, which is not inlined across crates.
-        let ttl = match ttl {
-            Some(d) if !d.is_zero() => Ttl::After(d),
-            _ => Ttl::Never,
-        };
+        let ttl = ttl_of(ttl);
         /// The write itself (inlined at both call sites: a closure called
         /// from two places was kept out of line).
         #[inline(always)]
