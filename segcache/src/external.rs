@@ -637,6 +637,9 @@ mod tests {
     #[derive(Clone, Debug)]
     enum Op {
         SetExternal(u8, u32, u32),
+        /// A store of an external value in another mode (the general
+        /// path): add, replace, or a compare-and-swap on the current token.
+        StoreExternal(u8, u32, u32, u8),
         Set(u8, usize, u32),
         Delete(u8),
         Invalidate(u8),
@@ -655,6 +658,8 @@ mod tests {
         prop_oneof![
             6 => (k.clone(), prop_oneof![1u32..2000, 2000u32..40_000], ttl.clone())
                 .prop_map(|(k, w, t)| Op::SetExternal(k, w, t)),
+            2 => (k.clone(), 1u32..20_000, ttl.clone(), 0u8..3)
+                .prop_map(|(k, w, t, m)| Op::StoreExternal(k, w, t, m)),
             4 => (k.clone(), 0usize..3000, ttl.clone()).prop_map(|(k, n, t)| Op::Set(k, n, t)),
             2 => k.clone().prop_map(Op::Delete),
             1 => k.clone().prop_map(Op::Invalidate),
@@ -693,6 +698,26 @@ mod tests {
                     if c.set_external(key(k), ext(next, *w), 0, secs(*t)).is_ok() {
                         given.insert(next, *w);
                         stored = Some(next);
+                    }
+                }
+                Op::StoreExternal(k, w, t, m) => {
+                    next += 1;
+                    let key = key(k);
+                    let encoded = ext(next, *w).encode();
+                    let cas = c.get(&key).map(|i| i.cas());
+                    let mode = match m {
+                        0 => crate::StoreMode::Add,
+                        1 => crate::StoreMode::Replace,
+                        _ => crate::StoreMode::Set,
+                    };
+                    let store = crate::ops::Store {
+                        ttl: secs(*t),
+                        cas: if *m == 2 { cas.or(Some(1)) } else { None },
+                        external: true,
+                        ..crate::ops::Store::new(mode, key.as_bytes(), &encoded[..])
+                    };
+                    if c.store(&store).is_ok() {
+                        given.insert(next, *w);
                     }
                 }
                 Op::Set(k, n, t) => {
