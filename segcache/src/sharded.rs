@@ -143,6 +143,7 @@ impl ShardedCache {
     }
 
     /// Looks a key up and copies the item out.
+    #[inline]
     pub fn get(&self, key: impl AsRef<[u8]>) -> Option<OwnedItem> {
         let key = key.as_ref();
         let hash = hash_key(key);
@@ -154,6 +155,7 @@ impl ShardedCache {
     /// Looks a key up (as [`Segcache::get`]: a hit or a miss is counted)
     /// and lends the borrowed item to `f` while the shard is locked: no
     /// copy. Keep `f` short; it blocks the shard.
+    #[inline]
     pub fn read_with<R>(&self, key: impl AsRef<[u8]>, f: impl FnOnce(Option<Item<'_>>) -> R) -> R {
         let key = key.as_ref();
         let hash = hash_key(key);
@@ -256,6 +258,7 @@ impl ShardedCache {
     }
 
     /// See [`Segcache::contains`].
+    #[inline]
     pub fn contains(&self, key: impl AsRef<[u8]>) -> bool {
         let key = key.as_ref();
         let hash = hash_key(key);
@@ -263,6 +266,7 @@ impl ShardedCache {
     }
 
     /// See [`Segcache::set`].
+    #[inline]
     pub fn set(
         &self,
         key: impl AsRef<[u8]>,
@@ -427,6 +431,7 @@ impl ShardedCache {
     }
 
     /// See [`Segcache::delete`].
+    #[inline]
     pub fn delete(&self, key: impl AsRef<[u8]>) -> bool {
         let key = key.as_ref();
         let hash = hash_key(key);
