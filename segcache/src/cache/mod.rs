@@ -52,26 +52,34 @@ use std::time::Duration;
 const RECENT_READS: u32 = 16;
 
 /// A segment-structured cache. See the [crate documentation](crate).
+///
+/// Laid out as declared (`repr(C)`): the fields every operation writes
+/// (the access-stamp countdown, the hit and miss counters, the live
+/// bytes) come first, so that in a [`ShardedCache`](crate::ShardedCache)
+/// shard they share the cache line of the shard's lock, and an operation
+/// dirties one line of shard state, which two threads then pass between
+/// them, instead of three.
+#[repr(C)]
 pub struct Segcache {
-    pub(crate) table: HashTable,
-    pub(crate) segs: Segments,
-    pub(crate) ttl: TtlBuckets,
-    pub(crate) eviction: Eviction,
-    pub(crate) counters: Counters,
-    pub(crate) rng: u64,
-    /// Scratch space for the live items of a merge chain.
-    pub(crate) merge_scratch: Vec<crate::eviction::LiveItem>,
-    /// Merge eviction's pools and ghosts.
-    pub(crate) admission: Admission,
-    clock: Clock,
-    /// A delayed flush: everything stored before this time goes.
-    flush_at: Option<u32>,
     /// Cache time as a hit last read it from the clock; up to
     /// [`RECENT_READS`] hits on items without a deadline reuse it for the
     /// access stamp instead of reading the clock (see `hit_probed`).
     recent: u32,
     /// Hits left before [`recent`](Self::recent) is read again.
     recent_left: u32,
+    pub(crate) counters: Counters,
+    /// A delayed flush: everything stored before this time goes.
+    flush_at: Option<u32>,
+    clock: Clock,
+    pub(crate) table: HashTable,
+    pub(crate) segs: Segments,
+    pub(crate) ttl: TtlBuckets,
+    pub(crate) eviction: Eviction,
+    pub(crate) rng: u64,
+    /// Scratch space for the live items of a merge chain.
+    pub(crate) merge_scratch: Vec<crate::eviction::LiveItem>,
+    /// Merge eviction's pools and ghosts.
+    pub(crate) admission: Admission,
     /// Copy of a value being rewritten (append, touch...), reused.
     scratch: Vec<u8>,
     restore_outcome: RestoreOutcome,

@@ -93,12 +93,18 @@ impl std::ops::AddAssign<&Stats> for Stats {
     }
 }
 
+/// The cache's counters, in the order they are written: the read path's
+/// first, then the write path's (laid out as declared, see [`Segcache`]'s
+/// layout note).
+///
+/// [`Segcache`]: crate::Segcache
 #[derive(Default)]
+#[repr(C)]
 pub(crate) struct Counters {
-    pub items: u64,
-    pub live_bytes: u64,
     pub hits: u64,
     pub misses: u64,
+    pub items: u64,
+    pub live_bytes: u64,
     pub evictions: u64,
     /// Segments emptied to make room (by eviction or a merge).
     pub evicted_segments: u64,
