@@ -382,8 +382,7 @@ impl PyCache {
         }
         if let Ok(s) = value.cast_exact::<PyString>() {
             if self.held_max > 0 {
-                // SAFETY: attached; `value` is a live `str` for the call.
-                if let Some(ascii) = unsafe { crate::layout::ascii_str(value.as_ptr()) } {
+                if let Some(ascii) = crate::convert::ascii_bytes(s) {
                     if (held::HELD_AT..=self.held_max).contains(&ascii.len()) {
                         let weight = held::str_weight(ascii.len());
                         return self.store_held(

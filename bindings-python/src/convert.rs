@@ -40,6 +40,34 @@ pub fn str_bytes<'a>(s: &'a Bound<'_, PyString>) -> PyResult<&'a [u8]> {
     str_bytes_api(s)
 }
 
+/// The characters of a `str` that is all ASCII (they are its UTF-8),
+/// borrowed from it; `None` for any other `str`. Read directly where the
+/// layout is verified (a compact ASCII `str`, see `crate::layout`); where
+/// it is not (a free-threaded build, an unknown layout), through the C
+/// API: the UTF-8 is ASCII when it has as many bytes as the string has
+/// characters. Callers pass an exact `str` (compact in every CPython the
+/// package supports), so both ways agree.
+#[inline]
+pub fn ascii_bytes<'a>(s: &'a Bound<'_, PyString>) -> Option<&'a [u8]> {
+    // SAFETY: `s` is a live `str`, borrowed for 'a.
+    if let Some(b) = unsafe { crate::layout::ascii_str(s.as_ptr()) } {
+        return Some(b);
+    }
+    if crate::layout::active().0 {
+        return None;
+    }
+    // SAFETY: `s` is a live `str` and we are attached (we hold a `Bound`).
+    let chars = unsafe { pyo3::ffi::PyUnicode_GetLength(s.as_ptr()) };
+    match str_bytes_api(s) {
+        Ok(utf8) if chars >= 0 && utf8.len() == chars as usize => Some(utf8),
+        Ok(_) => None,
+        Err(e) => {
+            discard(s.py(), e);
+            None
+        }
+    }
+}
+
 /// [`str_bytes`] through the C API (any `str`, any layout).
 #[inline(never)]
 fn str_bytes_api<'a>(s: &'a Bound<'_, PyString>) -> PyResult<&'a [u8]> {

@@ -145,9 +145,8 @@ pub fn held_of(obj: &Bound<'_, PyAny>, max: usize) -> Option<(u32, u32)> {
             .contains(&len)
             .then(|| (FLAG_HELD_BYTES, held::bytes_weight(len)));
     }
-    if obj.cast_exact::<PyString>().is_ok() {
-        // SAFETY: attached (we hold a `Bound`); `obj` is a live `str`.
-        let len = unsafe { crate::layout::ascii_str(obj.as_ptr()) }?.len();
+    if let Ok(s) = obj.cast_exact::<PyString>() {
+        let len = crate::convert::ascii_bytes(s)?.len();
         return (held::HELD_AT..=max)
             .contains(&len)
             .then(|| (FLAG_HELD_STR, held::str_weight(len)));

@@ -2,8 +2,13 @@
 counters never lose their numeric form, and the cache stays consistent
 (len matches stats, the heap bound holds) while large writes release the GIL."""
 
+import os
+import subprocess
 import sys
+import sysconfig
 import threading
+
+import pytest
 
 import segcache
 
@@ -156,3 +161,23 @@ def test_iteration_while_other_threads_write():
         stop.set()
         for t in threads:
             t.join(timeout=30)
+
+
+@pytest.mark.skipif(
+    not sysconfig.get_config_var("Py_GIL_DISABLED"), reason="needs a free-threaded CPython"
+)
+def test_importing_segcache_leaves_the_gil_off():
+    # A module that does not declare that it runs without the GIL makes a
+    # free-threaded CPython turn the GIL back on at import (with a
+    # warning): every test here would then run serialised.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
+    code = "import sys, segcache; c = segcache.Cache(); c['k'] = 1; print(sys._is_gil_enabled())"
+    out = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
