@@ -5,7 +5,7 @@
 # build backend compiles the Rust extension in release mode, stripped),
 # installs it and runs the pytest suite against the installed package.
 # Then checks that the free-threaded variant of the code compiles (its
-# tests: freethreaded.sh), and, if pyenv has them, runs the same suite on
+# tests: cpython314.sh), and, if pyenv has them, runs the same suite on
 # the oldest and newest CPython the package claims (3.10 and 3.13) with
 # the same abi3 wheel.
 # Needs python3 (>= 3.10) and cargo; installs Debian's python3-venv as root
@@ -59,7 +59,7 @@ run_suite "$py"
 
 # Free-threaded CPython builds a non-abi3 extension from source, where the
 # cache takes its read lock on every call (`cfg(Py_GIL_DISABLED)`):
-# `freethreaded.sh` builds such an interpreter and runs the suite on it;
+# `cpython314.sh` builds such an interpreter and runs the suite on it;
 # here that code must at least compile and pass clippy.
 echo "-- cargo clippy -p segcache-python --cfg Py_GIL_DISABLED"
 (cd "$root" && cargo clippy -q -p segcache-python --all-targets -- -D warnings --cfg Py_GIL_DISABLED)

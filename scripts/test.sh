@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of the project: the Rust workspace (core, storage thread,
-# benches harness, server), then the C library, the Python package (with
-# the GIL, then on a free-threaded CPython, built under target/ the first
-# time: about 3.5 minutes) and the server's protocol-conformance scripts.
+# benches harness, server), then the C library, the Python package (on
+# the machine's CPython, then on CPython 3.14 with the GIL and
+# free-threaded, both built under target/ the first time: about 6
+# minutes) and the server's protocol-conformance scripts.
 # Each part installs what it needs when it is missing (Debian packages as
 # root, Python tools in a venv).
 set -euo pipefail
@@ -32,7 +33,7 @@ else
     echo "valgrind not available; skipped" >&2
 fi
 
-for part in bindings-c/test.sh bindings-python/test.sh bindings-python/freethreaded.sh examples/server/test.sh; do
+for part in bindings-c/test.sh bindings-python/test.sh bindings-python/cpython314.sh examples/server/test.sh; do
     if [ -f "$part" ]; then
         echo "== $part =="
         bash "$part"

@@ -30,8 +30,8 @@ FREE_THREADED = not getattr(sys, "_is_gil_enabled", lambda: True)()
 
 
 @pytest.mark.skipif(
-    FREE_THREADED or sys.implementation.name != "cpython" or not ((3, 10) <= sys.version_info[:2] <= (3, 13)),
-    reason="the probe only knows the layouts of CPython 3.10-3.13 with a GIL",
+    FREE_THREADED or sys.implementation.name != "cpython" or not ((3, 10) <= sys.version_info[:2] <= (3, 14)),
+    reason="the probe only knows the layouts of CPython 3.10-3.14 with a GIL",
 )
 def test_direct_reads_are_on_where_the_layout_is_known():
     assert _segcache._direct_reads() == (True, True)

@@ -37,8 +37,8 @@ def cache():
 
 
 @pytest.mark.skipif(
-    FREE_THREADED or sys.implementation.name != "cpython" or not ((3, 10) <= sys.version_info[:2] <= (3, 13)),
-    reason="recycling needs the bytes layout the probe knows (CPython 3.10-3.13 with a GIL)",
+    FREE_THREADED or sys.implementation.name != "cpython" or not ((3, 10) <= sys.version_info[:2] <= (3, 14)),
+    reason="recycling needs the bytes layout the probe knows (CPython 3.10-3.14 with a GIL)",
 )
 def test_recycling_is_on_where_the_layout_is_known(cache):
     assert _segcache._recycling(cache) is True
