@@ -51,25 +51,24 @@ grep -q 'const localhostTCPAddr = "localhost:11211"' "$TEST_FILE" || {
     echo "gomemcache $GOMEMCACHE_VERSION: the localhost address line moved; update this script" >&2
     exit 1
 }
-grep -q 'io.WriteString(c, "flush_all\\r\\n")' "$TEST_FILE" || {
-    echo "gomemcache $GOMEMCACHE_VERSION: TestLocalhost's flush_all line moved; update this script" >&2
-    exit 1
-}
-sed -i 's|io.WriteString(c, "flush_all\\r\\n")|io.WriteString(c, "flush_all\\r\\n"); bufio.NewReader(c).ReadString(10)|' "$TEST_FILE"
-grep -q 'bufio.NewReader(c).ReadString(10)' "$TEST_FILE" || {
-    echo "gomemcache.sh: could not make TestLocalhost wait for its flush_all" >&2
-    exit 1
-}
+# Replaces the one occurrence of the text $1 in the test file with $2;
+# stops, naming $3, if the text is not there exactly once.
+edit_test() {
+    python3 - "$TEST_FILE" "$1" "$2" "$3" "$GOMEMCACHE_VERSION" <<'PY'
+import sys
 
-grep -q 'time.Sleep(time.Duration(1 \* time.Second))' "$TEST_FILE" || {
-    echo "gomemcache $GOMEMCACHE_VERSION: the touch test's sleep moved; update this script" >&2
-    exit 1
+path, old, new, what, version = sys.argv[1:]
+text = open(path).read()
+if text.count(old) != 1:
+    sys.exit(f"gomemcache {version}: {what} found {text.count(old)} times, not once; update gomemcache.sh")
+open(path, "w").write(text.replace(old, new))
+PY
 }
-sed -i 's|time.Sleep(time.Duration(1 \* time.Second))|time.Sleep(900 * time.Millisecond)|' "$TEST_FILE"
-grep -q 'time.Sleep(900 \* time.Millisecond)' "$TEST_FILE" || {
-    echo "gomemcache.sh: could not shorten the touch test's sleep" >&2
-    exit 1
-}
+edit_test 'io.WriteString(c, "flush_all\r\n")' \
+    'io.WriteString(c, "flush_all\r\n"); bufio.NewReader(c).ReadString(10)' \
+    "TestLocalhost's flush_all line"
+edit_test 'time.Sleep(time.Duration(1 * time.Second))' 'time.Sleep(900 * time.Millisecond)' \
+    "the touch test's sleep"
 
 # The TLS server's certificate (see the shim's TestTLS case).
 need_pkg openssl openssl
