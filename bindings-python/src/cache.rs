@@ -198,15 +198,6 @@ impl Access<'_> {
     }
 }
 
-/// A write's TTL: as `Ttl::from`, which is not inlined across crates.
-#[inline(always)]
-fn ttl_of(ttl: Option<Duration>) -> Ttl {
-    match ttl {
-        Some(d) if !d.is_zero() => Ttl::After(d),
-        _ => Ttl::Never,
-    }
-}
-
 fn closed_error() -> PyErr {
     PyRuntimeError::new_err(
         "this segcache.Cache is closed: save() shut it down (open a new \
@@ -420,7 +411,7 @@ impl PyCache {
         mode: StoreMode,
         cas: Option<u64>,
     ) -> PyResult<Result<(), segcache::Error>> {
-        let ttl = ttl_of(ttl);
+        let ttl = Ttl::from(ttl);
         let external = held::external(obj.as_ptr(), weight);
         let encoded = external.encode();
         let store = Store {
@@ -493,7 +484,7 @@ impl PyCache {
         mode: StoreMode,
         cas: Option<u64>,
     ) -> PyResult<Result<(), segcache::Error>> {
-        let ttl = ttl_of(ttl);
+        let ttl = Ttl::from(ttl);
         /// The write itself (inlined at both call sites: a closure called
         /// from two places was kept out of line).
         #[inline(always)]
