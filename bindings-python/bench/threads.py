@@ -29,34 +29,18 @@ import threading
 import time
 
 # bench.py, beside this file.
-from bench import require_optimised, version
+from bench import make_map, require_optimised, version
 
 VALUE = b"v" * 64
 
 
 def make(name: str, n: int):
-    """(cache, get, set) for cache `name` with room for `n` keys (sized
-    as bench.py sizes its caches): `get` and `set` take the cache."""
-    if name == "segcache":
-        import segcache
-
-        # Sized as bench.py sizes it: twice the item bytes.
-        c = segcache.Cache(heap_size=max(16 << 20, n * (len(VALUE) + 40) * 2))
-        return c, type(c).get, type(c).__setitem__
-    if name == "cachebox":
-        import cachebox
-
-        c = cachebox.LRUCache(n)
-        return c, type(c).get, type(c).__setitem__
-    if name == "moka-py":
-        import moka_py
-
-        c = moka_py.Moka(n)
-        return c, type(c).get, type(c).set
-    if name == "dict":
-        c = {}
-        return c, dict.get, dict.__setitem__
-    raise ValueError(name)
+    """(cache, get, set) for cache `name` of bench.py's `MAPS`, built and
+    sized by its `make_map`; `get` and `set` are the type's functions,
+    taking the cache first."""
+    get, put, _ = make_map(name, n, len(VALUE))
+    cache = get.__self__
+    return cache, getattr(type(cache), get.__name__), getattr(type(cache), put.__name__)
 
 
 def run(threads: int, work) -> float:
@@ -119,7 +103,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds")
     ap.add_argument("--keys", type=int, default=100_000, help="resident keys")
     ap.add_argument("--passes", type=int, default=5, help="passes over the keys per case")
-    ap.add_argument("--caches", default="segcache,cachebox,moka-py,dict")
+    ap.add_argument("--caches", default="segcache,cachebox.LRUCache,moka_py.Moka,dict", help="names as in bench.py")
     args = ap.parse_args()
 
     import segcache
