@@ -7,21 +7,31 @@
 //! instructions per call, once or twice per operation). CPython's own
 //! layouts are plain C structs that have not changed within a release:
 //!
-//! - a compact ASCII `str` (`PyASCIIObject`): length at byte 16, a state
-//!   word at byte 32 whose bit 5 is `compact` and bit 6 `ascii`, the
-//!   characters (which are their UTF-8) right after the header, which is
-//!   48 bytes on 3.10-3.11 and 40 from 3.12;
-//! - a `bytes` (`PyBytesObject`): size at byte 16, its cached hash (-1
-//!   until computed) at byte 24, contents at byte 32, a NUL after them.
+//! - every object starts with its reference count and type pointer: 16
+//!   bytes with a GIL, 32 on a free-threaded build (which adds the owning
+//!   thread, flags, a mutex, GC bits and a shared reference count): the
+//!   offsets below are from the end of that head (`OB_HEAD`);
+//! - a compact ASCII `str` (`PyASCIIObject`): length right after the
+//!   head, a state word 16 bytes after it whose `compact` and `ascii` bits
+//!   are bits 5 and 6 of its first byte with a GIL, bits 3 and 4 of its
+//!   second byte on a free-threaded build (where the interning state is a
+//!   byte of its own, changed atomically by other threads: the flags' byte
+//!   is written only when the string is made), the characters (which are
+//!   their UTF-8) right after the header, which is the head plus 32 bytes
+//!   on 3.10-3.11 and plus 24 from 3.12;
+//! - a `bytes` (`PyBytesObject`): size right after the head, its cached
+//!   hash (-1 until computed) 8 bytes later, contents 16 bytes after the
+//!   head, a NUL after them.
 //!
 //! [`probe`] runs at import: it asks the C API for the contents of a set
 //! of objects and keeps a direct reader only if every answer matches what
 //! the reader would compute (and, for `str`, the `ascii` bit is clear on
 //! non-ASCII strings). [`refill_bytes`], the writer `crate::recycle` uses,
-//! is allowed only if the `bytes` layout holds and the cached hash is
-//! found where it writes it ([`bytes_writable`]). A layout it does not recognise (a future CPython,
-//! a free-threaded build, whose object header is larger) leaves the C
-//! calls in place. Free-threaded builds never try (`Py_GIL_DISABLED`).
+//! is allowed only with a GIL, where the `bytes` layout holds and the
+//! cached hash is found where it writes it ([`bytes_writable`]). A layout
+//! it does not recognise (a future CPython) leaves the C calls in place.
+//! The readers need no GIL: what they read of a `str` or a `bytes` does
+//! not change once the object is made.
 //!
 //! Must never: read past what the verified layout says is there, or be
 //! used on an object of another type (callers check the exact type or a
@@ -30,7 +40,9 @@
 
 use pyo3::ffi;
 use pyo3::prelude::*;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+#[cfg(not(Py_GIL_DISABLED))]
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Where a compact ASCII `str`'s characters start, or 0: use the C API.
 static ASCII_DATA: AtomicUsize = AtomicUsize::new(0);
@@ -38,21 +50,33 @@ static ASCII_DATA: AtomicUsize = AtomicUsize::new(0);
 static BYTES_DATA: AtomicUsize = AtomicUsize::new(0);
 /// Whether a `bytes`' cached hash was found at [`BYTES_HASH_AT`] (and the
 /// contents at [`BYTES_HEADER`]): [`refill_bytes`] may be used.
+#[cfg(not(Py_GIL_DISABLED))]
 static BYTES_WRITABLE: AtomicBool = AtomicBool::new(false);
 
-/// Byte offset of `ob_size` / `PyASCIIObject.length` (after the refcount
-/// and the type pointer).
-const LENGTH_AT: usize = 16;
-/// Byte offset of `PyASCIIObject.state`.
-const STATE_AT: usize = 32;
-/// `state.compact` and `state.ascii`.
-const COMPACT_ASCII: u32 = (1 << 5) | (1 << 6);
+/// Size of the object head (`PyObject`): reference count and type pointer
+/// (16 bytes), and on a free-threaded build the owning thread's id, flags,
+/// mutex, GC bits and the local and shared counts before them (32).
+const OB_HEAD: usize = if cfg!(Py_GIL_DISABLED) { 32 } else { 16 };
+/// Byte offset of `ob_size` / `PyASCIIObject.length` (right after the head).
+const LENGTH_AT: usize = OB_HEAD;
+/// Byte offset of the byte of `PyASCIIObject.state` that holds `compact`
+/// and `ascii`: the first byte with a GIL (after the 2-bit interning
+/// state), the second on a free-threaded build (the first is the
+/// interning state, a byte of its own).
+const STATE_FLAGS_AT: usize = OB_HEAD + 16 + if cfg!(Py_GIL_DISABLED) { 1 } else { 0 };
+/// `state.compact` and `state.ascii` in that byte.
+const COMPACT_ASCII: u8 = if cfg!(Py_GIL_DISABLED) {
+    (1 << 3) | (1 << 4)
+} else {
+    (1 << 5) | (1 << 6)
+};
 /// `sizeof(PyASCIIObject)`: with `wstr` (3.10, 3.11), without (3.12+).
-const ASCII_HEADERS: [usize; 2] = [48, 40];
+const ASCII_HEADERS: [usize; 2] = [OB_HEAD + 32, OB_HEAD + 24];
 /// `offsetof(PyBytesObject, ob_sval)`.
-const BYTES_HEADER: usize = 32;
+const BYTES_HEADER: usize = OB_HEAD + 16;
 /// `offsetof(PyBytesObject, ob_shash)`.
-const BYTES_HASH_AT: usize = 24;
+#[cfg(not(Py_GIL_DISABLED))]
+const BYTES_HASH_AT: usize = OB_HEAD + 8;
 
 /// Which direct readers are in use: (`str`, `bytes`), for tests.
 pub fn active() -> (bool, bool) {
@@ -74,13 +98,14 @@ pub unsafe fn ascii_str<'a>(obj: *mut ffi::PyObject) -> Option<&'a [u8]> {
         return None;
     }
     // SAFETY: `probe` verified this layout for the running interpreter:
-    // every `str` has the state word at STATE_AT, and a compact ASCII one
+    // every `str` has the state flags at STATE_FLAGS_AT, and a compact
+    // ASCII one
     // its length at LENGTH_AT and that many characters at `at`. `str`s
     // are immutable, and the object outlives 'a.
     unsafe {
         let base = obj.cast::<u8>();
-        let state = base.add(STATE_AT).cast::<u32>().read();
-        if state & COMPACT_ASCII != COMPACT_ASCII {
+        let flags = base.add(STATE_FLAGS_AT).read();
+        if flags & COMPACT_ASCII != COMPACT_ASCII {
             return None;
         }
         let len = base.add(LENGTH_AT).cast::<isize>().read();
@@ -204,9 +229,6 @@ pub(crate) unsafe fn copy_short(src: &[u8], dst: *mut u8) {
 /// Verifies the layouts above against the C API on sample objects and
 /// turns on the readers that match. Call once at import, attached.
 pub fn probe(py: Python<'_>) -> PyResult<()> {
-    if cfg!(Py_GIL_DISABLED) {
-        return Ok(());
-    }
     // Made at run time (not only literals: those may be interned or
     // statically allocated), of several lengths.
     let ascii: Vec<Bound<'_, PyAny>> = vec![
@@ -236,25 +258,36 @@ pub fn probe(py: Python<'_>) -> PyResult<()> {
     ];
     if samples.iter().all(bytes_layout_holds) {
         BYTES_DATA.store(BYTES_HEADER, Ordering::Relaxed);
-        // Fresh objects (not the shared empty or one-byte ones, nor
-        // constants, which the compiler hashes), hashed only here.
-        let fresh: Vec<Bound<'_, PyAny>> = vec![
-            py.eval(c"bytes(bytearray(b'segcache:probe'))", None, None)?,
-            py.eval(c"bytes(bytearray(700)) + bytes(range(256))", None, None)?,
-        ];
-        if fresh.iter().all(bytes_hash_holds) {
-            BYTES_WRITABLE.store(true, Ordering::Relaxed);
-        }
+        // The writer needs a GIL (`crate::recycle`).
+        #[cfg(not(Py_GIL_DISABLED))]
+        probe_bytes_writable(py)?;
+    }
+    Ok(())
+}
+
+/// Turns [`refill_bytes`] on if the cached hash of a `bytes` is found
+/// where it writes it (the rest of the layout verified by the caller).
+#[cfg(not(Py_GIL_DISABLED))]
+fn probe_bytes_writable(py: Python<'_>) -> PyResult<()> {
+    // Fresh objects (not the shared empty or one-byte ones, nor
+    // constants, which the compiler hashes), hashed only here.
+    let fresh: Vec<Bound<'_, PyAny>> = vec![
+        py.eval(c"bytes(bytearray(b'segcache:probe'))", None, None)?,
+        py.eval(c"bytes(bytearray(700)) + bytes(range(256))", None, None)?,
+    ];
+    if fresh.iter().all(bytes_hash_holds) {
+        BYTES_WRITABLE.store(true, Ordering::Relaxed);
     }
     Ok(())
 }
 
 /// Whether a fresh `bytes` holds "not computed" (-1) at [`BYTES_HASH_AT`]
 /// and, once hashed, its hash, and a NUL after its contents.
+#[cfg(not(Py_GIL_DISABLED))]
 fn bytes_hash_holds(b: &Bound<'_, PyAny>) -> bool {
     let base = b.as_ptr().cast::<u8>();
     // SAFETY: `b` is a `bytes` whose layout `bytes_layout_holds` checked:
-    // its header is 32 bytes, its contents and a NUL follow.
+    // its header is BYTES_HEADER bytes, its contents and a NUL follow.
     let read_hash = || unsafe { base.add(BYTES_HASH_AT).cast::<isize>().read() };
     // SAFETY: as above.
     let nul = unsafe {
@@ -273,10 +306,10 @@ fn bytes_hash_holds(b: &Bound<'_, PyAny>) -> bool {
 /// `at`, and no string of `other` claims to be ASCII.
 fn ascii_layout_holds(ascii: &[Bound<'_, PyAny>], other: &[Bound<'_, PyAny>], at: usize) -> bool {
     let state = |s: &Bound<'_, PyAny>| {
-        // SAFETY: every object starts with at least a refcount, a type
-        // pointer and (a `str`) its length and hash: byte 32..36 is inside
-        // any `str` object of any CPython this builds for.
-        unsafe { s.as_ptr().cast::<u8>().add(STATE_AT).cast::<u32>().read() }
+        // SAFETY: every `str` of any CPython this builds for has its
+        // head, length, hash and state word (the byte read is in it)
+        // before its characters: inside the object.
+        unsafe { s.as_ptr().cast::<u8>().add(STATE_FLAGS_AT).read() }
     };
     let api = |s: &Bound<'_, PyAny>| {
         let mut len: ffi::Py_ssize_t = 0;
@@ -303,7 +336,8 @@ fn bytes_layout_holds(b: &Bound<'_, PyAny>) -> bool {
     // SAFETY: a live `bytes`; attached.
     let rc = unsafe { ffi::PyBytes_AsStringAndSize(b.as_ptr(), &mut ptr, &mut len) };
     let base = b.as_ptr() as usize;
-    // SAFETY: a `bytes` is a variable-size object: its size is at byte 16.
+    // SAFETY: a `bytes` is a variable-size object: its size follows the
+    // head.
     let size = unsafe { (base as *const u8).add(LENGTH_AT).cast::<isize>().read() };
     rc == 0 && ptr as usize == base + BYTES_HEADER && len == size
 }

@@ -9,6 +9,7 @@ whichever path it takes."""
 import collections
 import enum
 import sys
+import sysconfig
 
 import pytest
 
@@ -26,12 +27,13 @@ def cache(clock):
     return segcache.Cache(heap_size=8 << 20, segment_size=1 << 20, _clock=clock)
 
 
-FREE_THREADED = not getattr(sys, "_is_gil_enabled", lambda: True)()
+FREE_THREADED_BUILD = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+KNOWN = (3, 14) if FREE_THREADED_BUILD else (3, 10)
 
 
 @pytest.mark.skipif(
-    FREE_THREADED or sys.implementation.name != "cpython" or not ((3, 10) <= sys.version_info[:2] <= (3, 14)),
-    reason="the probe only knows the layouts of CPython 3.10-3.14 with a GIL",
+    sys.implementation.name != "cpython" or not (KNOWN <= sys.version_info[:2] <= (3, 14)),
+    reason="the layouts are verified here on CPython 3.10-3.14 and free-threaded 3.14t",
 )
 def test_direct_reads_are_on_where_the_layout_is_known():
     assert _segcache._direct_reads() == (True, True)
