@@ -499,7 +499,11 @@ pub unsafe extern "C" fn segcache_get(
             unsafe {
                 put(value_len, value.len());
                 put(flags, item.flags());
-                put(cas, item.cas());
+                // Made only when asked for: a token handed out turns the
+                // core's same-size overwrites in place off (`Segcache::set`).
+                if !cas.is_null() {
+                    put(cas, item.cas());
+                }
             }
             if value.len() > buf_len {
                 return Err(SEGCACHE_BUFFER_TOO_SMALL);

@@ -1,7 +1,7 @@
 //! Segcache: a segment-structured in-memory cache for small objects.
 //!
 //! This crate implements the design of Twitter's Pelikan Segcache (Yang,
-//! Yue and Rashmi, NSDI'21): items live in fixed-size, append-only
+//! Yue and Rashmi, NSDI'21): items are appended to fixed-size
 //! **segments**; segments are grouped by TTL so **expired items are freed a
 //! whole segment at a time**, with no scanning; and when the heap is full,
 //! **merge eviction** compacts a few segments of one TTL group into one,

@@ -425,6 +425,9 @@ impl Snapshot {
             segs.set_windows(*id, windows);
         }
         segs.rebuild_free_list();
+        // Clients of the run that saved may hold tokens of these items:
+        // no overwrite in place may keep one valid.
+        segs.note_token();
         Ok(Restored {
             ttl: self.ttl,
             counters: self.counters,

@@ -1,5 +1,10 @@
-//! Segments: the heap, cut into fixed-size append-only logs, and their
-//! headers.
+//! Segments: the heap, cut into fixed-size logs, and their headers.
+//!
+//! A segment is written by appending, and its items stay where they were
+//! written; the one write into an item already written is an overwrite
+//! of the same size in place (`Segcache::set`, see
+//! [`Segments::tokens_out`]), which leaves the item's size and place as
+//! they were.
 //!
 //! Owns the heap bytes, one [`SegmentHeader`] per segment (kept apart from
 //! the data, so items carry no per-item metadata beyond their 3- or 5-byte header)
@@ -12,6 +17,7 @@ use crate::hashtable::Location;
 use crate::item::RawItem;
 use crate::memory::Heap;
 use crate::windows::{Window, Windows, WINDOW_BYTES};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// "No segment" in the prev/next links.
 pub(crate) const NONE: u32 = u32::MAX;
@@ -22,7 +28,8 @@ pub(crate) enum SegState {
     Free,
     /// The tail of its TTL bucket: takes new writes.
     Active,
-    /// Full or aged out: read-only until evicted or expired.
+    /// Full or aged out: takes no new items until evicted or expired
+    /// (an item in it may still be overwritten in place, same size).
     Sealed,
 }
 
@@ -121,6 +128,15 @@ pub(crate) struct Segments {
     /// generation of shard `i` is `i` modulo the count and no two shards
     /// hand out the same CAS token ([`Segments::set_cas_lane`]).
     gen_step: u32,
+    /// Whether a CAS token made from an item's location (see
+    /// `cache::view::cas_token`) has been handed out since the heap was
+    /// made. Until one has, no caller can hold a token, so an overwrite may
+    /// write over the old item in place, which keeps its location and so
+    /// its token; from the first token on, every overwrite goes to the log
+    /// (a new location, a new token). Set from `&self` (a token is made by
+    /// an [`Item`](crate::Item) view), hence atomic; never cleared but by
+    /// a new heap.
+    tokens_out: AtomicBool,
 }
 
 impl Segments {
@@ -145,7 +161,25 @@ impl Segments {
             free: (0..count as u32).rev().collect(),
             withheld: Vec::new(),
             gen_step: 1,
+            tokens_out: AtomicBool::new(false),
         }
+    }
+
+    /// Records that a location-made CAS token was handed out: from now on
+    /// overwrites are never made in place (see the field).
+    #[inline(always)]
+    pub(crate) fn note_token(&self) {
+        // A load first: once set, making a token writes nothing.
+        if !self.tokens_out.load(Ordering::Relaxed) {
+            self.tokens_out.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a location-made CAS token has been handed out (see the
+    /// field): overwrites in place are off.
+    #[inline(always)]
+    pub(crate) fn tokens_out(&self) -> bool {
+        self.tokens_out.load(Ordering::Relaxed)
     }
 
     /// Makes this the shard `lane` of `lanes` (a power of two up to 1024):

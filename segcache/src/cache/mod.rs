@@ -368,11 +368,7 @@ impl Segcache {
     /// build it cost ~85 instructions per request.
     #[inline(always)]
     fn cas_at(&self, loc: Location) -> u64 {
-        cas_token(
-            self.segs.item(loc),
-            &self.segs.headers[loc.seg as usize],
-            loc,
-        )
+        cas_token(self.segs.item(loc), &self.segs, loc)
     }
 
     /// The item at `loc`, read at `now`.

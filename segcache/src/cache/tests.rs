@@ -136,6 +136,10 @@ fn set_get_overwrite_delete() {
 #[test]
 fn overwrites_and_deletes_mark_what_they_unlink() {
     let (mut c, _) = small(Eviction::Merge);
+    // With a CAS token out, every overwrite goes to the log (before, one
+    // of the same size is made in place and leaves nothing to mark).
+    c.set(b"token", b"t", 0, None).unwrap();
+    c.get(b"token").unwrap().cas();
     let at = |c: &Segcache, key: &[u8]| {
         let hash = hash_key(key);
         let (_, _, info) = c
@@ -770,6 +774,104 @@ fn eviction_none_refuses_writes_when_full() {
     c.check_invariants();
 }
 
+/// Where the table points `key`, and the key's access count.
+fn entry_of(c: &Segcache, key: &[u8]) -> (Location, u8) {
+    let (_, _, info) = c
+        .table
+        .lookup(hash_key(key), |at| c.segs.item(at).key() == key)
+        .expect("the key is in the table");
+    (hashtable::location(info), hashtable::frequency(info))
+}
+
+#[test]
+fn same_size_overwrites_are_made_in_place_until_a_cas_token_is_out() {
+    let (mut c, clock) = small(Eviction::Merge);
+    c.set(b"k", [1u8; 64], 3, None).unwrap();
+    c.set(b"other", [9u8; 64], 0, None).unwrap();
+    let (first, _) = entry_of(&c, b"k");
+    let used = |c: &Segcache| -> u32 { c.segs.headers.iter().map(|h| h.write_offset).sum() };
+    let (before, stats) = (used(&c), c.stats());
+    // Same size, no TTL, no token out: over the old bytes, nothing
+    // appended, every count as it was; the new flags and value read back
+    // and the rewrite counts as REWRITE_FREQ accesses, as in the log.
+    c.set(b"k", [2u8; 64], 5, None).unwrap();
+    let (at, freq) = entry_of(&c, b"k");
+    assert_eq!(at, first, "written in place");
+    assert_eq!(freq, crate::eviction::REWRITE_FREQ);
+    assert_eq!(used(&c), before, "no log bytes taken");
+    let now = c.stats();
+    assert_eq!((now.items, now.live_bytes), (stats.items, stats.live_bytes));
+    let item = c.get(b"k").unwrap();
+    assert_eq!((item.value(), item.flags()), (&[2u8; 64][..], 5));
+    assert_eq!(c.get(b"other").unwrap().value(), [9u8; 64]);
+    // Flags of the same total size (none, four more value bytes): the
+    // item is laid out anew in the same bytes.
+    c.set(b"k", [4u8; 68], 0, None).unwrap();
+    assert_eq!(entry_of(&c, b"k").0, first);
+    let item = c.get(b"k").unwrap();
+    assert_eq!((item.value(), item.flags()), (&[4u8; 68][..], 0));
+    // Another size, or a TTL: the log.
+    c.set(b"k", [5u8; 65], 0, None).unwrap();
+    let moved = entry_of(&c, b"k").0;
+    assert_ne!(moved, first, "a new size goes to the log");
+    c.set(b"t", [1u8; 64], 0, secs(100)).unwrap();
+    let timed = entry_of(&c, b"t").0;
+    c.set(b"t", [2u8; 64], 0, secs(100)).unwrap();
+    assert_ne!(
+        entry_of(&c, b"t").0,
+        timed,
+        "an item with a TTL is rewritten in the log"
+    );
+    c.set(b"t", [3u8; 64], 0, None).unwrap();
+    let untimed = entry_of(&c, b"t").0;
+    c.set(b"t", [3u8; 64], 0, None).unwrap();
+    assert_eq!(entry_of(&c, b"t").0, untimed);
+    // Once a token is out, every overwrite moves, so the token goes stale.
+    let token = c.get(b"k").unwrap().cas();
+    c.set(b"k", [6u8; 65], 0, None).unwrap();
+    assert_ne!(entry_of(&c, b"k").0, moved, "a token is out: the log");
+    assert_eq!(c.cas(b"k", [7u8; 65], 0, None, token), Err(Error::Exists));
+    assert_eq!(c.get(b"k").unwrap().value(), [6u8; 65]);
+    clock.advance(Duration::from_secs(1));
+    c.check_invariants();
+}
+
+#[test]
+fn a_token_made_by_a_store_or_a_view_turns_overwrites_in_place_off() {
+    for make in 0..3 {
+        let (mut c, _) = small(Eviction::Merge);
+        c.set(b"k", [1u8; 64], 0, None).unwrap();
+        match make {
+            0 => drop(c.get(b"k").unwrap().to_owned()),
+            1 => {
+                c.store(&Store::new(StoreMode::Set, b"j", b"v")).unwrap();
+            }
+            _ => drop(c.get(b"k").unwrap().cas()),
+        }
+        let at = entry_of(&c, b"k").0;
+        c.set(b"k", [2u8; 64], 0, None).unwrap();
+        assert_ne!(entry_of(&c, b"k").0, at, "way {make}");
+        assert_eq!(c.get(b"k").unwrap().value(), [2u8; 64]);
+        c.check_invariants();
+    }
+}
+
+#[test]
+fn a_full_heap_without_eviction_still_takes_same_size_overwrites() {
+    // No room for a new version: one of the same size goes in place.
+    let (mut c, _) = small(Eviction::None);
+    let mut n = 0u32;
+    while c.set(format!("k{n}"), [1u8; 100], 7, None).is_ok() {
+        n += 1;
+    }
+    let stats = c.stats();
+    c.set(b"k0", [2u8; 100], 7, None).unwrap();
+    assert_eq!(c.get(b"k0").unwrap().value(), [2u8; 100]);
+    assert_eq!(c.stats().items, stats.items);
+    assert_eq!(c.get(format!("k{}", n - 1)).unwrap().value(), [1u8; 100]);
+    c.check_invariants();
+}
+
 #[test]
 fn an_overwrite_that_finds_no_room_changes_nothing() {
     // The write path reads the key's table entry only after it has
@@ -788,8 +890,10 @@ fn an_overwrite_that_finds_no_room_changes_nothing() {
     let used: Vec<u32> = c.segs.headers.iter().map(|h| h.write_offset).collect();
     for i in [0, n / 2, n - 1] {
         let key = format!("k{i}");
+        // One byte longer: the new version needs room in the log (one of
+        // the same size would be written in place and stored).
         assert_eq!(
-            c.set(key.as_bytes(), [2u8; 100], 9, None),
+            c.set(key.as_bytes(), [2u8; 101], 9, None),
             Err(Error::OutOfMemory)
         );
         let item = c.get(key.as_bytes()).expect("the old item stays");

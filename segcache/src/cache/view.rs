@@ -7,7 +7,7 @@
 use crate::hashtable::Location;
 use crate::item::{self, RawItem};
 use crate::ops::Ttl;
-use crate::segments::{SegmentHeader, Segments};
+use crate::segments::Segments;
 use crate::External;
 use std::time::Duration;
 
@@ -69,11 +69,7 @@ impl<'a> Item<'a> {
     /// changed when eviction compacts the item's segment).
     #[inline]
     pub fn cas(&self) -> u64 {
-        cas_token(
-            self.raw,
-            &self.segs.headers[self.loc.seg as usize],
-            self.loc,
-        )
+        cas_token(self.raw, self.segs, self.loc)
     }
 
     /// Time left: [`Ttl::Never`] or [`Ttl::After`] (whole seconds).
@@ -189,16 +185,20 @@ impl PartialEq for Item<'_> {
 
 impl Eq for Item<'_> {}
 
-/// The CAS token of the item `raw` at `loc` in the segment with `header`:
-/// the one it keeps, or one made of its segment's generation and its
-/// location (`generation 23 | segment 20 | offset 21` bits), unique per
-/// item version (across the shards of a sharded cache too: each shard's
-/// generations are its own residue modulo the shard count).
+/// The CAS token of the item `raw` at `loc` in `segs`: the one it keeps,
+/// or one made of its segment's generation and its location (`generation
+/// 23 | segment 20 | offset 21` bits), unique per item version (across the
+/// shards of a sharded cache too: each shard's generations are its own
+/// residue modulo the shard count). The only maker of tokens: a token made
+/// from a location turns overwrites in place off for good
+/// ([`Segments::note_token`]), since one would keep the location.
 #[inline]
-pub(super) fn cas_token(raw: RawItem<'_>, header: &SegmentHeader, loc: Location) -> u64 {
+pub(super) fn cas_token(raw: RawItem<'_>, segs: &Segments, loc: Location) -> u64 {
     if let Some(kept) = raw.kept_cas() {
         return kept;
     }
+    segs.note_token();
+    let header = &segs.headers[loc.seg as usize];
     ((header.generation as u64 & 0x7f_ffff) << 41) | ((loc.seg as u64) << 21) | loc.offset as u64
 }
 

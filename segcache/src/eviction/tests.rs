@@ -44,6 +44,9 @@ fn every_policy_but_none_keeps_serving_past_a_full_heap() {
 fn overwrites_within_the_heap_are_compacted_not_evicted() {
     let clock = ManualClock::new();
     let mut c = small_cache(64 << 10, 4 << 10, 8, Eviction::default(), &clock);
+    // A CAS token out: overwrites go to the log, not in place.
+    c.set(b"token", b"t", 0, None).unwrap();
+    c.get(b"token").unwrap().cas();
     // 300 keys x ~91 bytes = ~27 KiB live in a 64 KiB heap, rewritten
     // ten times over: dead versions fill segments, compaction frees them.
     let mut rng = 1u64;
@@ -192,6 +195,9 @@ fn compaction_moves_items_with_their_access_counts() {
     // their evaluation).
     let clock = ManualClock::new();
     let mut c = merge_cache(64 << 10, 4 << 10, &clock);
+    // A CAS token out: the overwrites go to the log, not in place.
+    c.set(b"token", b"t", 0, None).unwrap();
+    c.get(b"token").unwrap().cas();
     for k in 0..120u32 {
         c.set(format!("w{k:03}"), [1u8; 80], 0, None).unwrap();
         c.set(format!("o{}", k % 4), [2u8; 80], 0, None).unwrap();
