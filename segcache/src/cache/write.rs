@@ -199,8 +199,8 @@ impl Segcache {
     /// ([`Segments::tokens_out`](crate::segments::Segments::tokens_out)):
     /// true if it did. Nothing moves, so nothing is left dead: the log
     /// append, the old copy's unlinking and the later reclaim of its bytes
-    /// are all skipped (a 64-byte overwrite took 0.53-0.60x the time in
-    /// BENCHMARKS.md §2). The item keeps its place in its segment, as an
+    /// are all skipped (64-byte sets 1.2-1.5x as fast with a million keys,
+    /// 2x with 100,000: BENCHMARKS.md §2). The item keeps its place in its segment, as an
     /// updated entry of S3-FIFO or quick_cache keeps its place in its
     /// queue; its access count is raised as a rewrite's is in the log
     /// (`eviction::REWRITE_FREQ`) and its marks start clear, as a new
@@ -224,10 +224,7 @@ impl Segcache {
         if old_size != size || self.segs.item(old).is_external() || self.segs.deadline(old) != 0 {
             return false;
         }
-        let rewrite_floor = match self.eviction {
-            Eviction::Merge => crate::eviction::REWRITE_FREQ,
-            _ => 0,
-        };
+        let rewrite_floor = self.rewrite_floor();
         // SAFETY: `old` came from the table, so it names a whole item of
         // `old_size` bytes inside its segment's written bytes (the table
         // points at nothing else), and `size == old_size`. No view of the
@@ -239,6 +236,19 @@ impl Segcache {
         debug_assert_eq!(self.segs.item(old).value(), value);
         self.table.replace_first(at, info, old, rewrite_floor);
         true
+    }
+
+    /// The fewest accesses a rewritten key's entry starts with. Merge
+    /// eviction: [`REWRITE_FREQ`](crate::eviction::REWRITE_FREQ) (its
+    /// count carries over from the old version, raised to this), so its
+    /// evaluation promotes it, as an updated entry of quick_cache or
+    /// S3-FIFO keeps its place; the other policies keep no counts.
+    #[inline(always)]
+    fn rewrite_floor(&self) -> u8 {
+        match self.eviction {
+            Eviction::Merge => crate::eviction::REWRITE_FREQ,
+            _ => 0,
+        }
     }
 
     /// [`set_hashed`](Self::set_hashed) off its inline path: checks the
@@ -798,15 +808,7 @@ impl Segcache {
         ttl: u32,
         now: u32,
     ) -> Result<Location, Error> {
-        // Merge eviction: a rewritten key starts with at least
-        // REWRITE_FREQ accesses (its count carries over from the old
-        // version), so its evaluation promotes it, as an updated entry of
-        // quick_cache or S3-FIFO keeps its place (see
-        // `eviction::REWRITE_FREQ`).
-        let rewrite_floor = match self.eviction {
-            Eviction::Merge => crate::eviction::REWRITE_FREQ,
-            _ => 0,
-        };
+        let rewrite_floor = self.rewrite_floor();
         // The likeliest entry first, its key compared inline; any other
         // through the table's search, out of line; a key the home's tags
         // rule out goes straight to `link_new`.
