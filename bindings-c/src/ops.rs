@@ -79,6 +79,8 @@ unsafe fn store(
             cas,
             flags,
             ttl: Ttl::from(status::ttl(ttl_secs)?),
+            // Made only when asked for (see `segcache_get`).
+            token: !new_cas.is_null(),
             ..Store::new(store_mode(mode)?, key, value)
         };
         let token = cache.store(&store)?;

@@ -423,6 +423,7 @@ impl PyCache {
             cas,
             invalidate: false,
             external: true,
+            token: false,
         };
         // The core's store runs no Python code; a release it makes drops
         // only a held `bytes` or `str` (allowed here: see `held`).
@@ -510,6 +511,7 @@ impl PyCache {
                 cas,
                 invalidate: false,
                 external: false,
+                token: false,
             };
             cache.store(&store).map(drop)
         }

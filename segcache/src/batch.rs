@@ -106,6 +106,7 @@ impl Batch {
                 cas: s.cas,
                 invalidate: s.invalidate,
                 external: s.external,
+                token: s.token,
             }),
             Request::Delete { key, opts } => Request::Delete {
                 key: self.span(key.as_ref()),
@@ -239,6 +240,7 @@ impl Batch {
                         cas: s.cas,
                         invalidate: s.invalidate,
                         external: s.external,
+                        token: s.token,
                     }),
                     hash,
                 ),

@@ -169,10 +169,17 @@ pub struct Store<B = Vec<u8>> {
     /// heap ([`Segcache::set_external`](crate::Segcache::set_external)
     /// says what is refused). Not for append or prepend.
     pub external: bool,
+    /// Whether the answer carries the new item's CAS token (memcached's
+    /// binary protocol and meta `c` return one; a text `set` does not).
+    /// Without it the answer's token is 0. Ask only when it is used: a
+    /// cache that has handed out a token appends every overwrite from then
+    /// on ([`Segcache::set`](crate::Segcache::set) says why).
+    pub token: bool,
 }
 
 impl<B> Store<B> {
-    /// A plain store in `mode`: no flags, no TTL, no compare.
+    /// A plain store in `mode`: no flags, no TTL, no compare, no token
+    /// asked for.
     pub fn new(mode: StoreMode, key: B, value: B) -> Self {
         Store {
             mode,
@@ -183,6 +190,7 @@ impl<B> Store<B> {
             cas: None,
             invalidate: false,
             external: false,
+            token: false,
         }
     }
 }

@@ -844,7 +844,11 @@ fn a_token_made_by_a_store_or_a_view_turns_overwrites_in_place_off() {
         match make {
             0 => drop(c.get(b"k").unwrap().to_owned()),
             1 => {
-                c.store(&Store::new(StoreMode::Set, b"j", b"v")).unwrap();
+                let store = Store {
+                    token: true,
+                    ..Store::new(StoreMode::Set, &b"j"[..], &b"v"[..])
+                };
+                assert_ne!(c.store(&store).unwrap(), 0, "the token asked for");
             }
             _ => drop(c.get(b"k").unwrap().cas()),
         }
@@ -854,6 +858,33 @@ fn a_token_made_by_a_store_or_a_view_turns_overwrites_in_place_off() {
         assert_eq!(c.get(b"k").unwrap().value(), [2u8; 64]);
         c.check_invariants();
     }
+}
+
+#[test]
+fn stores_that_ask_for_no_token_keep_overwrites_in_place() {
+    // A store (what the storage thread and the server run) asks for no
+    // token unless it says so: its answer's token is 0, and a plain set
+    // of the same size is made in place as `set` makes it.
+    let (mut c, _) = small(Eviction::Merge);
+    c.set(b"k", [1u8; 64], 0, None).unwrap();
+    c.set(b"other", [1u8; 8], 0, None).unwrap();
+    let at = entry_of(&c, b"k").0;
+    let store = Store::new(StoreMode::Set, &b"k"[..], &[2u8; 64][..]);
+    assert_eq!(c.store(&store), Ok(0));
+    let add = Store::new(StoreMode::Add, &b"new"[..], &b"v"[..]);
+    assert_eq!(c.store(&add), Ok(0));
+    let replace = Store::new(StoreMode::Replace, &b"other"[..], &[3u8; 8][..]);
+    assert_eq!(c.store(&replace), Ok(0));
+    let r = c.execute(&Request::Store(Store::new(
+        StoreMode::Set,
+        &b"k"[..],
+        &[3u8; 64][..],
+    )));
+    assert!(matches!(r, Response::Stored(Ok(0))));
+    assert_eq!(entry_of(&c, b"k").0, at, "still in place");
+    assert_eq!(c.get(b"k").unwrap().value(), [3u8; 64]);
+    assert_eq!(c.get(b"other").unwrap().value(), [3u8; 8]);
+    c.check_invariants();
 }
 
 #[test]

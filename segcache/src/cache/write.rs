@@ -118,9 +118,10 @@ impl Segcache {
     /// An overwrite without a TTL, of an item without one and of the same
     /// size, is written over the old item (no log space taken, nothing
     /// left to reclaim) until the cache first hands out a CAS token
-    /// ([`Item::cas`], [`store`](Self::store), [`execute`](Self::execute)
-    /// of a store); from then on every overwrite is appended, so that
-    /// each version has a token of its own.
+    /// ([`Item::cas`], or a [`store`](Self::store) that asks for one:
+    /// [`Store::token`]); from then on every overwrite is appended, so
+    /// that each version has a token of its own. A plain
+    /// [`Store`] without a TTL does the same.
     pub fn set(
         &mut self,
         key: impl AsRef<[u8]>,
@@ -179,7 +180,10 @@ impl Segcache {
         // never-expiring bucket, whose segments have no deadline to check
         // (`reserve` asserts it), and a new segment reads the clock itself.
         if secs == 0 {
-            if self.overwrite_in_place(key, hash, value, &meta, size) {
+            if self
+                .overwrite_in_place(key, hash, value, &meta, size)
+                .is_some()
+            {
                 return Ok(());
             }
             return self
@@ -197,7 +201,7 @@ impl Segcache {
     /// is the table's first candidate for the key (so the table is not
     /// growing), and no CAS token has been handed out
     /// ([`Segments::tokens_out`](crate::segments::Segments::tokens_out)):
-    /// true if it did. Nothing moves, so nothing is left dead: the log
+    /// the item's location if it did. Nothing moves, so nothing is left dead: the log
     /// append, the old copy's unlinking and the later reclaim of its bytes
     /// are all skipped (64-byte sets 1.2-1.5x as fast with a million keys,
     /// 2x with 100,000: BENCHMARKS.md §2). The item keeps its place in its segment, as an
@@ -213,16 +217,14 @@ impl Segcache {
         value: &[u8],
         meta: &Meta,
         size: usize,
-    ) -> bool {
+    ) -> Option<Location> {
         if self.segs.tokens_out() {
-            return false;
+            return None;
         }
-        let Some((at, info, old_size)) = self.first_match(key, hash) else {
-            return false;
-        };
+        let (at, info, old_size) = self.first_match(key, hash)?;
         let old = hashtable::location(info);
         if old_size != size || self.segs.item(old).is_external() || self.segs.deadline(old) != 0 {
-            return false;
+            return None;
         }
         let rewrite_floor = self.rewrite_floor();
         // SAFETY: `old` came from the table, so it names a whole item of
@@ -235,7 +237,7 @@ impl Segcache {
         debug_assert_eq!(self.segs.item(old).size(), size);
         debug_assert_eq!(self.segs.item(old).value(), value);
         self.table.replace_first(at, info, old, rewrite_floor);
-        true
+        Some(old)
     }
 
     /// The fewest accesses a rewritten key's entry starts with. Merge
@@ -377,7 +379,8 @@ impl Segcache {
     }
 
     /// Runs one store of any mode as one step and returns the new item's
-    /// CAS token (0 if its TTL was [`Ttl::Expired`]). The condition (mode,
+    /// CAS token if the store asks for it ([`Store::token`]; else 0, as
+    /// when its TTL was [`Ttl::Expired`]). The condition (mode,
     /// compare-and-swap) is checked first; if it fails, or the store is
     /// refused, nothing changed.
     pub fn store<B: AsRef<[u8]>>(&mut self, store: &Store<B>) -> Result<u64, Error> {
@@ -392,7 +395,9 @@ impl Segcache {
         hash: u64,
     ) -> Result<u64, Error> {
         let stored = self.store_located(store, hash)?;
-        Ok(stored.map_or(0, |loc| self.cas_at(loc)))
+        Ok(stored
+            .filter(|_| store.token)
+            .map_or(0, |loc| self.cas_at(loc)))
     }
 
     /// Runs a store (the key's hash already computed); returns where the
@@ -416,8 +421,8 @@ impl Segcache {
         }
         // Some(0): never; None: already expired. Append and prepend keep
         // the item's own TTL.
-        let secs = if concat {
-            Some(0)
+        let (secs, size) = if concat {
+            (Some(0), 0)
         } else {
             let secs = live_secs(store.ttl)?;
             let meta = Meta {
@@ -425,11 +430,19 @@ impl Segcache {
                 external: store.external,
                 ..Meta::default()
             };
-            self.check_size(key.len(), value.len(), &meta)?;
-            secs
+            (secs, self.check_size(key.len(), value.len(), &meta)?)
         };
         let now = self.now();
         let plain = store.mode == StoreMode::Set && store.cas.is_none() && secs.is_some();
+        if plain && secs == Some(0) && !store.external && self.flush_at.is_none() {
+            let meta = Meta {
+                flags: store.flags,
+                ..Meta::default()
+            };
+            if let Some(loc) = self.overwrite_in_place(key, hash, value, &meta, size) {
+                return Ok(Some(loc));
+            }
+        }
         let found = if plain {
             None
         } else {

@@ -87,6 +87,8 @@ impl Pipe<'_> {
                     flags: req.extra_u32(0),
                     ttl: self.ttl(exptime(req, 4)),
                     cas,
+                    // Every binary store reply carries the new token.
+                    token: true,
                     ..Store::new(mode, req.key, req.value)
                 };
                 self.submit_binary(conn, req, Request::Store(store));

@@ -683,6 +683,8 @@ impl Pipe<'_> {
             // memcached stores a stale value only for a token older than
             // the item's, which 0 never is.
             invalidate: compare && flags.has(b'I') && cas != Some(0),
+            // The token is rendered only with the `c` flag.
+            token: flags.has(b'c'),
             ..Store::new(
                 if compare { StoreMode::Set } else { mode },
                 key.bytes(),
