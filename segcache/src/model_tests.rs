@@ -72,6 +72,27 @@ fn churn_op(keys: u16) -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Writes of two sizes, mostly without a TTL, between reads, appends,
+/// counters, touches, deletes and time passing: for a harness that takes
+/// no CAS tokens, most overwrites are made in place.
+fn in_place_op(keys: u16) -> impl Strategy<Value = Op> {
+    let k = 0..keys;
+    let sized = prop_oneof![Just(8usize), Just(64)]
+        .prop_flat_map(|n| prop::collection::vec(any::<u8>(), n));
+    let flags = prop_oneof![3 => Just(0u32), 1 => any::<u32>()];
+    let ttl = prop_oneof![4 => Just(TtlChoice::Never), 1 => ttl_choice()];
+    prop_oneof![
+        8 => (k.clone(), sized, flags, ttl).prop_map(|(k, v, f, t)| Op::Set(k, v, f, t)),
+        6 => k.clone().prop_map(Op::Get),
+        1 => (k.clone(), value()).prop_map(|(k, v)| Op::Append(k, v)),
+        1 => (k.clone(), prop_oneof![0u64..10, Just(u64::MAX)]).prop_map(|(k, d)| Op::Incr(k, d)),
+        1 => (k.clone(), ttl_choice()).prop_map(|(k, t)| Op::Touch(k, t)),
+        2 => k.clone().prop_map(Op::Delete),
+        1 => prop_oneof![0u32..3, 3u32..60, Just(3000)].prop_map(Op::Advance),
+        1 => Just(Op::Expire),
+    ]
+}
+
 /// Writes of a few TTLs (two buckets, some deadlines within a bucket's
 /// precision of each other, most not), reads that keep items through
 /// merges, and time passing in steps of up to a few precisions: merges
@@ -167,6 +188,31 @@ proptest! {
             h.step(op);
         }
         h.finish(500);
+    }
+
+    /// A harness that takes no CAS tokens: same-size overwrites without a
+    /// TTL are made in place, and must agree with the model as appended
+    /// ones do (and no token may be made behind the harness's back).
+    #[test]
+    fn overwrites_in_place_match_the_model(ops in prop::collection::vec(in_place_op(32), 1..1500)) {
+        let mut h = Harness::new(false).without_tokens();
+        for op in ops {
+            h.step(op);
+        }
+        h.finish(32);
+        prop_assert_eq!(h.cache.stats().evictions, 0);
+    }
+
+    /// The same in a small heap that evicts, with a table that grows.
+    #[test]
+    fn overwrites_in_place_under_eviction_and_growth(
+        ops in prop::collection::vec(in_place_op(600), 1..3000)
+    ) {
+        let mut h = Harness::with_table(true, 3).without_tokens();
+        for op in ops {
+            h.step(op);
+        }
+        h.finish(600);
     }
 
     /// A small heap under many keys: eviction may lose items, never corrupt

@@ -260,6 +260,10 @@ pub struct ArithOpts {
     pub vivify: Option<(u64, Ttl)>,
     /// `ma T`: the updated item's new TTL (default: keep the remaining one).
     pub ttl: Option<Ttl>,
+    /// Whether the answer carries the item's new CAS token (memcached's
+    /// binary protocol and meta `c` return one; a text `incr` does not);
+    /// without it the token is 0. As [`Store::token`]: ask only when used.
+    pub token: bool,
 }
 
 impl ArithOpts {
@@ -271,6 +275,7 @@ impl ArithOpts {
             cas: None,
             vivify: None,
             ttl: None,
+            token: false,
         }
     }
 }

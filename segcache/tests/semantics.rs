@@ -202,6 +202,7 @@ fn arith_vivifies_compares_and_sets_the_ttl() {
     let (mut c, _) = cache();
     let vivify = ArithOpts {
         vivify: Some((10, Ttl::secs(100))),
+        token: true,
         ..ArithOpts::new(true, 5)
     };
     let (v, token) = c.arith("n", &vivify).unwrap();
@@ -223,6 +224,8 @@ fn arith_vivifies_compares_and_sets_the_ttl() {
         c.arith("absent", &ArithOpts::new(true, 1)),
         Err(Error::NotFound)
     );
+    // Without `token` the answer carries none.
+    assert_eq!(c.arith("n", &ArithOpts::new(true, 1)), Ok((8, 0)));
 }
 
 #[test]

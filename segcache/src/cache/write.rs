@@ -118,10 +118,12 @@ impl Segcache {
     /// An overwrite without a TTL, of an item without one and of the same
     /// size, is written over the old item (no log space taken, nothing
     /// left to reclaim) until the cache first hands out a CAS token
-    /// ([`Item::cas`], or a [`store`](Self::store) that asks for one:
-    /// [`Store::token`]); from then on every overwrite is appended, so
-    /// that each version has a token of its own. A plain
-    /// [`Store`] without a TTL does the same.
+    /// ([`Item::cas`]; an [`OwnedItem`](crate::OwnedItem), which carries
+    /// one: [`Item::to_owned`], `ShardedCache::get`, a read through
+    /// [`execute`](Self::execute); a store or an arithmetic update that
+    /// asks for one: [`Store::token`], [`ArithOpts::token`]); from then on
+    /// every overwrite is appended, so that each version has a token of
+    /// its own. A plain [`Store`] without a TTL does the same.
     pub fn set(
         &mut self,
         key: impl AsRef<[u8]>,
@@ -395,9 +397,7 @@ impl Segcache {
         hash: u64,
     ) -> Result<u64, Error> {
         let stored = self.store_located(store, hash)?;
-        Ok(stored
-            .filter(|_| store.token)
-            .map_or(0, |loc| self.cas_at(loc)))
+        Ok(stored.map_or(0, |loc| self.token_if(store.token, loc)))
     }
 
     /// Runs a store (the key's hash already computed); returns where the
@@ -571,7 +571,8 @@ impl Segcache {
     }
 
     /// Runs an arithmetic update with all its options (memcache `ma`) as
-    /// one step; returns the new value and the item's new CAS token.
+    /// one step; returns the new value and the item's new CAS token if
+    /// `opts` asks for it ([`ArithOpts::token`]; else 0).
     pub fn arith(&mut self, key: impl AsRef<[u8]>, opts: &ArithOpts) -> Result<(u64, u64), Error> {
         let key = key.as_ref();
         self.arith_hashed(key, hash_key(key), opts)
@@ -600,7 +601,7 @@ impl Segcache {
             return match secs {
                 Some(ttl) => {
                     let loc = self.write(key, hash, [text, &[]], &Meta::default(), ttl, now)?;
-                    Ok((initial, self.cas_at(loc)))
+                    Ok((initial, self.token_if(opts.token, loc)))
                 }
                 None => Ok((initial, 0)),
             };
@@ -644,7 +645,18 @@ impl Segcache {
             }
         };
         let loc = self.write(key, hash, [text, &[]], &meta, ttl, now)?;
-        Ok((new, self.cas_at(loc)))
+        Ok((new, self.token_if(opts.token, loc)))
+    }
+
+    /// The CAS token of the item at `loc` if `wanted`, else 0 (no token
+    /// made: see [`Store::token`]).
+    #[inline(always)]
+    fn token_if(&self, wanted: bool, loc: Location) -> u64 {
+        if wanted {
+            self.cas_at(loc)
+        } else {
+            0
+        }
     }
 
     /// Gives an existing item a new TTL (`None` or zero: never expires;
@@ -700,7 +712,11 @@ impl Segcache {
             }
         }
         let mut meta = self.segs.item(loc).meta();
-        meta.cas = Some(self.cas_at(loc));
+        // The moved item keeps its token, which names its old place: only
+        // if a token may be out (none can be held before the first).
+        if self.segs.tokens_out() {
+            meta.cas = Some(self.cas_at(loc));
+        }
         self.rewrite(key, hash, loc, &meta, ttl, now).map(Some)
     }
 

@@ -110,6 +110,8 @@ impl Pipe<'_> {
                 let opts = ArithOpts {
                     cas,
                     vivify,
+                    // Every binary arithmetic reply carries the new token.
+                    token: true,
                     ..ArithOpts::new(incr, delta)
                 };
                 self.submit_binary(conn, req, Request::Arith { key: req.key, opts });

@@ -709,6 +709,8 @@ impl Pipe<'_> {
                 (flags.initial.unwrap_or(0), ttl)
             }),
             ttl: touch,
+            // The token is rendered only with the `c` flag.
+            token: flags.has(b'c'),
         };
         let peek_after = flags.has(b't');
         // Whether the item existed, and its TTL before `T`: for `q` with
