@@ -1,10 +1,10 @@
 //! Segments: the heap, cut into fixed-size logs, and their headers.
 //!
 //! A segment is written by appending, and its items stay where they were
-//! written; the one write into an item already written is an overwrite
-//! of the same size in place (`Segcache::set`, see
-//! [`Segments::tokens_out`]), which leaves the item's size and place as
-//! they were.
+//! written. Besides the marks set in an item's header, the one write into
+//! an item already written is an overwrite of the same size in place
+//! (`Segcache::set`, see [`Segments::tokens_out`]), which leaves the
+//! item's size and place as they were.
 //!
 //! Owns the heap bytes, one [`SegmentHeader`] per segment (kept apart from
 //! the data, so items carry no per-item metadata beyond their 3- or 5-byte header)

@@ -178,21 +178,17 @@ impl Segcache {
         {
             return self.set_general(key, hash, value, flags, ttl);
         }
+        if secs == 0
+            && self
+                .overwrite_in_place(key, hash, value, &meta, size)
+                .is_some()
+        {
+            return Ok(());
+        }
         // Only a TTL needs the time: an item without one goes to the
         // never-expiring bucket, whose segments have no deadline to check
         // (`reserve` asserts it), and a new segment reads the clock itself.
-        if secs == 0 {
-            if self
-                .overwrite_in_place(key, hash, value, &meta, size)
-                .is_some()
-            {
-                return Ok(());
-            }
-            return self
-                .write_sized(key, hash, [value, &[]], &meta, size, 0, 0)
-                .map(drop);
-        }
-        let now = self.clock.now();
+        let now = if secs == 0 { 0 } else { self.clock.now() };
         self.write_sized(key, hash, [value, &[]], &meta, size, secs as u32, now)
             .map(drop)
     }
@@ -203,12 +199,12 @@ impl Segcache {
     /// is the table's first candidate for the key (so the table is not
     /// growing), and no CAS token has been handed out
     /// ([`Segments::tokens_out`](crate::segments::Segments::tokens_out)):
-    /// the item's location if it did. Nothing moves, so nothing is left dead: the log
-    /// append, the old copy's unlinking and the later reclaim of its bytes
-    /// are all skipped (64-byte sets 1.2-1.5x as fast with a million keys,
-    /// 2x with 100,000: BENCHMARKS.md §2). The item keeps its place in its segment, as an
-    /// updated entry of S3-FIFO or quick_cache keeps its place in its
-    /// queue; its access count is raised as a rewrite's is in the log
+    /// the item's location if it did. Nothing moves, so nothing is left
+    /// dead: the log append, the old copy's unlinking and the later
+    /// reclaim of its bytes are all skipped (64-byte sets 1.2-1.5x as fast
+    /// with a million keys, 2x with 100,000: BENCHMARKS.md §2). The item
+    /// keeps its place in its segment, as an updated entry of S3-FIFO or
+    /// quick_cache keeps its place in its queue; its access count is raised as a rewrite's is in the log
     /// (`eviction::REWRITE_FREQ`) and its marks start clear, as a new
     /// item's do.
     #[inline(always)]
@@ -421,25 +417,21 @@ impl Segcache {
         }
         // Some(0): never; None: already expired. Append and prepend keep
         // the item's own TTL.
+        let new_meta = Meta {
+            flags: store.flags,
+            external: store.external,
+            ..Meta::default()
+        };
         let (secs, size) = if concat {
             (Some(0), 0)
         } else {
             let secs = live_secs(store.ttl)?;
-            let meta = Meta {
-                flags: store.flags,
-                external: store.external,
-                ..Meta::default()
-            };
-            (secs, self.check_size(key.len(), value.len(), &meta)?)
+            (secs, self.check_size(key.len(), value.len(), &new_meta)?)
         };
         let now = self.now();
         let plain = store.mode == StoreMode::Set && store.cas.is_none() && secs.is_some();
         if plain && secs == Some(0) && !store.external && self.flush_at.is_none() {
-            let meta = Meta {
-                flags: store.flags,
-                ..Meta::default()
-            };
-            if let Some(loc) = self.overwrite_in_place(key, hash, value, &meta, size) {
+            if let Some(loc) = self.overwrite_in_place(key, hash, value, &new_meta, size) {
                 return Ok(Some(loc));
             }
         }
@@ -511,12 +503,7 @@ impl Segcache {
             }
             return Ok(None);
         };
-        let meta = Meta {
-            flags: store.flags,
-            cas: None,
-            marks,
-            external: store.external,
-        };
+        let meta = Meta { marks, ..new_meta };
         let loc = self.write(key, hash, [value, &[]], &meta, ttl, now)?;
         if !store.external {
             return Ok(Some(loc));
