@@ -17,10 +17,7 @@ use parking_lot::{MappedRwLockReadGuard, RwLock, RwLockReadGuard};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
-use segcache::ops::DeleteOpts;
-use segcache::{
-    Eviction, Request, Response, RestoreOutcome, Segcache, ShardedCache, Store, StoreMode, Ttl,
-};
+use segcache::{Eviction, RestoreOutcome, Segcache, ShardedCache, Store, StoreMode, Ttl};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -1515,19 +1512,13 @@ impl PyCache {
 
     /// Removes an encoded key and returns its value, atomically.
     fn take<'py>(&self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
-        // Read the value with its CAS token, then delete only that version:
-        // if another thread wrote the key in between, read again.
-        loop {
-            let found = self.cache()?.read_with(key, |item| {
-                item.map(|it| (value::fetch(py, it.value(), it.flags()), it.cas()))
-            });
-            let Some((fetched, cas)) = found else {
-                return Ok(None);
-            };
-            if self.delete_if(key, cas)? {
-                return fetched.finish(&self.serializer).map(Some);
-            }
-        }
+        // Read and removed under one shard lock (a held value is fetched
+        // while its handle is still valid); no CAS token is made, so the
+        // shard's overwrites stay in place.
+        let found = self
+            .cache()?
+            .take_with(key, |it| value::fetch(py, it.value(), it.flags()));
+        found.map(|f| f.finish(&self.serializer)).transpose()
     }
 
     /// Reads an encoded key without counting a hit, a miss or an access
@@ -1550,23 +1541,5 @@ impl PyCache {
             return Ok(None);
         };
         Ok(Some((fetched.finish(&self.serializer)?, ttl)))
-    }
-}
-
-impl PyCache {
-    /// Deletes an encoded key only if its CAS token is still `cas`; `true`
-    /// if it deleted it.
-    fn delete_if(&self, key: &[u8], cas: u64) -> PyResult<bool> {
-        let request = Request::Delete {
-            key,
-            opts: DeleteOpts {
-                cas: Some(cas),
-                ..DeleteOpts::default()
-            },
-        };
-        Ok(matches!(
-            self.cache()?.execute(&request),
-            Response::Deleted(Ok(()))
-        ))
     }
 }

@@ -219,6 +219,11 @@ pub struct GetOpts {
     /// Count a hit or miss and an access for eviction (false: memcache
     /// `mg u`, a peek).
     pub bump: bool,
+    /// Copy the item's CAS token into the answer (`gets`, `gats`, `mg c`,
+    /// every binary read); without it [`OwnedItem::cas`] is 0. As with
+    /// [`Store::token`], a token once handed out makes the shard append
+    /// every overwrite from then on instead of writing it in place.
+    pub token: bool,
 }
 
 impl Default for GetOpts {
@@ -230,6 +235,7 @@ impl Default for GetOpts {
             win_tokens: false,
             recache_after_touch: false,
             bump: true,
+            token: false,
         }
     }
 }

@@ -142,14 +142,27 @@ impl ShardedCache {
         self.shard_for(hash).execute_hashed(request, hash)
     }
 
-    /// Looks a key up and copies the item out.
+    /// Looks a key up and copies the item out, without its CAS token
+    /// ([`OwnedItem::cas`] is 0: see [`gets`](Self::gets)).
     #[inline]
     pub fn get(&self, key: impl AsRef<[u8]>) -> Option<OwnedItem> {
         let key = key.as_ref();
         let hash = hash_key(key);
         self.shard_for(hash)
             .get_hashed(key, hash)
-            .map(OwnedItem::from)
+            .map(|it| it.copy_out(false))
+    }
+
+    /// [`get`](Self::get) with the item's CAS token, for a later
+    /// [`cas`](Self::cas) (memcache `gets`). Once a token is out, the
+    /// key's shard appends overwrites instead of writing them in place.
+    #[inline]
+    pub fn gets(&self, key: impl AsRef<[u8]>) -> Option<OwnedItem> {
+        let key = key.as_ref();
+        let hash = hash_key(key);
+        self.shard_for(hash)
+            .get_hashed(key, hash)
+            .map(|it| it.copy_out(true))
     }
 
     /// Looks a key up (as [`Segcache::get`]: a hit or a miss is counted)
@@ -251,7 +264,7 @@ impl ShardedCache {
             let item = self
                 .shard_for(hash)
                 .get_or_insert_hashed(key, hash, ttl, || value)
-                .map(OwnedItem::from);
+                .map(|it| it.copy_out(false));
             drop(flight);
             return item;
         }
@@ -436,6 +449,20 @@ impl ShardedCache {
         let key = key.as_ref();
         let hash = hash_key(key);
         self.shard_for(hash).remove_hashed(key, hash)
+    }
+
+    /// Removes a key and lends its item to `f` first, in one step on the
+    /// locked shard (a hit or a miss is counted, as by
+    /// [`get`](Self::get)): no other thread's write can come between the
+    /// read and the removal, and no CAS token is made. `None` if absent.
+    pub fn take_with<R>(&self, key: impl AsRef<[u8]>, f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
+        let key = key.as_ref();
+        let hash = hash_key(key);
+        let mut shard = self.shard_for(hash);
+        let taken = f(shard.get_hashed(key, hash)?);
+        let removed = shard.remove_hashed(key, hash);
+        debug_assert!(removed, "the key was just read under the same lock");
+        Some(taken)
     }
 
     /// See [`Segcache::ttl`].
@@ -759,6 +786,42 @@ mod tests {
         }
         assert_eq!(c.cas(&keys[0], "mine", 0, None, tokens[0]), Ok(()));
         c.read_with(&keys[1], |i| assert_eq!(i.unwrap().value(), b"v"));
+    }
+
+    #[test]
+    fn get_copies_no_token_and_gets_does() {
+        // `get` makes no token, so the shard keeps writing same-size
+        // overwrites in place (the item stays where it lay); `gets` hands
+        // one out, which a `cas` takes and an overwrite (now appended)
+        // makes stale.
+        let c = Segcache::builder().build_sharded(4).unwrap();
+        c.set("k", [1u8; 64], 0, None).unwrap();
+        let at =
+            |c: &crate::ShardedCache| c.read_with("k", |i| i.unwrap().value().as_ptr() as usize);
+        let first = at(&c);
+        assert_eq!(c.get("k").unwrap().cas(), 0);
+        c.set("k", [2u8; 64], 0, None).unwrap();
+        assert_eq!(at(&c), first, "in place");
+        let token = c.gets("k").unwrap().cas();
+        assert_eq!(token, c.read_with("k", |i| i.unwrap().cas()));
+        c.cas("k", [3u8; 64], 0, None, token).unwrap();
+        let token = c.gets("k").unwrap().cas();
+        c.set("k", [4u8; 64], 0, None).unwrap();
+        assert_ne!(at(&c), first, "a token is out: appended");
+        assert_eq!(c.cas("k", [5u8; 64], 0, None, token), Err(Error::Exists));
+        assert_eq!(c.get("k").unwrap().value(), [4u8; 64]);
+    }
+
+    #[test]
+    fn take_with_reads_and_removes_in_one_step() {
+        let c = Segcache::builder().build_sharded(4).unwrap();
+        c.set("k", "value", 7, None).unwrap();
+        let taken = c.take_with("k", |i| (i.value().to_vec(), i.flags()));
+        assert_eq!(taken, Some((b"value".to_vec(), 7)));
+        assert!(c.get("k").is_none(), "removed");
+        assert_eq!(c.take_with("k", |_| unreachable!("absent")), None::<()>);
+        assert_eq!((c.stats().hits, c.stats().misses), (1, 2));
+        assert_eq!(c.stats().items, 0);
     }
 
     #[test]

@@ -118,6 +118,7 @@ fn touch_and_gat_keep_the_cas_token() {
         key: &b"k"[..],
         opts: GetOpts {
             touch: Some(Ttl::secs(2000)),
+            token: true,
             ..GetOpts::default()
         },
     };
@@ -235,8 +236,10 @@ fn win_tokens_vivify_and_stale_items_follow_the_meta_protocol() {
         key: b"k".to_vec(),
         opts,
     };
+    // `mg ... c`: the answers carry CAS tokens.
     let meta = GetOpts {
         win_tokens: true,
+        token: true,
         ..GetOpts::default()
     };
     let vivify = GetOpts {

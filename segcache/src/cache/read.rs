@@ -343,10 +343,10 @@ impl Segcache {
         };
         let item = match free.pop() {
             Some(mut old) => {
-                old.refill(view);
+                old.refill(view, false);
                 old
             }
-            None => view.to_owned(),
+            None => view.copy_out(false),
         };
         Some(Found {
             item,
@@ -389,7 +389,7 @@ impl Segcache {
                         ..Meta::default()
                     };
                     let loc = self.write(key, hash, [&[], &[]], &meta, ttl, now)?;
-                    self.item_view(loc, now).to_owned()
+                    self.item_view(loc, now).copy_out(opts.token)
                 }
                 None => OwnedItem {
                     key: key.to_vec(),
@@ -444,10 +444,10 @@ impl Segcache {
         let view = self.item_view(loc, now);
         let mut item = match reuse.take() {
             Some(mut old) => {
-                old.refill(view);
+                old.refill(view, opts.token);
                 old
             }
-            None => view.to_owned(),
+            None => view.copy_out(opts.token),
         };
         if gone {
             item.ttl = Ttl::Expired;

@@ -298,7 +298,11 @@ fn lean_read_counts_like_get_but_leaves_no_mark() {
     // No meta-protocol mark: a later `mg h` reports no earlier fetch,
     // and the CAS token is the one the write made.
     let cas = c.peek("k").unwrap().cas();
-    let found = c.read("k", &GetOpts::default()).unwrap().unwrap();
+    let asked = GetOpts {
+        token: true,
+        ..GetOpts::default()
+    };
+    let found = c.read("k", &asked).unwrap().unwrap();
     assert!(!found.hit_before);
     assert_eq!(found.item.cas(), cas);
     assert!(
@@ -884,6 +888,51 @@ fn stores_that_ask_for_no_token_keep_overwrites_in_place() {
     assert_eq!(entry_of(&c, b"k").0, at, "still in place");
     assert_eq!(c.get(b"k").unwrap().value(), [3u8; 64]);
     assert_eq!(c.get(b"other").unwrap().value(), [3u8; 8]);
+    c.check_invariants();
+}
+
+#[test]
+fn reads_that_ask_for_no_token_keep_overwrites_in_place() {
+    // A read through `execute` (the storage thread's, a sharded cache's,
+    // the server's) copies the item out without its token unless it asks:
+    // the answer's token is 0 and overwrites stay in place. A read that
+    // asks gets the token a borrowed view gives, and from then on the
+    // shard appends, so that token goes stale at the next overwrite.
+    let (mut c, _) = small(Eviction::Merge);
+    c.set(b"k", [1u8; 64], 0, None).unwrap();
+    let at = entry_of(&c, b"k").0;
+    let get = |opts: GetOpts| Request::Get {
+        key: &b"k"[..],
+        opts,
+    };
+    let found = |r: Response| match r {
+        Response::Get(Ok(Some(found))) => found.item,
+        other => panic!("not a hit: {other:?}"),
+    };
+    let plain = found(c.execute(&get(GetOpts::default())));
+    assert_eq!((plain.value(), plain.cas()), (&[1u8; 64][..], 0));
+    let touched = GetOpts {
+        touch: Some(Ttl::Never),
+        ..GetOpts::default()
+    };
+    assert_eq!(found(c.execute(&get(touched))).cas(), 0, "a gat");
+    let mut batch = crate::Batch::new();
+    batch.get(b"k");
+    batch.execute(&mut c);
+    let batched = &batch.responses()[0];
+    assert!(matches!(batched, Response::Get(Ok(Some(f))) if f.item.cas() == 0));
+    c.set(b"k", [2u8; 64], 0, None).unwrap();
+    assert_eq!(entry_of(&c, b"k").0, at, "no token out: in place");
+    let asked = GetOpts {
+        token: true,
+        ..GetOpts::default()
+    };
+    let token = found(c.execute(&get(asked))).cas();
+    assert_eq!(token, c.peek(b"k").unwrap().cas(), "the view's token");
+    c.set(b"k", [3u8; 64], 0, None).unwrap();
+    assert_ne!(entry_of(&c, b"k").0, at, "a token is out: the log");
+    assert_eq!(c.cas(b"k", [4u8; 64], 0, None, token), Err(Error::Exists));
+    assert_eq!(c.get(b"k").unwrap().value(), [3u8; 64]);
     c.check_invariants();
 }
 

@@ -81,9 +81,23 @@ impl<'a> Item<'a> {
         }
     }
 
-    /// Copies the item out of the cache.
+    /// Copies the item out of the cache, its CAS token with it (which
+    /// makes one: see [`cas`](Self::cas)).
     pub fn to_owned(&self) -> OwnedItem {
         OwnedItem::from(*self)
+    }
+
+    /// Copies the item out, with its token only if `token` (else the
+    /// copy's [`OwnedItem::cas`] is 0 and no token is made).
+    #[inline]
+    pub(crate) fn copy_out(&self, token: bool) -> OwnedItem {
+        OwnedItem {
+            key: self.key().to_vec(),
+            value: self.value().to_vec(),
+            flags: self.flags(),
+            cas: if token { self.cas() } else { 0 },
+            ttl: self.ttl(),
+        }
     }
 }
 
@@ -102,7 +116,11 @@ fn refill_bytes(buf: &mut Vec<u8>, bytes: &[u8]) {
 
 /// An item copied out of the cache, for callers that cannot hold a borrow
 /// (the storage thread's replies, [`ShardedCache::get`](crate::ShardedCache::get)).
-/// Same accessors as [`Item`].
+/// Same accessors as [`Item`], but the CAS token is copied only when the
+/// read asked for it ([`GetOpts::token`](crate::ops::GetOpts::token),
+/// [`ShardedCache::gets`](crate::ShardedCache::gets), [`Item::to_owned`]):
+/// a token, once made, turns this shard's overwrites in place off, so a
+/// plain read does not make one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OwnedItem {
     pub(super) key: Vec<u8>,
@@ -113,12 +131,14 @@ pub struct OwnedItem {
 }
 
 impl OwnedItem {
-    /// Becomes a copy of `item`, in the buffers it already has.
+    /// Becomes a copy of `item`, in the buffers it already has, with its
+    /// token only if `token` (else 0).
     #[inline]
-    pub(super) fn refill(&mut self, item: Item<'_>) {
+    pub(super) fn refill(&mut self, item: Item<'_>, token: bool) {
         refill_bytes(&mut self.key, item.key());
         refill_bytes(&mut self.value, item.value());
-        (self.flags, self.cas, self.ttl) = (item.flags(), item.cas(), item.ttl());
+        let cas = if token { item.cas() } else { 0 };
+        (self.flags, self.cas, self.ttl) = (item.flags(), cas, item.ttl());
     }
 
     /// The item's key.
@@ -141,7 +161,8 @@ impl OwnedItem {
         self.flags
     }
 
-    /// The compare-and-swap token (see [`Item::cas`]).
+    /// The compare-and-swap token (see [`Item::cas`]) if the read asked
+    /// for one, else 0.
     pub fn cas(&self) -> u64 {
         self.cas
     }

@@ -118,12 +118,12 @@ impl Segcache {
     /// An overwrite without a TTL, of an item without one and of the same
     /// size, is written over the old item (no log space taken, nothing
     /// left to reclaim) until the cache first hands out a CAS token
-    /// ([`Item::cas`]; an [`OwnedItem`](crate::OwnedItem), which carries
-    /// one: [`Item::to_owned`], `ShardedCache::get`, a read through
-    /// [`execute`](Self::execute); a store or an arithmetic update that
-    /// asks for one: [`Store::token`], [`ArithOpts::token`]); from then on
-    /// every overwrite is appended, so that each version has a token of
-    /// its own. A plain [`Store`] without a TTL does the same.
+    /// ([`Item::cas`], [`Item::to_owned`], `ShardedCache::gets`; a read,
+    /// store or arithmetic update through [`execute`](Self::execute) that
+    /// asks for one: [`GetOpts::token`](crate::ops::GetOpts::token),
+    /// [`Store::token`], [`ArithOpts::token`]); from then on every
+    /// overwrite is appended, so that each version has a token of its own.
+    /// A plain [`Store`] without a TTL does the same.
     pub fn set(
         &mut self,
         key: impl AsRef<[u8]>,

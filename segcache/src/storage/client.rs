@@ -369,9 +369,21 @@ impl StorageHandle {
         result
     }
 
-    /// See [`Segcache::get`]; the item is copied out.
+    /// See [`Segcache::get`]; the item is copied out without its CAS
+    /// token ([`OwnedItem::cas`] is 0: see [`gets`](Self::gets)).
     pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<OwnedItem>, Error> {
         self.read(key, GetOpts::default())
+    }
+
+    /// [`get`](Self::get) with the item's CAS token, for a later
+    /// [`cas`](Self::cas) (memcache `gets`). Once a token is out, the
+    /// cache appends overwrites instead of writing them in place.
+    pub fn gets(&self, key: impl AsRef<[u8]>) -> Result<Option<OwnedItem>, Error> {
+        let opts = GetOpts {
+            token: true,
+            ..GetOpts::default()
+        };
+        self.read(key, opts)
     }
 
     fn read(&self, key: impl AsRef<[u8]>, opts: GetOpts) -> Result<Option<OwnedItem>, Error> {

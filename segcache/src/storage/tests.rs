@@ -311,3 +311,22 @@ fn stopping_notifies_and_a_stopped_thread_refuses_batches() {
     drop((client, handle));
     thread.join().unwrap();
 }
+
+#[test]
+fn the_handles_get_makes_no_token_and_gets_hands_one_out() {
+    let (handle, thread) = Segcache::builder()
+        .spawn_storage(StorageConfig::default())
+        .unwrap();
+    handle.set("k", "v1", 0, None).unwrap();
+    assert_eq!(handle.get("k").unwrap().unwrap().cas(), 0);
+    let token = handle.gets("k").unwrap().unwrap().cas();
+    handle.cas("k", "v2", 0, None, token).unwrap();
+    assert_eq!(
+        handle.cas("k", "v3", 0, None, token),
+        Err(Error::Exists),
+        "the token named the version the first cas replaced"
+    );
+    assert_eq!(handle.get("k").unwrap().unwrap().value(), b"v2");
+    handle.shutdown();
+    thread.join().unwrap();
+}

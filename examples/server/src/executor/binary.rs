@@ -62,8 +62,10 @@ impl Pipe<'_> {
                         Some(self.ttl(exptime(req, 0)))
                     }
                 };
+                // Every binary read's answer carries the item's token.
                 let opts = GetOpts {
                     touch,
+                    token: true,
                     ..GetOpts::default()
                 };
                 self.submit_binary(conn, req, Request::Get { key: req.key, opts });

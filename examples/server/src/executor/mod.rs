@@ -510,7 +510,14 @@ impl Pipe<'_> {
             }
             Command::MetaDebug { key } => {
                 stats.cmd(Cmd::Mg);
-                let req = peek(key.bytes());
+                // `me` prints the token.
+                let req = Request::Get {
+                    key: key.bytes(),
+                    opts: GetOpts {
+                        token: true,
+                        ..PEEK
+                    },
+                };
                 self.submit(req);
                 let key = self.bytes(key.bytes());
                 self.push(conn, Kind::MetaDebug { key });
@@ -572,6 +579,7 @@ impl Pipe<'_> {
                 key,
                 opts: GetOpts {
                     touch,
+                    token: cas,
                     ..GetOpts::default()
                 },
             };
@@ -640,6 +648,7 @@ impl Pipe<'_> {
             win_tokens: true,
             recache_after_touch: first_of(&flags, b'T', b'R'),
             bump: !flags.has(b'u'),
+            token: flags.has(b'c'),
         };
         // A `t` before `T` reports the TTL the item had before the touch.
         let peek = flags.ttl.is_some() && t_before_touch(&flags);
@@ -742,15 +751,20 @@ impl Pipe<'_> {
     }
 }
 
+/// The options of a read that changes nothing and counts nothing.
+const PEEK: GetOpts = GetOpts {
+    touch: None,
+    vivify: None,
+    recache: None,
+    win_tokens: false,
+    recache_after_touch: false,
+    bump: false,
+    token: false,
+};
+
 /// A read that changes nothing and counts nothing.
 fn peek(key: &[u8]) -> Request<&[u8]> {
-    Request::Get {
-        key,
-        opts: GetOpts {
-            bump: false,
-            ..GetOpts::default()
-        },
-    }
+    Request::Get { key, opts: PEEK }
 }
 
 /// The TTL memcached leaves on an item a meta command created: `T` and `N`
