@@ -525,7 +525,10 @@ pub unsafe extern "C" fn segcache_get(
 
 /// The callback of `segcache_get_with`: the value (`value_len` bytes at
 /// `value`; not NUL-terminated, and possibly a non-NULL pointer with length
-/// 0), its flags, its CAS token, and the caller's `user_data`.
+/// 0), its flags, its CAS token, and the caller's `user_data`. Handing out
+/// the token means the cache appends every later overwrite instead of
+/// writing a same-size one in place (`segcache_set`); use `segcache_get`
+/// without a `cas` pointer where that matters.
 pub type segcache_get_cb = Option<
     unsafe extern "C" fn(
         value: *const u8,
