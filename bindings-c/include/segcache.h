@@ -156,9 +156,10 @@ typedef uint32_t segcache_store_mode_t;
 // The callback of `segcache_get_with`: the value (`value_len` bytes at
 // `value`; not NUL-terminated, and possibly a non-NULL pointer with length
 // 0), its flags, its CAS token, and the caller's `user_data`. Handing out
-// the token means the cache appends every later overwrite instead of
-// writing a same-size one in place (`segcache_set`); use `segcache_get`
-// without a `cas` pointer where that matters.
+// the token means the cache appends later overwrites of the items in the
+// same segment instead of writing same-size ones in place
+// (`segcache_set`); use `segcache_get` without a `cas` pointer where that
+// matters.
 typedef void (*segcache_get_cb)(const uint8_t *value,
                                 size_t value_len,
                                 uint32_t flags,

@@ -502,7 +502,8 @@ pub unsafe extern "C" fn segcache_get(
                 put(value_len, value.len());
                 put(flags, item.flags());
                 // Made only when asked for: a token handed out turns the
-                // core's same-size overwrites in place off (`Segcache::set`).
+                // core's same-size overwrites in place off for the item's
+                // segment (`Segcache::set`).
                 if !cas.is_null() {
                     put(cas, item.cas());
                 }
@@ -526,9 +527,10 @@ pub unsafe extern "C" fn segcache_get(
 /// The callback of `segcache_get_with`: the value (`value_len` bytes at
 /// `value`; not NUL-terminated, and possibly a non-NULL pointer with length
 /// 0), its flags, its CAS token, and the caller's `user_data`. Handing out
-/// the token means the cache appends every later overwrite instead of
-/// writing a same-size one in place (`segcache_set`); use `segcache_get`
-/// without a `cas` pointer where that matters.
+/// the token means the cache appends later overwrites of the items in the
+/// same segment instead of writing same-size ones in place
+/// (`segcache_set`); use `segcache_get` without a `cas` pointer where that
+/// matters.
 pub type segcache_get_cb = Option<
     unsafe extern "C" fn(
         value: *const u8,

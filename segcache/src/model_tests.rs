@@ -93,6 +93,19 @@ fn in_place_op(keys: u16) -> impl Strategy<Value = Op> {
     ]
 }
 
+/// [`in_place_op`] with CAS operations (for a harness that takes some
+/// keys' tokens).
+fn in_place_op_with_cas(keys: u16) -> impl Strategy<Value = Op> {
+    let k = 0..keys;
+    let sized = prop_oneof![Just(8usize), Just(64)]
+        .prop_flat_map(|n| prop::collection::vec(any::<u8>(), n));
+    prop_oneof![
+        8 => in_place_op(keys),
+        1 => (k.clone(), sized.clone()).prop_map(|(k, v)| Op::CasCurrent(k, v)),
+        1 => (k, sized).prop_map(|(k, v)| Op::CasStale(k, v)),
+    ]
+}
+
 /// Writes of a few TTLs (two buckets, some deadlines within a bucket's
 /// precision of each other, most not), reads that keep items through
 /// merges, and time passing in steps of up to a few precisions: merges
@@ -201,6 +214,21 @@ proptest! {
         }
         h.finish(32);
         prop_assert_eq!(h.cache.stats().evictions, 0);
+    }
+
+    /// A harness that takes the tokens of some keys only (with CAS
+    /// operations on them): segments where one of those keys' tokens is
+    /// out append their overwrites, the others write theirs in place, and
+    /// a token must go stale at its item's next version either way.
+    #[test]
+    fn overwrites_in_place_beside_segments_with_tokens_out(
+        ops in prop::collection::vec(in_place_op_with_cas(200), 1..3000)
+    ) {
+        let mut h = Harness::with_table(true, 3).with_some_tokens();
+        for op in ops {
+            h.step(op);
+        }
+        h.finish(200);
     }
 
     /// The same in a small heap that evicts, with a table that grows.

@@ -172,8 +172,9 @@ pub struct Store<B = Vec<u8>> {
     /// Whether the answer carries the new item's CAS token (memcached's
     /// binary protocol and meta `c` return one; a text `set` does not).
     /// Without it the answer's token is 0. Ask only when it is used: a
-    /// cache that has handed out a token appends every overwrite from then
-    /// on ([`Segcache::set`](crate::Segcache::set) says why).
+    /// segment one of whose items' tokens was handed out appends the
+    /// overwrites of its items ([`Segcache::set`](crate::Segcache::set)
+    /// says why).
     pub token: bool,
 }
 
@@ -221,8 +222,8 @@ pub struct GetOpts {
     pub bump: bool,
     /// Copy the item's CAS token into the answer (`gets`, `gats`, `mg c`,
     /// every binary read); without it [`OwnedItem::cas`] is 0. As with
-    /// [`Store::token`], a token once handed out makes the shard append
-    /// every overwrite from then on instead of writing it in place.
+    /// [`Store::token`], a token handed out makes its item's segment
+    /// append overwrites instead of writing them in place.
     pub token: bool,
 }
 

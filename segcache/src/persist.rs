@@ -426,8 +426,9 @@ impl Snapshot {
         }
         segs.rebuild_free_list();
         // Clients of the run that saved may hold tokens of these items:
-        // no overwrite in place may keep one valid.
-        segs.note_token();
+        // no overwrite in place may keep one valid (until a segment's
+        // generation moves on).
+        segs.note_tokens_everywhere();
         Ok(Restored {
             ttl: self.ttl,
             counters: self.counters,

@@ -17,7 +17,7 @@ use crate::hashtable::Location;
 use crate::item::RawItem;
 use crate::memory::Heap;
 use crate::windows::{Window, Windows, WINDOW_BYTES};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// "No segment" in the prev/next links.
 pub(crate) const NONE: u32 = u32::MAX;
@@ -128,16 +128,23 @@ pub(crate) struct Segments {
     /// generation of shard `i` is `i` modulo the count and no two shards
     /// hand out the same CAS token ([`Segments::set_cas_lane`]).
     gen_step: u32,
-    /// Whether a CAS token made from an item's location (see
-    /// `cache::view::cas_token`) has been handed out since the heap was
-    /// made. Until one has, no caller can hold a token, so an overwrite may
-    /// write over the old item in place, which keeps its location and so
-    /// its token; from the first token on, every overwrite goes to the log
-    /// (a new location, a new token). Set from `&self` (a token is made by
-    /// an [`Item`](crate::Item) view), hence atomic; never cleared but by
-    /// a new heap.
-    tokens_out: AtomicBool,
+    /// Per segment, whether a CAS token made from the location of one of
+    /// its items (see `cache::view::cas_token`) has been handed out since
+    /// the segment's generation began: [`TOKENS`] | that generation, or
+    /// anything else (0: never). While none has, no caller can hold a
+    /// token naming a place in the segment, so an overwrite of one of its
+    /// items may write over the old item in place, which keeps its
+    /// location and so its token; once one has, every overwrite of the
+    /// segment's items goes to the log (a new location, a new token). A
+    /// new generation (the segment emptied, or its items packed anew)
+    /// makes the old tokens stale, so the tag stops matching by itself.
+    /// Set from `&self` (a token is made by an [`Item`](crate::Item)
+    /// view), hence atomic.
+    tokens: Box<[AtomicU64]>,
 }
+
+/// The tag bit of [`Segments`]' `tokens` entries, above the generation.
+const TOKENS: u64 = 1 << 32;
 
 impl Segments {
     /// `count` free segments of `segment_size` bytes in anonymous memory.
@@ -161,25 +168,46 @@ impl Segments {
             free: (0..count as u32).rev().collect(),
             withheld: Vec::new(),
             gen_step: 1,
-            tokens_out: AtomicBool::new(false),
+            tokens: (0..count).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
-    /// Records that a location-made CAS token was handed out: from now on
-    /// overwrites are never made in place (see the field).
+    /// Records that a CAS token made from a location in segment `seg` was
+    /// handed out: until the segment's generation changes, overwrites of
+    /// its items are never made in place (see the field).
     #[inline(always)]
-    pub(crate) fn note_token(&self) {
+    pub(crate) fn note_token(&self, seg: u32) {
+        let tag = TOKENS | u64::from(self.headers[seg as usize].generation);
+        let noted = &self.tokens[seg as usize];
         // A load first: once set, making a token writes nothing.
-        if !self.tokens_out.load(Ordering::Relaxed) {
-            self.tokens_out.store(true, Ordering::Relaxed);
+        if noted.load(Ordering::Relaxed) != tag {
+            noted.store(tag, Ordering::Relaxed);
         }
     }
 
-    /// Whether a location-made CAS token has been handed out (see the
-    /// field): overwrites in place are off.
+    /// [`note_token`](Self::note_token) for every segment: a heap
+    /// restored from a datapool, whose items' tokens clients of the run
+    /// that saved it may hold.
+    pub(crate) fn note_tokens_everywhere(&self) {
+        for seg in 0..self.headers.len() as u32 {
+            self.note_token(seg);
+        }
+    }
+
+    /// Whether a token naming a place in segment `seg`'s present
+    /// generation may be out (see the field): overwrites of its items in
+    /// place are off.
     #[inline(always)]
-    pub(crate) fn tokens_out(&self) -> bool {
-        self.tokens_out.load(Ordering::Relaxed)
+    pub(crate) fn tokens_out(&self, seg: u32) -> bool {
+        let tag = TOKENS | u64::from(self.headers[seg as usize].generation);
+        self.tokens[seg as usize].load(Ordering::Relaxed) == tag
+    }
+
+    /// Whether any segment has a token out (the model's check that no
+    /// token was made behind its back).
+    #[cfg(test)]
+    pub(crate) fn any_tokens_out(&self) -> bool {
+        (0..self.headers.len() as u32).any(|seg| self.tokens_out(seg))
     }
 
     /// Makes this the shard `lane` of `lanes` (a power of two up to 1024):
@@ -280,7 +308,8 @@ impl Segments {
     }
 
     pub(crate) fn header_bytes(&self) -> usize {
-        self.headers.len() * std::mem::size_of::<SegmentHeader>()
+        self.headers.len()
+            * (std::mem::size_of::<SegmentHeader>() + std::mem::size_of::<AtomicU64>())
             + (self.free.capacity() + self.withheld.capacity()) * std::mem::size_of::<u32>()
     }
 

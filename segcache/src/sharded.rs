@@ -154,8 +154,8 @@ impl ShardedCache {
     }
 
     /// [`get`](Self::get) with the item's CAS token, for a later
-    /// [`cas`](Self::cas) (memcache `gets`). Once a token is out, the
-    /// key's shard appends overwrites instead of writing them in place.
+    /// [`cas`](Self::cas) (memcache `gets`). Once a token is out, overwrites
+    /// of the items in the item's segment are appended, not made in place.
     #[inline]
     pub fn gets(&self, key: impl AsRef<[u8]>) -> Option<OwnedItem> {
         let key = key.as_ref();

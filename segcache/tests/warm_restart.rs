@@ -323,3 +323,28 @@ fn storage_thread_and_sharded_cache_restart_warm() {
         .iter()
         .all(|o| matches!(o, RestoreOutcome::Restored { .. })));
 }
+
+#[test]
+fn a_token_held_across_a_restart_goes_stale_at_a_same_size_overwrite() {
+    // The restored cache cannot know which tokens its clients hold, so
+    // it writes no overwrite in place over an item restored with it.
+    let dir = tempfile::tempdir().unwrap();
+    let pool = dir.path().join("pool");
+    let clock = ManualClock::new();
+    let mut cache = builder(&pool, &clock).build().unwrap();
+    cache.set(b"k", [1u8; 64], 0, None).unwrap();
+    let token = cache.peek(b"k").unwrap().cas();
+    cache.save().unwrap();
+    let mut cache = builder(&pool, &clock).build().unwrap();
+    assert_eq!(
+        cache.restore_outcome(),
+        &RestoreOutcome::Restored { items: 1 }
+    );
+    cache.set(b"k", [2u8; 64], 0, None).unwrap();
+    assert_eq!(
+        cache.cas(b"k", [3u8; 64], 0, None, token),
+        Err(Error::Exists),
+        "the old version's token matched the new version"
+    );
+    assert_eq!(cache.get(b"k").unwrap().value(), [2u8; 64]);
+}

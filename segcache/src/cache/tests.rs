@@ -136,10 +136,8 @@ fn set_get_overwrite_delete() {
 #[test]
 fn overwrites_and_deletes_mark_what_they_unlink() {
     let (mut c, _) = small(Eviction::Merge);
-    // With a CAS token out, every overwrite goes to the log (before, one
-    // of the same size is made in place and leaves nothing to mark).
-    c.set(b"token", b"t", 0, None).unwrap();
-    c.get(b"token").unwrap().cas();
+    // Every overwrite here changes the item's size, so it goes to the log
+    // (one of the same size is made in place and leaves nothing to mark).
     let at = |c: &Segcache, key: &[u8]| {
         let hash = hash_key(key);
         let (_, _, info) = c
@@ -160,19 +158,16 @@ fn overwrites_and_deletes_mark_what_they_unlink() {
     assert!(c.segs.item(b).is_unlinked(), "the deleted item");
     // Overwrite a working set many times over the heap: compaction
     // walks segments full of marked copies.
+    let value = |round: u32| round.to_le_bytes().repeat(20 + round as usize % 2);
     for round in 0..40u32 {
         for k in 0..40u32 {
-            c.set(format!("k{k}"), round.to_le_bytes().repeat(20), 0, None)
-                .unwrap();
+            c.set(format!("k{k}"), value(round), 0, None).unwrap();
         }
     }
     assert!(c.stats().merges > 0, "compaction ran");
     assert_eq!(c.stats().evictions, 0);
     for k in 0..40u32 {
-        assert_eq!(
-            c.get(format!("k{k}")).unwrap().value(),
-            39u32.to_le_bytes().repeat(20)
-        );
+        assert_eq!(c.get(format!("k{k}")).unwrap().value(), value(39));
     }
     c.check_invariants();
 }
@@ -862,6 +857,43 @@ fn a_token_made_by_a_store_or_a_view_turns_overwrites_in_place_off() {
         assert_eq!(c.get(b"k").unwrap().value(), [2u8; 64]);
         c.check_invariants();
     }
+}
+
+#[test]
+fn a_token_stops_overwrites_in_place_in_its_own_segment_only_and_until_it_is_emptied() {
+    // 4 KiB segments: "a" and "b" lie in different ones.
+    let (mut c, _) = small(Eviction::Merge);
+    c.set(b"a", [1u8; 64], 0, None).unwrap();
+    for n in 0.. {
+        let k = format!("f{n}");
+        c.set(&k, [0u8; 200], 0, None).unwrap();
+        if entry_of(&c, k.as_bytes()).0.seg != entry_of(&c, b"a").0.seg {
+            break;
+        }
+        assert!(n < 100, "4 KiB segments fill up");
+    }
+    c.set(b"b", [1u8; 64], 0, None).unwrap();
+    let (a, b) = (entry_of(&c, b"a").0, entry_of(&c, b"b").0);
+    assert_ne!(a.seg, b.seg);
+    let token = c.get(b"a").unwrap().cas();
+    // "b"'s segment has no token out: in place.
+    c.set(b"b", [2u8; 64], 0, None).unwrap();
+    assert_eq!(entry_of(&c, b"b").0, b, "another segment: in place");
+    // "a"'s has: appended, and the token goes stale.
+    c.set(b"a", [2u8; 64], 0, None).unwrap();
+    let moved = entry_of(&c, b"a").0;
+    assert_ne!(moved, a, "its own segment: the log");
+    assert_eq!(c.cas(b"a", [3u8; 64], 0, None, token), Err(Error::Exists));
+    // Once "a"'s old segment is emptied and reused (a new generation),
+    // nothing names a place in it: items written there overwrite in place.
+    c.flush();
+    c.set(b"c", [1u8; 64], 0, None).unwrap();
+    let at = entry_of(&c, b"c").0;
+    assert_eq!(at.seg, a.seg, "the emptied segment is the first reused");
+    c.set(b"c", [2u8; 64], 0, None).unwrap();
+    assert_eq!(entry_of(&c, b"c").0, at, "a new generation: in place");
+    assert_eq!(c.get(b"c").unwrap().value(), [2u8; 64]);
+    c.check_invariants();
 }
 
 #[test]

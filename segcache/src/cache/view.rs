@@ -119,8 +119,8 @@ fn refill_bytes(buf: &mut Vec<u8>, bytes: &[u8]) {
 /// Same accessors as [`Item`], but the CAS token is copied only when the
 /// read asked for it ([`GetOpts::token`](crate::ops::GetOpts::token),
 /// [`ShardedCache::gets`](crate::ShardedCache::gets), [`Item::to_owned`]):
-/// a token, once made, turns this shard's overwrites in place off, so a
-/// plain read does not make one.
+/// a token, once made, turns overwrites in place off in the item's
+/// segment, so a plain read does not make one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OwnedItem {
     pub(super) key: Vec<u8>,
@@ -211,14 +211,15 @@ impl Eq for Item<'_> {}
 /// 23 | segment 20 | offset 21` bits), unique per item version (across the
 /// shards of a sharded cache too: each shard's generations are its own
 /// residue modulo the shard count). The only maker of tokens: a token made
-/// from a location turns overwrites in place off for good
-/// ([`Segments::note_token`]), since one would keep the location.
+/// from a location turns overwrites in place off in its segment until the
+/// segment's next generation ([`Segments::note_token`]), since one would
+/// keep the location.
 #[inline]
 pub(super) fn cas_token(raw: RawItem<'_>, segs: &Segments, loc: Location) -> u64 {
     if let Some(kept) = raw.kept_cas() {
         return kept;
     }
-    segs.note_token();
+    segs.note_token(loc.seg);
     let header = &segs.headers[loc.seg as usize];
     ((header.generation as u64 & 0x7f_ffff) << 41) | ((loc.seg as u64) << 21) | loc.offset as u64
 }

@@ -117,13 +117,15 @@ impl Segcache {
     ///
     /// An overwrite without a TTL, of an item without one and of the same
     /// size, is written over the old item (no log space taken, nothing
-    /// left to reclaim) until the cache first hands out a CAS token
-    /// ([`Item::cas`], [`Item::to_owned`], `ShardedCache::gets`; a read,
-    /// store or arithmetic update through [`execute`](Self::execute) that
-    /// asks for one: [`GetOpts::token`](crate::ops::GetOpts::token),
-    /// [`Store::token`], [`ArithOpts::token`]); from then on every
+    /// left to reclaim) unless a CAS token of an item in the same segment
+    /// has been handed out ([`Item::cas`], [`Item::to_owned`],
+    /// `ShardedCache::gets`; a read, store or arithmetic update through
+    /// [`execute`](Self::execute) that asks for one:
+    /// [`GetOpts::token`](crate::ops::GetOpts::token), [`Store::token`],
+    /// [`ArithOpts::token`]) since the segment was last emptied: such an
     /// overwrite is appended, so that each version has a token of its own.
-    /// A plain [`Store`] without a TTL does the same.
+    /// A restored cache counts every restored segment as having tokens
+    /// out. A plain [`Store`] without a TTL does the same.
     pub fn set(
         &mut self,
         key: impl AsRef<[u8]>,
@@ -197,7 +199,8 @@ impl Segcache {
     /// item has no TTL, is as large as the new one (`size`, the new one's
     /// size, for a write without a TTL), holds its value in the heap and
     /// is the table's first candidate for the key (so the table is not
-    /// growing), and no CAS token has been handed out
+    /// growing), and no CAS token naming a place in the item's segment
+    /// has been handed out
     /// ([`Segments::tokens_out`](crate::segments::Segments::tokens_out)):
     /// the item's location if it did. Nothing moves, so nothing is left
     /// dead: the log append, the old copy's unlinking and the later
@@ -216,12 +219,13 @@ impl Segcache {
         meta: &Meta,
         size: usize,
     ) -> Option<Location> {
-        if self.segs.tokens_out() {
-            return None;
-        }
         let (at, info, old_size) = self.first_match(key, hash)?;
         let old = hashtable::location(info);
-        if old_size != size || self.segs.item(old).is_external() || self.segs.deadline(old) != 0 {
+        if old_size != size
+            || self.segs.item(old).is_external()
+            || self.segs.deadline(old) != 0
+            || self.segs.tokens_out(old.seg)
+        {
             return None;
         }
         let rewrite_floor = self.rewrite_floor();
@@ -700,8 +704,8 @@ impl Segcache {
         }
         let mut meta = self.segs.item(loc).meta();
         // The moved item keeps its token, which names its old place: only
-        // if a token may be out (none can be held before the first).
-        if self.segs.tokens_out() {
+        // if a token naming a place in that segment may be out.
+        if self.segs.tokens_out(loc.seg) {
             meta.cas = Some(self.cas_at(loc));
         }
         self.rewrite(key, hash, loc, &meta, ttl, now).map(Some)

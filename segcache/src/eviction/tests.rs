@@ -44,18 +44,20 @@ fn every_policy_but_none_keeps_serving_past_a_full_heap() {
 fn overwrites_within_the_heap_are_compacted_not_evicted() {
     let clock = ManualClock::new();
     let mut c = small_cache(64 << 10, 4 << 10, 8, Eviction::default(), &clock);
-    // A CAS token out: overwrites go to the log, not in place.
-    c.set(b"token", b"t", 0, None).unwrap();
-    c.get(b"token").unwrap().cas();
     // 300 keys x ~91 bytes = ~27 KiB live in a 64 KiB heap, rewritten
     // ten times over: dead versions fill segments, compaction frees them.
+    // Each key's value changes size at every write, so every overwrite
+    // goes to the log (one of the same size would be made in place).
     let mut rng = 1u64;
+    let mut writes = [0usize; 300];
     for round in 0..7_000u32 {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        let k = rng % 300;
-        c.set(format!("k{k:03}").as_bytes(), [round as u8; 80], 0, None)
+        let k = (rng % 300) as usize;
+        writes[k] += 1;
+        let value = vec![round as u8; 80 + writes[k] % 2];
+        c.set(format!("k{k:03}").as_bytes(), value, 0, None)
             .unwrap();
     }
     for k in 0..300u64 {
@@ -195,12 +197,13 @@ fn compaction_moves_items_with_their_access_counts() {
     // their evaluation).
     let clock = ManualClock::new();
     let mut c = merge_cache(64 << 10, 4 << 10, &clock);
-    // A CAS token out: the overwrites go to the log, not in place.
-    c.set(b"token", b"t", 0, None).unwrap();
-    c.get(b"token").unwrap().cas();
+    // The overwritten keys change size at every write: their overwrites
+    // go to the log, not in place.
     for k in 0..120u32 {
         c.set(format!("w{k:03}"), [1u8; 80], 0, None).unwrap();
-        c.set(format!("o{}", k % 4), [2u8; 80], 0, None).unwrap();
+        let size = 80 + (k / 4) as usize % 2;
+        c.set(format!("o{}", k % 4), vec![2u8; size], 0, None)
+            .unwrap();
     }
     clock.advance(Duration::from_secs(1));
     for k in 0..120u32 {

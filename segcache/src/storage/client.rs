@@ -376,8 +376,8 @@ impl StorageHandle {
     }
 
     /// [`get`](Self::get) with the item's CAS token, for a later
-    /// [`cas`](Self::cas) (memcache `gets`). Once a token is out, the
-    /// cache appends overwrites instead of writing them in place.
+    /// [`cas`](Self::cas) (memcache `gets`). Once a token is out, overwrites
+    /// of the items in the item's segment are appended, not made in place.
     pub fn gets(&self, key: impl AsRef<[u8]>) -> Result<Option<OwnedItem>, Error> {
         let opts = GetOpts {
             token: true,
