@@ -205,7 +205,7 @@ impl Segments {
 
     /// Whether any segment has a token out (the model's check that no
     /// token was made behind its back).
-    #[cfg(test)]
+    #[cfg(any(test, fuzzing))]
     pub(crate) fn any_tokens_out(&self) -> bool {
         (0..self.headers.len() as u32).any(|seg| self.tokens_out(seg))
     }
