@@ -72,13 +72,17 @@ fn churn_op(keys: u16) -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Values of two sizes, so that many overwrites keep their item's size.
+fn two_sizes() -> impl Strategy<Value = Vec<u8>> + Clone {
+    prop_oneof![Just(8usize), Just(64)].prop_flat_map(|n| prop::collection::vec(any::<u8>(), n))
+}
+
 /// Writes of two sizes, mostly without a TTL, between reads, appends,
 /// counters, touches, deletes and time passing: for a harness that takes
 /// no CAS tokens, most overwrites are made in place.
 fn in_place_op(keys: u16) -> impl Strategy<Value = Op> {
     let k = 0..keys;
-    let sized = prop_oneof![Just(8usize), Just(64)]
-        .prop_flat_map(|n| prop::collection::vec(any::<u8>(), n));
+    let sized = two_sizes();
     let flags = prop_oneof![3 => Just(0u32), 1 => any::<u32>()];
     let ttl = prop_oneof![4 => Just(TtlChoice::Never), 1 => ttl_choice()];
     prop_oneof![
@@ -97,8 +101,7 @@ fn in_place_op(keys: u16) -> impl Strategy<Value = Op> {
 /// keys' tokens).
 fn in_place_op_with_cas(keys: u16) -> impl Strategy<Value = Op> {
     let k = 0..keys;
-    let sized = prop_oneof![Just(8usize), Just(64)]
-        .prop_flat_map(|n| prop::collection::vec(any::<u8>(), n));
+    let sized = two_sizes();
     prop_oneof![
         8 => in_place_op(keys),
         1 => (k.clone(), sized.clone()).prop_map(|(k, v)| Op::CasCurrent(k, v)),

@@ -146,11 +146,7 @@ impl ShardedCache {
     /// ([`OwnedItem::cas`] is 0: see [`gets`](Self::gets)).
     #[inline]
     pub fn get(&self, key: impl AsRef<[u8]>) -> Option<OwnedItem> {
-        let key = key.as_ref();
-        let hash = hash_key(key);
-        self.shard_for(hash)
-            .get_hashed(key, hash)
-            .map(|it| it.copy_out(false))
+        self.read_copy(key.as_ref(), false)
     }
 
     /// [`get`](Self::get) with the item's CAS token, for a later
@@ -158,11 +154,16 @@ impl ShardedCache {
     /// of the items in the item's segment are appended, not made in place.
     #[inline]
     pub fn gets(&self, key: impl AsRef<[u8]>) -> Option<OwnedItem> {
-        let key = key.as_ref();
+        self.read_copy(key.as_ref(), true)
+    }
+
+    /// [`get`](Self::get), with the token if `token`.
+    #[inline(always)]
+    fn read_copy(&self, key: &[u8], token: bool) -> Option<OwnedItem> {
         let hash = hash_key(key);
         self.shard_for(hash)
             .get_hashed(key, hash)
-            .map(|it| it.copy_out(true))
+            .map(|it| it.copy_out(token))
     }
 
     /// Looks a key up (as [`Segcache::get`]: a hit or a miss is counted)

@@ -95,8 +95,18 @@ impl<'a> Item<'a> {
             key: self.key().to_vec(),
             value: self.value().to_vec(),
             flags: self.flags(),
-            cas: if token { self.cas() } else { 0 },
+            cas: self.cas_if(token),
             ttl: self.ttl(),
+        }
+    }
+
+    /// [`cas`](Self::cas) if `token`, else 0 (and no token made).
+    #[inline(always)]
+    fn cas_if(&self, token: bool) -> u64 {
+        if token {
+            self.cas()
+        } else {
+            0
         }
     }
 }
@@ -137,8 +147,7 @@ impl OwnedItem {
     pub(super) fn refill(&mut self, item: Item<'_>, token: bool) {
         refill_bytes(&mut self.key, item.key());
         refill_bytes(&mut self.value, item.value());
-        let cas = if token { item.cas() } else { 0 };
-        (self.flags, self.cas, self.ttl) = (item.flags(), cas, item.ttl());
+        (self.flags, self.cas, self.ttl) = (item.flags(), item.cas_if(token), item.ttl());
     }
 
     /// The item's key.
@@ -226,12 +235,6 @@ pub(super) fn cas_token(raw: RawItem<'_>, segs: &Segments, loc: Location) -> u64
 
 impl From<Item<'_>> for OwnedItem {
     fn from(item: Item<'_>) -> Self {
-        OwnedItem {
-            key: item.key().to_vec(),
-            value: item.value().to_vec(),
-            flags: item.flags(),
-            cas: item.cas(),
-            ttl: item.ttl(),
-        }
+        item.copy_out(true)
     }
 }

@@ -207,9 +207,9 @@ impl Segcache {
     /// reclaim of its bytes are all skipped (64-byte sets 1.2-1.5x as fast
     /// with a million keys, 2x with 100,000: BENCHMARKS.md §2). The item
     /// keeps its place in its segment, as an updated entry of S3-FIFO or
-    /// quick_cache keeps its place in its queue; its access count is raised as a rewrite's is in the log
-    /// (`eviction::REWRITE_FREQ`) and its marks start clear, as a new
-    /// item's do.
+    /// quick_cache keeps its place in its queue; its access count is
+    /// raised as a rewrite's is in the log (`eviction::REWRITE_FREQ`) and
+    /// its marks start clear, as a new item's do.
     #[inline(always)]
     fn overwrite_in_place(
         &mut self,
