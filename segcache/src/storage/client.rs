@@ -215,6 +215,9 @@ impl Client {
         while self.in_flight() > 0 {
             self.recv()?;
         }
+        if let Some(result) = self.shared.run_here(&request) {
+            return result;
+        }
         self.submit(request)?;
         self.recv()?.ok_or(Error::Closed)
     }
@@ -348,8 +351,12 @@ impl StorageHandle {
         self.shared.stopped.load(SeqCst)
     }
 
-    /// One request, one reply, on a pooled channel.
+    /// One request, one reply: run right here if the cache's token is free
+    /// (see the module doc), else on a pooled channel.
     pub fn call(&self, request: Request) -> Result<Response, Error> {
+        if let Some(result) = self.shared.run_here(&request) {
+            return result;
+        }
         let channel = self
             .shared
             .pool

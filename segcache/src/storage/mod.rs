@@ -32,6 +32,11 @@
 //!   no cross-thread reply at low rates. If the token is taken, the client
 //!   leaves its request to the holder, exactly as it handed it off before:
 //!   at high rates the storage thread is awake and serves.
+//! * A blocking call ([`StorageHandle`]'s methods, [`Client::call`] once
+//!   nothing else is in flight) that finds the token free does not even
+//!   push: it runs its request at once, holding the token, and then serves
+//!   whatever others pushed meanwhile; only if the token is taken does it
+//!   queue the request as above.
 //! * A client's turn is bounded (`COMBINE_PASSES` passes that found
 //!   work); if requests keep coming after that, it wakes the storage thread
 //!   and leaves the rest to it, so a worker is never kept from its own

@@ -233,6 +233,83 @@ fn a_request_pushed_while_the_token_is_held_waits_for_the_holder() {
     thread.join().unwrap();
 }
 
+/// A blocking call that finds the token free runs its request at once on
+/// its own thread, with no queue: no pooled channel is made. Requests
+/// other clients pushed while the token was taken, left waiting, run
+/// before it (here a set the call's read then sees), and their replies
+/// are there when it returns.
+#[test]
+fn a_blocking_call_that_finds_the_token_free_runs_at_once_after_what_waited() {
+    let (handle, thread) = Segcache::builder()
+        .spawn_storage(StorageConfig::default())
+        .unwrap();
+    let mut client = handle.client();
+    let turn = hold_token(&handle);
+    client
+        .try_submit(Request::Store(Store::new(
+            StoreMode::Set,
+            b"k".to_vec(),
+            b"1".to_vec(),
+        )))
+        .unwrap();
+    drop(turn);
+    assert_eq!(handle.get("k").unwrap().unwrap().value(), b"1");
+    assert!(
+        !client.channel.replies.is_empty(),
+        "the waiting set was left"
+    );
+    assert!(matches!(client.recv(), Ok(Some(Response::Stored(Ok(_))))));
+    handle.set("k", "2", 0, None).unwrap();
+    assert_eq!(handle.get("k").unwrap().unwrap().value(), b"2");
+    assert!(
+        handle.shared.pool.lock().is_empty(),
+        "a blocking call queued"
+    );
+    assert_eq!(handle.shared.channels.lock().len(), 1, "only the client's");
+    drop((client, handle));
+    thread.join().unwrap();
+}
+
+/// A blocking call that finds the token taken hands its request over on
+/// a pooled channel, and the holder runs it.
+#[test]
+fn a_blocking_call_that_finds_the_token_taken_is_left_to_the_holder() {
+    let (handle, thread) = Segcache::builder()
+        .spawn_storage(StorageConfig::default())
+        .unwrap();
+    let mut turn = hold_token(&handle);
+    let caller = {
+        let handle = handle.clone();
+        thread::spawn(move || handle.set("k", "v", 0, None))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !handle.shared.pending.load(SeqCst) {
+        assert!(Instant::now() < deadline, "the call never queued");
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(turn.drain(None), 1);
+    assert_eq!(turn.cache().get(b"k").unwrap().value(), b"v");
+    drop(turn);
+    assert_eq!(caller.join().unwrap(), Ok(()));
+    assert_eq!(handle.shared.pool.lock().len(), 1, "its channel is pooled");
+    drop(handle);
+    thread.join().unwrap();
+}
+
+/// After shutdown a blocking call is refused, whoever holds the token,
+/// and changes nothing.
+#[test]
+fn a_blocking_call_after_shutdown_is_refused_and_changes_nothing() {
+    let (handle, thread) = Segcache::builder()
+        .spawn_storage(StorageConfig::default())
+        .unwrap();
+    handle.set("k", "v", 0, None).unwrap();
+    handle.shutdown();
+    assert_eq!(handle.set("k2", "v", 0, None), Err(Error::Closed));
+    assert_eq!(handle.delete("k"), Err(Error::Closed));
+    assert_eq!(thread.join().unwrap().items, 1);
+}
+
 /// The storage thread waits for a client's turn to end before it
 /// touches the cache (here: to stop and hand the cache back).
 #[test]

@@ -177,6 +177,14 @@ impl<'a> Turn<'a> {
         drain(cache, &owned.channels, own)
     }
 
+    /// The cache itself (for a request run outside the queues).
+    pub(super) fn cache(&mut self) -> &mut Segcache {
+        self.owned()
+            .cache
+            .as_mut()
+            .expect("the cache stays until the token is retired")
+    }
+
     /// Keeps the token forever (the storage thread, stopping): nobody may
     /// touch the cache after this.
     pub(super) fn retire(self) {
@@ -261,7 +269,7 @@ impl Shared {
         pushed?;
         if self.combining {
             self.pending.swap(true, SeqCst);
-            self.combine(channel);
+            self.combine(Some(channel));
         } else if !self.pending.swap(true, SeqCst) {
             // The storage thread clears `pending` before each pass and
             // checks it after giving the token up, before it parks: only a
@@ -277,7 +285,7 @@ impl Shared {
     /// if work arrived meanwhile whose pusher found it taken. Past the
     /// bound, or when the storage thread waits for the token, the rest is
     /// left to the storage thread (woken).
-    fn combine(&self, own: &Channel) {
+    fn combine(&self, own: Option<&Channel>) {
         // Our `pending` swap before our look at the token (see the module
         // doc: this fence pairs with the releaser's).
         fence(SeqCst);
@@ -296,7 +304,7 @@ impl Shared {
             self.counters.client_turns.fetch_add(1, Relaxed);
             loop {
                 self.pending.swap(false, SeqCst);
-                let served = turn.drain(Some(own));
+                let served = turn.drain(own);
                 if served == 0 {
                     break;
                 }
@@ -320,6 +328,47 @@ impl Shared {
                 return;
             }
         }
+    }
+
+    /// A blocking call's fast way (combining only): if the token is free
+    /// and the storage thread does not wait for it, runs `request` right
+    /// here, holding the token, with no queue, no reply channel and no
+    /// wake-up. Requests other clients pushed before (found waiting) run
+    /// first, and, like [`combine`](Self::combine), those pushed while it
+    /// ran are served before it returns. `None`: the token is taken (or combining
+    /// is off), so the caller hands the request over on a queue as
+    /// before. After shutdown, [`Error::Closed`] and nothing runs.
+    ///
+    /// Only for a caller with nothing in flight: its earlier requests must
+    /// all be answered, or this one could overtake them.
+    pub(super) fn run_here(&self, request: &Request) -> Option<Result<Response, Error>> {
+        if !self.combining || self.storage_waits.load(SeqCst) {
+            return None;
+        }
+        if self.shutdown.load(SeqCst) {
+            return Some(Err(Error::Closed));
+        }
+        // A retired token (stopped, or a holder panicked) is not FREE
+        // either: the queue path then refuses the request.
+        let mut turn = Turn::try_take(self, CLIENT)?;
+        self.counters.client_turns.fetch_add(1, Relaxed);
+        let mut served = 1;
+        if self.pending.load(SeqCst) {
+            // Requests already pushed, whose pushers found the token
+            // taken, run first: they came first.
+            self.pending.swap(false, SeqCst);
+            served += turn.drain(None);
+        }
+        self.counters.client_jobs.fetch_add(served as u64, Relaxed);
+        let response = turn.cache().execute(request);
+        drop(turn);
+        // Pairs with a pusher's fence (module doc): a request pushed while
+        // we held the token, whose pusher found it taken, is ours to run.
+        fence(SeqCst);
+        if self.pending.load(SeqCst) {
+            self.combine(None);
+        }
+        Some(Ok(response))
     }
 
     /// Waits for the next reply on a channel with a request in flight:
