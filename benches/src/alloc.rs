@@ -7,9 +7,15 @@
 //! `#[global_allocator]` only in the binary (`main.rs`); the library half of
 //! the crate just reads the counters, which stay at zero when this allocator
 //! is not installed (e.g. in unit tests).
+//!
+//! The speed subcommands turn the counting off ([`stop_counting`]) before
+//! they build anything: its shared counters add atomic read-modify-writes
+//! (contended ones, with two threads) to every allocation and free, a cost
+//! no deployment pays, which would weigh on whichever contender allocates
+//! per operation (owned keys, values and replies).
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
 
 /// A `System` wrapper that counts live and peak requested bytes.
 pub struct CountingAlloc;
@@ -17,9 +23,20 @@ pub struct CountingAlloc;
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 static INSTALLED: AtomicUsize = AtomicUsize::new(0);
+static COUNTING: AtomicBool = AtomicBool::new(true);
+
+/// Stops the counting for the rest of the process (the speed subcommands,
+/// which read no counter): allocations then cost what `System`'s do, plus
+/// one relaxed load. The counters are meaningless from then on.
+pub fn stop_counting() {
+    COUNTING.store(false, Ordering::Relaxed);
+}
 
 #[inline]
 fn add(n: usize) {
+    if !COUNTING.load(Ordering::Relaxed) {
+        return;
+    }
     let now = LIVE.fetch_add(n as isize, Ordering::Relaxed) + n as isize;
     if now > 0 {
         PEAK.fetch_max(now as usize, Ordering::Relaxed);
@@ -29,6 +46,9 @@ fn add(n: usize) {
 
 #[inline]
 fn sub(n: usize) {
+    if !COUNTING.load(Ordering::Relaxed) {
+        return;
+    }
     LIVE.fetch_sub(n as isize, Ordering::Relaxed);
 }
 

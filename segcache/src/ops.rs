@@ -194,6 +194,22 @@ impl<B> Store<B> {
             token: false,
         }
     }
+
+    /// The same store with its key and value through `f` (e.g. borrowed
+    /// bytes copied into `Vec`s to travel to another thread).
+    pub(crate) fn map_bytes<C>(&self, f: impl Fn(&B) -> C) -> Store<C> {
+        Store {
+            mode: self.mode,
+            key: f(&self.key),
+            value: f(&self.value),
+            flags: self.flags,
+            ttl: self.ttl,
+            cas: self.cas,
+            invalidate: self.invalidate,
+            external: self.external,
+            token: self.token,
+        }
+    }
 }
 
 /// Options of a read (`get`, `gets`, `gat`, `mg`).
@@ -364,6 +380,38 @@ pub enum Request<B = Vec<u8>> {
         /// interleaved).
         segment: u32,
     },
+}
+
+impl<B> Request<B> {
+    /// The same request with its key and value through `f` (see
+    /// [`Store::map_bytes`]).
+    pub(crate) fn map_bytes<C>(&self, f: impl Fn(&B) -> C) -> Request<C> {
+        match self {
+            Request::Get { key, opts } => Request::Get {
+                key: f(key),
+                opts: *opts,
+            },
+            Request::Store(store) => Request::Store(store.map_bytes(f)),
+            Request::Delete { key, opts } => Request::Delete {
+                key: f(key),
+                opts: *opts,
+            },
+            Request::Arith { key, opts } => Request::Arith {
+                key: f(key),
+                opts: *opts,
+            },
+            Request::Touch { key, ttl } => Request::Touch {
+                key: f(key),
+                ttl: *ttl,
+            },
+            Request::Flush { delay } => Request::Flush { delay: *delay },
+            Request::Expire => Request::Expire,
+            Request::Clear => Request::Clear,
+            Request::Stats => Request::Stats,
+            Request::Len => Request::Len,
+            Request::Walk { segment } => Request::Walk { segment: *segment },
+        }
+    }
 }
 
 /// One item as [`Request::Walk`] lists it: what an operator's key dump

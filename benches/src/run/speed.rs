@@ -15,6 +15,7 @@ pub fn run_throughput(
     caches: &[String],
     only: &[String],
 ) -> Result<(), String> {
+    segcache_bench::alloc::stop_counting();
     let contenders: Vec<Contender> = caches
         .iter()
         .map(|c| Contender::parse(c).ok_or(format!("unknown cache {c:?}")))
@@ -124,6 +125,7 @@ pub fn run_concurrent(
     rounds: usize,
     only: &[String],
 ) -> Result<(), String> {
+    segcache_bench::alloc::stop_counting();
     println!("```\ncargo run --release -p segcache-bench -- concurrent --keys {keys} --ops {ops} --rounds {rounds}\n```\n");
     for line in segcache_bench::concurrent::run(keys, ops, threads, batches, rounds, only) {
         println!("{line}");
@@ -140,6 +142,7 @@ pub fn run_opcount(
     value_len: usize,
     zipf: bool,
 ) -> Result<(), String> {
+    segcache_bench::alloc::stop_counting();
     let contender = Contender::parse(cache).ok_or(format!("unknown cache {cache:?}"))?;
     let op = Op::ALL
         .into_iter()

@@ -357,6 +357,20 @@ impl StorageHandle {
         if let Some(result) = self.shared.run_here(&request) {
             return result;
         }
+        self.call_queued(request)
+    }
+
+    /// [`call`](Self::call) with borrowed bytes: they are copied only if
+    /// the request has to travel on a queue.
+    fn call_ref(&self, request: Request<&[u8]>) -> Result<Response, Error> {
+        if let Some(result) = self.shared.run_here(&request) {
+            return result;
+        }
+        self.call_queued(request.map_bytes(|bytes| bytes.to_vec()))
+    }
+
+    /// One request, one reply, on a pooled channel.
+    fn call_queued(&self, request: Request) -> Result<Response, Error> {
         let channel = self
             .shared
             .pool
@@ -394,8 +408,8 @@ impl StorageHandle {
     }
 
     fn read(&self, key: impl AsRef<[u8]>, opts: GetOpts) -> Result<Option<OwnedItem>, Error> {
-        let key = key.as_ref().to_vec();
-        let found = expect_reply!(self.call(Request::Get { key, opts })?, Get)?;
+        let key = key.as_ref();
+        let found = expect_reply!(self.call_ref(Request::Get { key, opts })?, Get)?;
         Ok(found.map(|f| f.item))
     }
 
@@ -412,9 +426,9 @@ impl StorageHandle {
             flags,
             ttl,
             cas,
-            ..Store::new(mode, key.to_vec(), value.to_vec())
+            ..Store::new(mode, key, value)
         };
-        expect_reply!(self.call(Request::Store(store))?, Stored).map(drop)
+        expect_reply!(self.call_ref(Request::Store(store))?, Stored).map(drop)
     }
 
     /// See [`Segcache::set`].
@@ -479,8 +493,7 @@ impl StorageHandle {
     }
 
     fn arith(&self, key: &[u8], opts: ArithOpts) -> Result<u64, Error> {
-        let key = key.to_vec();
-        expect_reply!(self.call(Request::Arith { key, opts })?, Number).map(|(v, _)| v)
+        expect_reply!(self.call_ref(Request::Arith { key, opts })?, Number).map(|(v, _)| v)
     }
 
     /// See [`Segcache::incr`].
@@ -495,14 +508,14 @@ impl StorageHandle {
 
     /// See [`Segcache::touch`].
     pub fn touch(&self, key: impl AsRef<[u8]>, ttl: impl Into<Ttl>) -> Result<(), Error> {
-        let (key, ttl) = (key.as_ref().to_vec(), ttl.into());
-        expect_reply!(self.call(Request::Touch { key, ttl })?, Touched)
+        let (key, ttl) = (key.as_ref(), ttl.into());
+        expect_reply!(self.call_ref(Request::Touch { key, ttl })?, Touched)
     }
 
     /// See [`Segcache::delete`].
     pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<bool, Error> {
-        let (key, opts) = (key.as_ref().to_vec(), DeleteOpts::default());
-        match expect_reply!(self.call(Request::Delete { key, opts })?, Deleted) {
+        let (key, opts) = (key.as_ref(), DeleteOpts::default());
+        match expect_reply!(self.call_ref(Request::Delete { key, opts })?, Deleted) {
             Ok(()) => Ok(true),
             Err(Error::NotFound) => Ok(false),
             Err(e) => Err(e),

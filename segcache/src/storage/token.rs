@@ -341,7 +341,10 @@ impl Shared {
     ///
     /// Only for a caller with nothing in flight: its earlier requests must
     /// all be answered, or this one could overtake them.
-    pub(super) fn run_here(&self, request: &Request) -> Option<Result<Response, Error>> {
+    pub(super) fn run_here<B: AsRef<[u8]>>(
+        &self,
+        request: &Request<B>,
+    ) -> Option<Result<Response, Error>> {
         if !self.combining || self.storage_waits.load(SeqCst) {
             return None;
         }
