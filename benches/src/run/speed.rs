@@ -126,7 +126,17 @@ pub fn run_concurrent(
     only: &[String],
 ) -> Result<(), String> {
     segcache_bench::alloc::stop_counting();
-    println!("```\ncargo run --release -p segcache-bench -- concurrent --keys {keys} --ops {ops} --rounds {rounds}\n```\n");
+    let list = |xs: &[usize]| {
+        xs.iter()
+            .map(|x| x.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    println!(
+        "```\ncargo run --release -p segcache-bench -- concurrent --keys {keys} --ops {ops} --rounds {rounds} --threads {} --batches {}\n```\n",
+        list(threads),
+        list(batches)
+    );
     for line in segcache_bench::concurrent::run(keys, ops, threads, batches, rounds, only) {
         println!("{line}");
     }

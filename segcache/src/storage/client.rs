@@ -44,6 +44,17 @@ impl Client {
         if self.in_flight == self.shared.capacity {
             return Err(TrySubmitError::Full(request));
         }
+        if let Some(result) = self.shared.run_here(&request, Some(&self.channel)) {
+            let Ok(response) = result else {
+                return Err(TrySubmitError::Closed(request));
+            };
+            // After every earlier reply (our queue was empty), with room:
+            // replies waiting <= requests in flight < capacity.
+            let pushed = self.channel.replies.push(Done::One(response));
+            debug_assert!(pushed.is_ok(), "in-flight bound guarantees room");
+            self.in_flight += 1;
+            return Ok(());
+        }
         self.shared
             .push(&self.channel, Job::One(request))
             .map_err(|job| match job {
@@ -215,7 +226,7 @@ impl Client {
         while self.in_flight() > 0 {
             self.recv()?;
         }
-        if let Some(result) = self.shared.run_here(&request) {
+        if let Some(result) = self.shared.run_here(&request, None) {
             return result;
         }
         self.submit(request)?;
@@ -354,7 +365,7 @@ impl StorageHandle {
     /// One request, one reply: run right here if the cache's token is free
     /// (see the module doc), else on a pooled channel.
     pub fn call(&self, request: Request) -> Result<Response, Error> {
-        if let Some(result) = self.shared.run_here(&request) {
+        if let Some(result) = self.shared.run_here(&request, None) {
             return result;
         }
         self.call_queued(request)
@@ -363,7 +374,7 @@ impl StorageHandle {
     /// [`call`](Self::call) with borrowed bytes: they are copied only if
     /// the request has to travel on a queue.
     fn call_ref(&self, request: Request<&[u8]>) -> Result<Response, Error> {
-        if let Some(result) = self.shared.run_here(&request) {
+        if let Some(result) = self.shared.run_here(&request, None) {
             return result;
         }
         self.call_queued(request.map_bytes(|bytes| bytes.to_vec()))

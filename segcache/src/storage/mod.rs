@@ -32,11 +32,13 @@
 //!   no cross-thread reply at low rates. If the token is taken, the client
 //!   leaves its request to the holder, exactly as it handed it off before:
 //!   at high rates the storage thread is awake and serves.
-//! * A blocking call ([`StorageHandle`]'s methods, [`Client::call`] once
-//!   nothing else is in flight) that finds the token free does not even
-//!   push: it runs its request at once, holding the token, and then serves
-//!   whatever others pushed meanwhile; only if the token is taken does it
-//!   queue the request as above.
+//! * A single request (a [`StorageHandle`] method, [`Client::call`],
+//!   [`Client::submit`]) that finds the token free does not even push: it
+//!   runs at once, holding the token, after whatever was already waiting
+//!   (its own client's queued requests included, so it never overtakes
+//!   them), and then serves what others pushed meanwhile; a pipelined
+//!   one's reply joins its client's reply queue behind the earlier ones.
+//!   Only if the token is taken does it queue the request as above.
 //! * A client's turn is bounded (`COMBINE_PASSES` passes that found
 //!   work); if requests keep coming after that, it wakes the storage thread
 //!   and leaves the rest to it, so a worker is never kept from its own

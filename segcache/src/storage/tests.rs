@@ -270,6 +270,45 @@ fn a_blocking_call_that_finds_the_token_free_runs_at_once_after_what_waited() {
     thread.join().unwrap();
 }
 
+/// A pipelined request that finds the token free runs at once, but never
+/// before the client's own requests still queued: with more of them
+/// waiting than one pass serves, it joins the queue behind them, and
+/// every reply comes back in submission order.
+#[test]
+fn a_pipelined_request_never_overtakes_its_clients_queued_ones() {
+    let (handle, thread) = Segcache::builder()
+        .spawn_storage(StorageConfig {
+            queue_capacity: 2 * BATCH,
+            ..StorageConfig::default()
+        })
+        .unwrap();
+    let mut client = handle.client();
+    let n = BATCH + 44;
+    let turn = hold_token(&handle);
+    for i in 0..n {
+        let store = Store::new(StoreMode::Set, b"k".to_vec(), i.to_string().into_bytes());
+        client.try_submit(Request::Store(store)).unwrap();
+    }
+    assert_eq!(client.channel.requests.len(), n, "ran without the token");
+    drop(turn);
+    let get = Request::Get {
+        key: b"k".to_vec(),
+        opts: GetOpts::default(),
+    };
+    client.try_submit(get).unwrap();
+    for _ in 0..n {
+        assert!(matches!(client.recv(), Ok(Some(Response::Stored(Ok(_))))));
+    }
+    let last = (n - 1).to_string();
+    assert!(matches!(
+        client.recv(),
+        Ok(Some(Response::Get(Ok(Some(f))))) if f.item.value() == last.as_bytes()
+    ));
+    assert!(client.channel.requests.is_empty());
+    drop((client, handle));
+    thread.join().unwrap();
+}
+
 /// A blocking call that finds the token taken hands its request over on
 /// a pooled channel, and the holder runs it.
 #[test]

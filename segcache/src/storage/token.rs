@@ -11,7 +11,7 @@ use super::*;
 
 /// One client's queues.
 pub(super) struct Channel {
-    requests: ArrayQueue<Job>,
+    pub(super) requests: ArrayQueue<Job>,
     pub(super) replies: ArrayQueue<Done>,
     /// The client waits for a reply (parked, or in its own event loop);
     /// the token's holder clears it when it wakes the client.
@@ -330,20 +330,23 @@ impl Shared {
         }
     }
 
-    /// A blocking call's fast way (combining only): if the token is free
-    /// and the storage thread does not wait for it, runs `request` right
-    /// here, holding the token, with no queue, no reply channel and no
-    /// wake-up. Requests other clients pushed before (found waiting) run
-    /// first, and, like [`combine`](Self::combine), those pushed while it
-    /// ran are served before it returns. `None`: the token is taken (or combining
-    /// is off), so the caller hands the request over on a queue as
-    /// before. After shutdown, [`Error::Closed`] and nothing runs.
+    /// A request's fast way (combining only): if the token is free and
+    /// the storage thread does not wait for it, runs `request` right here,
+    /// holding the token, with no request queue and no wake-up. Requests
+    /// pushed before (found waiting) run first, and, like
+    /// [`combine`](Self::combine), those pushed while it ran are served
+    /// before it returns. `None`: the token is taken (or combining is off,
+    /// or `own`'s queue still holds requests after that first pass), so
+    /// the caller hands the request over on a queue as before. After
+    /// shutdown, [`Error::Closed`] and nothing runs.
     ///
-    /// Only for a caller with nothing in flight: its earlier requests must
-    /// all be answered, or this one could overtake them.
+    /// `own` is the caller's channel, if it has one: its queued requests
+    /// are run before this one (they came first), and it is not woken. A
+    /// caller without one must have nothing in flight.
     pub(super) fn run_here<B: AsRef<[u8]>>(
         &self,
         request: &Request<B>,
+        own: Option<&Channel>,
     ) -> Option<Result<Response, Error>> {
         if !self.combining || self.storage_waits.load(SeqCst) {
             return None;
@@ -355,23 +358,30 @@ impl Shared {
         // either: the queue path then refuses the request.
         let mut turn = Turn::try_take(self, CLIENT)?;
         self.counters.client_turns.fetch_add(1, Relaxed);
-        let mut served = 1;
+        let mut served = 0;
         if self.pending.load(SeqCst) {
             // Requests already pushed, whose pushers found the token
-            // taken, run first: they came first.
+            // taken (the token is free only once a holder found every
+            // queue empty, or left `pending` set), run first.
             self.pending.swap(false, SeqCst);
-            served += turn.drain(None);
+            served += turn.drain(own);
         }
+        let response = if own.is_some_and(|own| !own.requests.is_empty()) {
+            // More than a pass's worth of our own: ours waits its turn.
+            None
+        } else {
+            served += 1;
+            Some(turn.cache().execute(request))
+        };
         self.counters.client_jobs.fetch_add(served as u64, Relaxed);
-        let response = turn.cache().execute(request);
         drop(turn);
         // Pairs with a pusher's fence (module doc): a request pushed while
         // we held the token, whose pusher found it taken, is ours to run.
         fence(SeqCst);
         if self.pending.load(SeqCst) {
-            self.combine(None);
+            self.combine(own);
         }
-        Some(Ok(response))
+        response.map(Ok)
     }
 
     /// Waits for the next reply on a channel with a request in flight:
