@@ -158,13 +158,21 @@ typedef uint32_t segcache_store_mode_t;
 // 0), its flags, its CAS token, and the caller's `user_data`. Handing out
 // the token means the cache appends later overwrites of the items in the
 // same segment instead of writing same-size ones in place
-// (`segcache_set`); use `segcache_get` without a `cas` pointer where that
-// matters.
+// (`segcache_set`); use `segcache_get_value_with` (or `segcache_get`
+// without a `cas` pointer) where that matters.
 typedef void (*segcache_get_cb)(const uint8_t *value,
                                 size_t value_len,
                                 uint32_t flags,
                                 uint64_t cas,
                                 void *user_data);
+
+// The callback of `segcache_get_value_with`: the value (`value_len` bytes
+// at `value`; not NUL-terminated, and possibly a non-NULL pointer with
+// length 0), its flags and the caller's `user_data`.
+typedef void (*segcache_value_cb)(const uint8_t *value,
+                                  size_t value_len,
+                                  uint32_t flags,
+                                  void *user_data);
 
 // A snapshot of the counters and memory use, summed over the shards.
 typedef struct segcache_stats_t {
@@ -472,6 +480,24 @@ enum segcache_status_t segcache_get_with(struct segcache_t *c,
                                          size_t key_len,
                                          segcache_get_cb callback,
                                          void *user_data);
+
+// `segcache_get_with` without the CAS token: `callback` gets the value
+// and its flags only, so no token is made and later same-size overwrites
+// of the items beside it stay in place (`segcache_set`). The zero-copy
+// read for callers who never `segcache_cas`; the same rules for the
+// callback as `segcache_get_with`'s. Returns `SEGCACHE_NOT_FOUND`
+// (without calling) if the key is absent, `SEGCACHE_INVALID_ARGUMENT` if
+// `callback` is NULL.
+//
+// # Safety
+// `c` and `key` as for `segcache_set`; `callback` is NULL or a function
+// with the `segcache_value_cb` signature, obeying `segcache_get_with`'s
+// rules.
+enum segcache_status_t segcache_get_value_with(struct segcache_t *c,
+                                               const uint8_t *key,
+                                               size_t key_len,
+                                               segcache_value_cb callback,
+                                               void *user_data);
 
 // Stores in `*ttl` (optional) the seconds left before the key expires
 // (rounded down), or `SEGCACHE_TTL_NEVER` (-1) if it never does.

@@ -529,8 +529,8 @@ pub unsafe extern "C" fn segcache_get(
 /// 0), its flags, its CAS token, and the caller's `user_data`. Handing out
 /// the token means the cache appends later overwrites of the items in the
 /// same segment instead of writing same-size ones in place
-/// (`segcache_set`); use `segcache_get` without a `cas` pointer where that
-/// matters.
+/// (`segcache_set`); use `segcache_get_value_with` (or `segcache_get`
+/// without a `cas` pointer) where that matters.
 pub type segcache_get_cb = Option<
     unsafe extern "C" fn(
         value: *const u8,
@@ -582,6 +582,48 @@ pub unsafe extern "C" fn segcache_get_with(
             };
             Ok(())
         })
+    })
+}
+
+/// The callback of `segcache_get_value_with`: the value (`value_len` bytes
+/// at `value`; not NUL-terminated, and possibly a non-NULL pointer with
+/// length 0), its flags and the caller's `user_data`.
+pub type segcache_value_cb = Option<
+    unsafe extern "C" fn(value: *const u8, value_len: usize, flags: u32, user_data: *mut c_void),
+>;
+
+/// `segcache_get_with` without the CAS token: `callback` gets the value
+/// and its flags only, so no token is made and later same-size overwrites
+/// of the items beside it stay in place (`segcache_set`). The zero-copy
+/// read for callers who never `segcache_cas`; the same rules for the
+/// callback as `segcache_get_with`'s. Returns `SEGCACHE_NOT_FOUND`
+/// (without calling) if the key is absent, `SEGCACHE_INVALID_ARGUMENT` if
+/// `callback` is NULL.
+///
+/// # Safety
+/// `c` and `key` as for `segcache_set`; `callback` is NULL or a function
+/// with the `segcache_value_cb` signature, obeying `segcache_get_with`'s
+/// rules.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_get_value_with(
+    c: *mut segcache_t,
+    key: *const u8,
+    key_len: usize,
+    callback: segcache_value_cb,
+    user_data: *mut c_void,
+) -> segcache_status_t {
+    guard(|| {
+        // SAFETY: the caller's promises are those of `cache` and `key`.
+        let (cache, key) = unsafe { (cache(c)?, status::key(key, key_len)?) };
+        let callback = callback.ok_or(SEGCACHE_INVALID_ARGUMENT)?;
+        cache
+            .get_value_with(key, |value, flags| {
+                // SAFETY: `value` stays valid and unchanged until the
+                // callback returns (the shard is locked for the whole
+                // call); the callback's contract is the caller's promise.
+                unsafe { callback(value.as_ptr(), value.len(), flags, user_data) }
+            })
+            .ok_or(SEGCACHE_NOT_FOUND)
     })
 }
 

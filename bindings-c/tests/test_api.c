@@ -166,6 +166,10 @@ static void remember(const uint8_t *value, size_t len, uint32_t flags, uint64_t 
     }
 }
 
+static void remember_value(const uint8_t *value, size_t len, uint32_t flags, void *user) {
+    remember(value, len, flags, 0, user);
+}
+
 static void test_set_get(segcache_t *c) {
     uint8_t buf[64];
     size_t len = 0;
@@ -232,6 +236,18 @@ static void test_set_get(segcache_t *c) {
     CHECK(s.calls == 2);
     CHECK_ST(segcache_get_with(c, S("greeting"), NULL, &s), SEGCACHE_INVALID_ARGUMENT);
     CHECK(s.calls == 2);
+
+    /* Zero-copy get of the value and flags only. */
+    struct seen v = {0};
+    v.cas = 99;
+    CHECK_ST(segcache_get_value_with(c, S("greeting"), remember_value, &v), SEGCACHE_OK);
+    CHECK(v.calls == 1 && v.len == 5 && memcmp(v.value, "hello", 5) == 0);
+    CHECK(v.flags == 42 && v.cas == 0);
+    CHECK_ST(segcache_get_value_with(c, S("empty"), remember_value, &v), SEGCACHE_OK);
+    CHECK(v.calls == 2 && v.len == 0 && v.flags == 7);
+    CHECK_ST(segcache_get_value_with(c, S("nobody"), remember_value, &v), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_get_value_with(c, S("greeting"), NULL, &v), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(v.calls == 2);
 
     /* The longest key works. */
     uint8_t key[SEGCACHE_MAX_KEY_LEN];
@@ -588,6 +604,11 @@ static void count_call(const uint8_t *v, size_t n, uint32_t f, uint64_t cas, voi
     never_called++;
 }
 
+static void count_value_call(const uint8_t *v, size_t n, uint32_t f, void *u) {
+    (void)v, (void)n, (void)f, (void)u;
+    never_called++;
+}
+
 /* Runs every key-taking function with (key, klen) and checks the status. */
 static void every_key_function(segcache_t *c, const uint8_t *key, size_t klen,
                                segcache_status_t want, int line) {
@@ -611,6 +632,7 @@ static void every_key_function(segcache_t *c, const uint8_t *key, size_t klen,
     CHECK_ST(segcache_contains(c, key, klen), want);
     CHECK_ST(segcache_get(c, key, klen, buf, sizeof buf, &len, NULL, NULL), want);
     CHECK_ST(segcache_get_with(c, key, klen, count_call, NULL), want);
+    CHECK_ST(segcache_get_value_with(c, key, klen, count_value_call, NULL), want);
     CHECK_ST(segcache_ttl(c, key, klen, &t), want);
     if ((int)atomic_load(&check_failed) != before) {
         fprintf(stderr, "  (from the call at line %d)\n", line);
@@ -776,6 +798,47 @@ static void test_prefault(void) {
     segcache_free(lazy);
 }
 
+static void ignore_value(const uint8_t *v, size_t n, uint32_t f, void *u) {
+    (void)v, (void)n, (void)f, (void)u;
+}
+
+static void ignore_token(const uint8_t *v, size_t n, uint32_t f, uint64_t cas, void *u) {
+    (void)v, (void)n, (void)f, (void)cas, (void)u;
+}
+
+/* Reads with segcache_get_value_with make no CAS token, so a same-size
+   overwrite is written over the old item: 512 overwrites of a 1 KiB value
+   (twice a segment) take no new segment. After reads through
+   segcache_get_with, which hand the token out, the same overwrites are
+   appended and fill new segments. */
+static void test_tokenless_reads_keep_overwrites_in_place(void) {
+    segcache_t *c = make(16u << 20, 256u << 10, 1, NULL);
+    uint8_t value[1024];
+    memset(value, 'a', sizeof value);
+    CHECK_ST(segcache_set(c, S("k"), value, sizeof value, 0, 0), SEGCACHE_OK);
+    segcache_stats_t before, after;
+    CHECK_ST(segcache_stats(c, &before), SEGCACHE_OK);
+    for (int i = 0; i < 512; i++) {
+        CHECK_ST(segcache_get_value_with(c, S("k"), ignore_value, NULL), SEGCACHE_OK);
+        value[0] = (uint8_t)i;
+        CHECK_ST(segcache_set(c, S("k"), value, sizeof value, 0, 0), SEGCACHE_OK);
+    }
+    CHECK_ST(segcache_stats(c, &after), SEGCACHE_OK);
+    CHECK(after.segments_used == before.segments_used);
+    for (int i = 0; i < 512; i++) {
+        CHECK_ST(segcache_get_with(c, S("k"), ignore_token, NULL), SEGCACHE_OK);
+        value[0] = (uint8_t)i;
+        CHECK_ST(segcache_set(c, S("k"), value, sizeof value, 0, 0), SEGCACHE_OK);
+    }
+    CHECK_ST(segcache_stats(c, &after), SEGCACHE_OK);
+    CHECK(after.segments_used > before.segments_used);
+    uint8_t buf[1024];
+    size_t len = 0;
+    CHECK_ST(segcache_get(c, S("k"), buf, sizeof buf, &len, NULL, NULL), SEGCACHE_OK);
+    CHECK(len == sizeof value && memcmp(buf, value, len) == 0);
+    segcache_free(c);
+}
+
 int main(void) {
     test_warm_restart();
     test_prefault();
@@ -792,5 +855,6 @@ int main(void) {
     test_sizes_and_stats();
     test_pressure();
     test_expiry_and_flush();
+    test_tokenless_reads_keep_overwrites_in_place();
     return check_summary("test_api");
 }
