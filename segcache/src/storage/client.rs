@@ -244,6 +244,10 @@ impl Drop for Client {
     }
 }
 
+/// How often a blocking call tries again for a token another client holds
+/// (its turn is short) before it queues its request instead.
+const SPIN_FOR_TOKEN: u32 = 64;
+
 /// A handle to the storage thread: `Clone + Send + Sync`, with a blocking
 /// method for every operation of [`Segcache`]. Dropping the last handle
 /// (and the last [`Client`]) shuts the thread down.
@@ -365,16 +369,32 @@ impl StorageHandle {
     /// One request, one reply: run right here if the cache's token is free
     /// (see the module doc), else on a pooled channel.
     pub fn call(&self, request: Request) -> Result<Response, Error> {
-        if let Some(result) = self.shared.run_here(&request, None) {
+        if let Some(result) = self.run_here(&request) {
             return result;
         }
         self.call_queued(request)
     }
 
+    /// Runs `request` on this thread if the token is free, or soon free
+    /// (another client's turn is short: it tries again a little while a
+    /// client holds it); `None`: queue it.
+    fn run_here<B: AsRef<[u8]>>(&self, request: &Request<B>) -> Option<Result<Response, Error>> {
+        for _ in 0..SPIN_FOR_TOKEN {
+            if let Some(result) = self.shared.run_here(request, None) {
+                return Some(result);
+            }
+            if self.shared.token.load(SeqCst) != CLIENT {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        None
+    }
+
     /// [`call`](Self::call) with borrowed bytes: they are copied only if
     /// the request has to travel on a queue.
     fn call_ref(&self, request: Request<&[u8]>) -> Result<Response, Error> {
-        if let Some(result) = self.shared.run_here(&request, None) {
+        if let Some(result) = self.run_here(&request) {
             return result;
         }
         self.call_queued(request.map_bytes(|bytes| bytes.to_vec()))

@@ -38,7 +38,9 @@
 //!   (its own client's queued requests included, so it never overtakes
 //!   them), and then serves what others pushed meanwhile; a pipelined
 //!   one's reply joins its client's reply queue behind the earlier ones.
-//!   Only if the token is taken does it queue the request as above.
+//!   Only if the token is taken does it queue the request as above (a
+//!   blocking call first tries again for a little while another client
+//!   holds it: such a turn is short).
 //! * A client's turn is bounded (`COMBINE_PASSES` passes that found
 //!   work); if requests keep coming after that, it wakes the storage thread
 //!   and leaves the rest to it, so a worker is never kept from its own
