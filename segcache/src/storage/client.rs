@@ -383,7 +383,14 @@ impl StorageHandle {
             if let Some(result) = self.shared.run_here(request, None) {
                 return Some(result);
             }
-            if self.shared.token.load(SeqCst) != CLIENT {
+            // Worth another try only while clients take turns (not when
+            // the storage thread holds the token, or waits for it).
+            let shared = &self.shared;
+            let token = shared.token.load(SeqCst);
+            if !shared.combining
+                || shared.storage_waits.load(SeqCst)
+                || !(token == CLIENT || token == FREE)
+            {
                 break;
             }
             std::hint::spin_loop();
