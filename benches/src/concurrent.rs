@@ -8,8 +8,10 @@
 //! - `&mut Segcache`: one thread, no sharing (the ceiling);
 //! - `Mutex<Segcache>`: one lock around one cache;
 //! - `ShardedCache`: one lock per shard;
-//! - the storage thread, blocking (one request, one reply) and pipelined
-//!   (a batch of requests submitted, then its replies collected);
+//! - the storage thread, blocking (one request, one reply: reads with
+//!   `StorageHandle::get_value_with`, which lends the value in place when
+//!   the cache's token is free) and pipelined (a batch of requests
+//!   submitted, then its replies collected);
 //! - `moka::sync::Cache` and `quick_cache::sync::Cache` (`Arc<[u8]>` values);
 //! - Pelikan's own crate (crates.io `segcache` 0.4.4, `Policy::Merge`),
 //!   whose `get`/`insert` take `&self`.
@@ -160,7 +162,9 @@ fn round(keys: u64, ops: usize, threads: &[usize], batches: &[usize], only: &[St
                 if is_set {
                     h.set(key(k), VALUE, 0, None).unwrap();
                 } else {
-                    std::hint::black_box(h.get(key(k)).unwrap());
+                    // Lent in place when the token is free (a copy when
+                    // it travels), as the other rows read.
+                    std::hint::black_box(h.get_value_with(key(k), |v, _| v.len()).unwrap());
                 }
             }
         });

@@ -44,7 +44,8 @@ impl Client {
         if self.in_flight == self.shared.capacity {
             return Err(TrySubmitError::Full(request));
         }
-        if let Some(result) = self.shared.run_here(&request, Some(&self.channel)) {
+        let run = |cache: &mut Segcache| cache.execute(&request);
+        if let Some(result) = self.shared.run_here(Some(&self.channel), run) {
             let Ok(response) = result else {
                 return Err(TrySubmitError::Closed(request));
             };
@@ -226,7 +227,7 @@ impl Client {
         while self.in_flight() > 0 {
             self.recv()?;
         }
-        if let Some(result) = self.shared.run_here(&request, None) {
+        if let Some(result) = self.shared.run_here(None, |cache| cache.execute(&request)) {
             return result;
         }
         self.submit(request)?;
@@ -369,18 +370,18 @@ impl StorageHandle {
     /// One request, one reply: run right here if the cache's token is free
     /// (see the module doc), else on a pooled channel.
     pub fn call(&self, request: Request) -> Result<Response, Error> {
-        if let Some(result) = self.run_here(&request) {
+        if let Some(result) = self.run_here(|cache| cache.execute(&request)) {
             return result;
         }
         self.call_queued(request)
     }
 
-    /// Runs `request` on this thread if the token is free, or soon free
-    /// (another client's turn is short: it tries again a little while a
-    /// client holds it); `None`: queue it.
-    fn run_here<B: AsRef<[u8]>>(&self, request: &Request<B>) -> Option<Result<Response, Error>> {
+    /// Runs `run` on the cache on this thread if the token is free, or
+    /// soon free (another client's turn is short: it tries again a little
+    /// while a client holds it); `None`: queue the request instead.
+    fn run_here<R>(&self, mut run: impl FnMut(&mut Segcache) -> R) -> Option<Result<R, Error>> {
         for _ in 0..SPIN_FOR_TOKEN {
-            if let Some(result) = self.shared.run_here(request, None) {
+            if let Some(result) = self.shared.run_here(None, &mut run) {
                 return Some(result);
             }
             // Worth another try only while clients take turns (not when
@@ -401,7 +402,7 @@ impl StorageHandle {
     /// [`call`](Self::call) with borrowed bytes: they are copied only if
     /// the request has to travel on a queue.
     fn call_ref(&self, request: Request<&[u8]>) -> Result<Response, Error> {
-        if let Some(result) = self.run_here(&request) {
+        if let Some(result) = self.run_here(|cache| cache.execute(&request)) {
             return result;
         }
         self.call_queued(request.map_bytes(|bytes| bytes.to_vec()))
@@ -443,6 +444,44 @@ impl StorageHandle {
             ..GetOpts::default()
         };
         self.read(key, opts)
+    }
+
+    /// See [`Segcache::get_value_with`]: lends the value and its client
+    /// flags to `f`, or `Ok(None)` on a miss. When the cache's token is
+    /// free (see the module doc) the value is lent where it lies, with no
+    /// copy; when the storage thread or another client holds it, the read
+    /// travels as a plain [`get`](Self::get) and `f` sees the copy. Keep
+    /// `f` short: the cache may be held for it.
+    ///
+    /// ```
+    /// use segcache::{Segcache, StorageConfig};
+    ///
+    /// let (handle, thread) = Segcache::builder().spawn_storage(StorageConfig::default())?;
+    /// handle.set("k", "value", 3, None)?;
+    /// assert_eq!(handle.get_value_with("k", |v, flags| (v.len(), flags))?, Some((5, 3)));
+    /// assert_eq!(handle.get_value_with("absent", |v, _| v.to_vec())?, None);
+    /// drop(handle);
+    /// thread.join().unwrap();
+    /// # Ok::<(), segcache::Error>(())
+    /// ```
+    pub fn get_value_with<R>(
+        &self,
+        key: impl AsRef<[u8]>,
+        f: impl FnOnce(&[u8], u32) -> R,
+    ) -> Result<Option<R>, Error> {
+        let key = key.as_ref();
+        let mut f = Some(f);
+        let here = self.run_here(|cache| {
+            let f = f.take().expect("a read runs once");
+            cache.get_value_with(key, f)
+        });
+        if let Some(result) = here {
+            return result;
+        }
+        let f = f.take().expect("the read did not run here");
+        Ok(self
+            .read(key, GetOpts::default())?
+            .map(|item| f(item.value(), item.flags())))
     }
 
     fn read(&self, key: impl AsRef<[u8]>, opts: GetOpts) -> Result<Option<OwnedItem>, Error> {

@@ -182,9 +182,17 @@ fn the_storage_thread_sleeps_after_a_burst() {
 }
 
 /// Takes the token from the test thread, waiting (bounded) until the
-/// storage thread has released it.
+/// storage thread has taken its first turn (it starts by taking the token)
+/// and released it.
 fn hold_token(handle: &StorageHandle) -> Turn<'_> {
     let deadline = Instant::now() + Duration::from_secs(30);
+    while handle.counters().storage_turns == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the storage thread never started"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
     loop {
         if let Some(turn) = Turn::try_take(&handle.shared, CLIENT) {
             return turn;
@@ -306,6 +314,42 @@ fn a_pipelined_request_never_overtakes_its_clients_queued_ones() {
     ));
     assert!(client.channel.requests.is_empty());
     drop((client, handle));
+    thread.join().unwrap();
+}
+
+/// `get_value_with` lends the value where it lies when the token is free
+/// (no request travels: no pooled channel is made), and falls back to a
+/// queued plain read, lending the copy, when someone holds the token.
+#[test]
+fn get_value_with_lends_in_place_or_reads_through_the_queue() {
+    let (handle, thread) = Segcache::builder()
+        .spawn_storage(StorageConfig::default())
+        .unwrap();
+    // Once the storage thread has given the token up (it parks, waking
+    // once a second), the calls below find it free.
+    drop(hold_token(&handle));
+    handle.set("k", "value", 7, None).unwrap();
+    let here = handle.get_value_with("k", |v, flags| (v.to_vec(), flags));
+    assert_eq!(here, Ok(Some((b"value".to_vec(), 7))));
+    assert_eq!(handle.get_value_with("absent", |v, _| v.len()), Ok(None));
+    assert!(handle.shared.pool.lock().is_empty(), "a read was queued");
+    let hits = handle.stats().unwrap().hits;
+    let mut turn = hold_token(&handle);
+    let reader = {
+        let handle = handle.clone();
+        thread::spawn(move || handle.get_value_with("k", |v, flags| (v.to_vec(), flags)))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !handle.shared.pending.load(SeqCst) {
+        assert!(Instant::now() < deadline, "the read never queued");
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(turn.drain(None), 1);
+    drop(turn);
+    assert_eq!(reader.join().unwrap(), Ok(Some((b"value".to_vec(), 7))));
+    assert_eq!(handle.shared.pool.lock().len(), 1, "the read was queued");
+    assert_eq!(handle.stats().unwrap().hits, hits + 1, "counted once");
+    drop(handle);
     thread.join().unwrap();
 }
 

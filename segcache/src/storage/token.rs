@@ -331,7 +331,8 @@ impl Shared {
     }
 
     /// A request's fast way (combining only): if the token is free and
-    /// the storage thread does not wait for it, runs `request` right here,
+    /// the storage thread does not wait for it, runs `run` (a request, or
+    /// a read that lends its value) on the cache right here,
     /// holding the token, with no request queue and no wake-up. Requests
     /// pushed before (found waiting) run first, and, like
     /// [`combine`](Self::combine), those pushed while it ran are served
@@ -343,11 +344,11 @@ impl Shared {
     /// `own` is the caller's channel, if it has one: its queued requests
     /// are run before this one (they came first), and it is not woken. A
     /// caller without one must have nothing in flight.
-    pub(super) fn run_here<B: AsRef<[u8]>>(
+    pub(super) fn run_here<R>(
         &self,
-        request: &Request<B>,
         own: Option<&Channel>,
-    ) -> Option<Result<Response, Error>> {
+        run: impl FnOnce(&mut Segcache) -> R,
+    ) -> Option<Result<R, Error>> {
         if !self.combining || self.storage_waits.load(SeqCst) {
             return None;
         }
@@ -371,7 +372,7 @@ impl Shared {
             None
         } else {
             served += 1;
-            Some(turn.cache().execute(request))
+            Some(run(turn.cache()))
         };
         self.counters.client_jobs.fetch_add(served as u64, Relaxed);
         drop(turn);
