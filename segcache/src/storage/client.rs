@@ -451,7 +451,8 @@ impl StorageHandle {
     /// free (see the module doc) the value is lent where it lies, with no
     /// copy; when the storage thread or another client holds it, the read
     /// travels as a plain [`get`](Self::get) and `f` sees the copy. Keep
-    /// `f` short: the cache may be held for it.
+    /// `f` short: the cache may be held for it. A panic in `f` reaches the
+    /// caller after the cache is let go; the service goes on.
     ///
     /// ```
     /// use segcache::{Segcache, StorageConfig};
@@ -473,10 +474,20 @@ impl StorageHandle {
         let mut f = Some(f);
         let here = self.run_here(|cache| {
             let f = f.take().expect("a read runs once");
-            cache.get_value_with(key, f)
+            // A panic in `f` is the caller's, not the cache's (which is
+            // whole while it lends the value): caught here, it does not
+            // retire the token (that stops the service); it resumes once
+            // the token is given back.
+            cache.get_value_with(key, |value, flags| {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(value, flags)))
+            })
         });
         if let Some(result) = here {
-            return result;
+            return match result? {
+                None => Ok(None),
+                Some(Ok(r)) => Ok(Some(r)),
+                Some(Err(panic)) => std::panic::resume_unwind(panic),
+            };
         }
         let f = f.take().expect("the read did not run here");
         Ok(self

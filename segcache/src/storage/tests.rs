@@ -353,6 +353,28 @@ fn get_value_with_lends_in_place_or_reads_through_the_queue() {
     thread.join().unwrap();
 }
 
+/// A panic in `get_value_with`'s closure, run while the caller holds the
+/// cache's token, is the caller's: it reaches the caller, and the service
+/// goes on (a panic that retired the token would stop it).
+#[test]
+fn a_panic_in_get_value_withs_closure_leaves_the_service_running() {
+    let (handle, thread) = Segcache::builder()
+        .spawn_storage(StorageConfig::default())
+        .unwrap();
+    drop(hold_token(&handle));
+    handle.set("k", "v", 0, None).unwrap();
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        handle.get_value_with("k", |_, _| -> usize { panic!("the caller's bug") })
+    }));
+    assert!(caught.is_err());
+    assert!(!handle.is_stopped());
+    assert_eq!(handle.shared.token.load(SeqCst), FREE);
+    handle.set("k", "w", 0, None).unwrap();
+    assert_eq!(handle.get("k").unwrap().unwrap().value(), b"w");
+    drop(handle);
+    assert_eq!(thread.join().unwrap().items, 1);
+}
+
 /// A blocking call that finds the token taken hands its request over on
 /// a pooled channel, and the holder runs it.
 #[test]
