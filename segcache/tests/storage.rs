@@ -493,9 +493,14 @@ fn model_check(combining: bool) {
                             }
                         }
                     }
-                    for (key, value) in &model {
-                        let item = handle.get(key).unwrap().expect("own key present");
-                        assert_eq!(item.value(), &value[..]);
+                    for (i, (key, value)) in model.iter().enumerate() {
+                        let got = if i % 2 == 0 {
+                            handle.get(key).unwrap().map(|item| item.into_value())
+                        } else {
+                            // Lent in place, or a queued read's copy.
+                            handle.get_value_with(key, |v, _| v.to_vec()).unwrap()
+                        };
+                        assert_eq!(got.as_deref(), Some(&value[..]), "own key present");
                         jobs += 1;
                     }
                     jobs
