@@ -34,7 +34,7 @@
 //! | --- | --- | --- |
 //! | one thread, no locks | [`Segcache`] (`&mut self`) | [`Item`], borrowed: no copy |
 //! | many threads, no extra thread | [`ShardedCache`] from [`Builder::build_sharded`] (`&self`, one lock per shard) | [`OwnedItem`], or a borrowed [`Item`] inside [`ShardedCache::read_with`] |
-//! | one owner at a time running every request in order, as Pelikan's workers send theirs to its storage thread | [`storage`]: [`Builder::spawn_storage`] gives a blocking [`StorageHandle`] and pipelining [`storage::Client`]s; a client that finds the storage thread asleep runs its requests itself (combining) | [`OwnedItem`] |
+//! | one owner at a time running every request in order, as Pelikan's workers send theirs to its storage thread | [`storage`]: [`Builder::spawn_storage`] gives a blocking [`StorageHandle`] and pipelining [`storage::Client`]s; a client that finds the storage thread asleep runs its requests itself (combining), a single request right where it is made | [`OwnedItem`], or the value lent to [`StorageHandle::get_value_with`] |
 //!
 //! All three speak one vocabulary: a [`Request`] (a [`Store`] with a
 //! [`StoreMode`], a read with [`ops::GetOpts`], ...) runs as one atomic
