@@ -380,23 +380,32 @@ impl StorageHandle {
     /// soon free (another client's turn is short: it tries again a little
     /// while a client holds it); `None`: queue the request instead.
     fn run_here<R>(&self, mut run: impl FnMut(&mut Segcache) -> R) -> Option<Result<R, Error>> {
-        for _ in 0..SPIN_FOR_TOKEN {
-            if let Some(result) = self.shared.run_here(None, &mut run) {
+        let shared = &self.shared;
+        let mut spins = 0;
+        loop {
+            if let Some(result) = shared.run_here(None, &mut run) {
                 return Some(result);
             }
             // Worth another try only while clients take turns (not when
-            // the storage thread holds the token, or waits for it).
-            let shared = &self.shared;
-            let token = shared.token.load(SeqCst);
-            if !shared.combining
-                || shared.storage_waits.load(SeqCst)
-                || !(token == CLIENT || token == FREE)
-            {
-                break;
+            // the storage thread holds the token, or waits for it), and
+            // only once the token looks free: waiting on loads leaves the
+            // holder's line alone until it lets go.
+            loop {
+                spins += 1;
+                let token = shared.token.load(SeqCst);
+                if spins > SPIN_FOR_TOKEN
+                    || !shared.combining
+                    || shared.storage_waits.load(SeqCst)
+                    || !(token == CLIENT || token == FREE)
+                {
+                    return None;
+                }
+                if token == FREE {
+                    break;
+                }
+                std::hint::spin_loop();
             }
-            std::hint::spin_loop();
         }
-        None
     }
 
     /// [`call`](Self::call) with borrowed bytes: they are copied only if
