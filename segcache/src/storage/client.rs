@@ -460,8 +460,10 @@ impl StorageHandle {
     /// free (see the module doc) the value is lent where it lies, with no
     /// copy; when the storage thread or another client holds it, the read
     /// travels as a plain [`get`](Self::get) and `f` sees the copy. Keep
-    /// `f` short: the cache may be held for it. A panic in `f` reaches the
-    /// caller after the cache is let go; the service goes on.
+    /// `f` short: the cache may be held for it, and never call this
+    /// handle (or any client of the same thread) from inside it: the
+    /// inner call would wait for the cache `f` holds. A panic in `f`
+    /// reaches the caller after the cache is let go; the service goes on.
     ///
     /// ```
     /// use segcache::{Segcache, StorageConfig};
