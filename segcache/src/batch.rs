@@ -92,41 +92,7 @@ impl Batch {
 
     /// Adds any request (its key and value are copied into the arena).
     pub fn push<B: AsRef<[u8]>>(&mut self, request: &Request<B>) {
-        let request = match request {
-            Request::Get { key, opts } => Request::Get {
-                key: self.span(key.as_ref()),
-                opts: *opts,
-            },
-            Request::Store(s) => Request::Store(Store {
-                mode: s.mode,
-                key: self.span(s.key.as_ref()),
-                value: self.span(s.value.as_ref()),
-                flags: s.flags,
-                ttl: s.ttl,
-                cas: s.cas,
-                invalidate: s.invalidate,
-                external: s.external,
-                token: s.token,
-            }),
-            Request::Delete { key, opts } => Request::Delete {
-                key: self.span(key.as_ref()),
-                opts: *opts,
-            },
-            Request::Arith { key, opts } => Request::Arith {
-                key: self.span(key.as_ref()),
-                opts: *opts,
-            },
-            Request::Touch { key, ttl } => Request::Touch {
-                key: self.span(key.as_ref()),
-                ttl: *ttl,
-            },
-            Request::Flush { delay } => Request::Flush { delay: *delay },
-            Request::Expire => Request::Expire,
-            Request::Clear => Request::Clear,
-            Request::Stats => Request::Stats,
-            Request::Len => Request::Len,
-            Request::Walk { segment } => Request::Walk { segment: *segment },
-        };
+        let request = request.map_bytes(|bytes| self.span(bytes.as_ref()));
         self.requests.push(request);
     }
 
@@ -230,47 +196,9 @@ impl Batch {
                     self.free.extend(reuse);
                     Response::Get(found)
                 }
-                Request::Store(ref s) => cache.execute_hashed(
-                    &Request::Store(Store {
-                        mode: s.mode,
-                        key: view(s.key),
-                        value: view(s.value),
-                        flags: s.flags,
-                        ttl: s.ttl,
-                        cas: s.cas,
-                        invalidate: s.invalidate,
-                        external: s.external,
-                        token: s.token,
-                    }),
-                    hash,
-                ),
-                Request::Delete { key, opts } => cache.execute_hashed(
-                    &Request::Delete {
-                        key: view(key),
-                        opts,
-                    },
-                    hash,
-                ),
-                Request::Arith { key, opts } => cache.execute_hashed(
-                    &Request::Arith {
-                        key: view(key),
-                        opts,
-                    },
-                    hash,
-                ),
-                Request::Touch { key, ttl } => cache.execute_hashed(
-                    &Request::Touch {
-                        key: view(key),
-                        ttl,
-                    },
-                    hash,
-                ),
-                Request::Flush { delay } => cache.execute(&Request::<&[u8]>::Flush { delay }),
-                Request::Expire => cache.execute(&Request::<&[u8]>::Expire),
-                Request::Clear => cache.execute(&Request::<&[u8]>::Clear),
-                Request::Stats => cache.execute(&Request::<&[u8]>::Stats),
-                Request::Len => cache.execute(&Request::<&[u8]>::Len),
-                Request::Walk { segment } => cache.execute(&Request::<&[u8]>::Walk { segment }),
+                // Everything else runs as `execute` runs it, on the
+                // arena's bytes (a request without a key ignores the hash).
+                ref other => cache.execute_hashed(&other.map_bytes(|&span| view(span)), hash),
             };
             self.responses.push(response);
         }

@@ -195,9 +195,9 @@ impl<B> Store<B> {
         }
     }
 
-    /// The same store with its key and value through `f` (e.g. borrowed
-    /// bytes copied into `Vec`s to travel to another thread).
-    pub(crate) fn map_bytes<C>(&self, f: impl Fn(&B) -> C) -> Store<C> {
+    /// The same store with its key and value through `f`, key first (e.g.
+    /// borrowed bytes copied into `Vec`s to travel to another thread).
+    pub(crate) fn map_bytes<C>(&self, mut f: impl FnMut(&B) -> C) -> Store<C> {
         Store {
             mode: self.mode,
             key: f(&self.key),
@@ -385,7 +385,7 @@ pub enum Request<B = Vec<u8>> {
 impl<B> Request<B> {
     /// The same request with its key and value through `f` (see
     /// [`Store::map_bytes`]).
-    pub(crate) fn map_bytes<C>(&self, f: impl Fn(&B) -> C) -> Request<C> {
+    pub(crate) fn map_bytes<C>(&self, mut f: impl FnMut(&B) -> C) -> Request<C> {
         match self {
             Request::Get { key, opts } => Request::Get {
                 key: f(key),
