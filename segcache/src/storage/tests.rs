@@ -181,25 +181,29 @@ fn the_storage_thread_sleeps_after_a_burst() {
     thread.join().unwrap();
 }
 
+/// Waits (bounded: 30 s, then fails saying `what` never happened) until
+/// `done` holds.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Takes the token from the test thread, waiting (bounded) until the
 /// storage thread has taken its first turn (it starts by taking the token)
 /// and released it.
 fn hold_token(handle: &StorageHandle) -> Turn<'_> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while handle.counters().storage_turns == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the storage thread never started"
-        );
-        thread::sleep(Duration::from_millis(1));
-    }
-    loop {
-        if let Some(turn) = Turn::try_take(&handle.shared, CLIENT) {
-            return turn;
-        }
-        assert!(Instant::now() < deadline, "the token was never free");
-        thread::sleep(Duration::from_millis(1));
-    }
+    wait_until("the storage thread never started", || {
+        handle.counters().storage_turns > 0
+    });
+    let mut turn = None;
+    wait_until("the token was never free", || {
+        turn = Turn::try_take(&handle.shared, CLIENT);
+        turn.is_some()
+    });
+    turn.expect("taken")
 }
 
 /// A request pushed while someone else holds the token is left to the
@@ -339,11 +343,9 @@ fn get_value_with_lends_in_place_or_reads_through_the_queue() {
         let handle = handle.clone();
         thread::spawn(move || handle.get_value_with("k", |v, flags| (v.to_vec(), flags)))
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !handle.shared.pending.load(SeqCst) {
-        assert!(Instant::now() < deadline, "the read never queued");
-        thread::sleep(Duration::from_millis(1));
-    }
+    wait_until("the read never queued", || {
+        handle.shared.pending.load(SeqCst)
+    });
     assert_eq!(turn.drain(None), 1);
     drop(turn);
     assert_eq!(reader.join().unwrap(), Ok(Some((b"value".to_vec(), 7))));
@@ -387,11 +389,9 @@ fn a_blocking_call_that_finds_the_token_taken_is_left_to_the_holder() {
         let handle = handle.clone();
         thread::spawn(move || handle.set("k", "v", 0, None))
     };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !handle.shared.pending.load(SeqCst) {
-        assert!(Instant::now() < deadline, "the call never queued");
-        thread::sleep(Duration::from_millis(1));
-    }
+    wait_until("the call never queued", || {
+        handle.shared.pending.load(SeqCst)
+    });
     assert_eq!(turn.drain(None), 1);
     assert_eq!(turn.cache().get(b"k").unwrap().value(), b"v");
     drop(turn);
@@ -425,11 +425,9 @@ fn the_storage_thread_waits_for_a_clients_turn_to_end() {
     handle.set("k", "v", 0, None).unwrap();
     let turn = hold_token(&handle);
     handle.shutdown();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !handle.shared.storage_waits.load(SeqCst) {
-        assert!(Instant::now() < deadline, "the storage thread never asked");
-        thread::sleep(Duration::from_millis(1));
-    }
+    wait_until("the storage thread never asked", || {
+        handle.shared.storage_waits.load(SeqCst)
+    });
     assert!(
         !handle.is_stopped(),
         "stopped while a client held the cache"
@@ -481,11 +479,7 @@ fn stopping_notifies_and_a_stopped_thread_refuses_batches() {
         wait(&woken);
     }
     assert!(matches!(batch.responses()[0], Response::Stored(Ok(_))));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !handle.is_stopped() {
-        assert!(Instant::now() < deadline, "the thread never stopped");
-        thread::sleep(Duration::from_millis(1));
-    }
+    wait_until("the thread never stopped", || handle.is_stopped());
     batch.clear();
     batch.get("k");
     assert_eq!(client.submit_batch(&mut batch), Err(Error::Closed));
