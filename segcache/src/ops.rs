@@ -195,6 +195,13 @@ impl<B> Store<B> {
         }
     }
 
+    /// A plain `set`: no compare, no external value, no token asked for
+    /// ([`Segcache::set`](crate::Segcache::set) runs exactly this).
+    #[inline(always)]
+    pub(crate) fn is_plain_set(&self) -> bool {
+        self.mode == StoreMode::Set && self.cas.is_none() && !self.external && !self.token
+    }
+
     /// The same store with its key and value through `f`, key first (e.g.
     /// borrowed bytes copied into `Vec`s to travel to another thread).
     pub(crate) fn map_bytes<C>(&self, mut f: impl FnMut(&B) -> C) -> Store<C> {

@@ -456,6 +456,18 @@ impl Segcache {
             Request::Get { key, opts } => {
                 Response::Get(self.read_reusing(key.as_ref(), hash, opts, &mut None))
             }
+            // The short write: a plain set is `set`'s path (the same
+            // checks, errors and effects; no CAS token asked for).
+            Request::Store(store) if store.is_plain_set() => Response::Stored(
+                self.set_hashed(
+                    store.key.as_ref(),
+                    hash,
+                    store.value.as_ref(),
+                    store.flags,
+                    store.ttl,
+                )
+                .map(|()| 0),
+            ),
             Request::Store(store) => Response::Stored(self.store_hashed(store, hash)),
             Request::Delete { key, opts } => {
                 Response::Deleted(self.delete_hashed(key.as_ref(), hash, opts))

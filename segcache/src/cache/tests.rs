@@ -1047,3 +1047,66 @@ fn counters_parse_as_memcached_reads_them() {
     assert_eq!(parse_counter(b"++5"), None);
     assert_eq!(parse_counter(b"x5"), None);
 }
+
+/// `execute` runs a plain set (no compare, no token, no external value)
+/// through `set`'s short path; every other store, and the plain set
+/// before this arm existed, through the general store. Both ways, step by
+/// step on twin caches, the same answer, the same counters and the same
+/// item: new keys, overwrites in place and not (another size, a TTL),
+/// an already expired TTL, refused input, a delayed flush pending and
+/// due, and evictions in a heap that fills.
+#[test]
+fn a_plain_set_through_execute_matches_the_general_store() {
+    let clock = ManualClock::new();
+    let twin = || small_cache(64 << 10, 4 << 10, 8, Eviction::Merge, &clock);
+    let (mut short, mut general) = (twin(), twin());
+    let long_key = vec![b'k'; MAX_KEY_LEN + 1];
+    let huge = vec![b'v'; 8 << 10];
+    let mut script: Vec<(Vec<u8>, Vec<u8>, Ttl)> = Vec::new();
+    for round in 0..3u8 {
+        for i in 0..400u32 {
+            let key = format!("key{}", i % 250).into_bytes();
+            let value = vec![round; 20 + (i as usize % 3) * (round as usize)];
+            let ttl = match i % 7 {
+                0 => Ttl::After(Duration::from_secs(30)),
+                1 => Ttl::Expired,
+                _ => Ttl::Never,
+            };
+            script.push((key, value, ttl));
+        }
+        script.push((Vec::new(), b"v".to_vec(), Ttl::Never));
+        script.push((long_key.clone(), b"v".to_vec(), Ttl::Never));
+        script.push((b"big".to_vec(), huge.clone(), Ttl::Never));
+        script.push((
+            b"far".to_vec(),
+            b"v".to_vec(),
+            Ttl::After(Duration::from_secs(u64::from(crate::MAX_TTL) + 1)),
+        ));
+    }
+    for (step, (key, value, ttl)) in script.iter().enumerate() {
+        if step == 900 {
+            short.flush_after(Duration::from_secs(5));
+            general.flush_after(Duration::from_secs(5));
+        }
+        if step % 50 == 0 {
+            clock.advance(Duration::from_secs(2));
+        }
+        let store = Store {
+            ttl: *ttl,
+            ..Store::new(StoreMode::Set, &key[..], &value[..])
+        };
+        assert!(store.is_plain_set());
+        let answer = short.execute(&Request::Store(store.clone()));
+        let want = general.store_hashed(&store, hash_key(key));
+        assert_eq!(answer, Response::Stored(want), "step {step}");
+        assert_eq!(short.stats(), general.stats(), "step {step}");
+        let read = |c: &mut Segcache| c.get(key).map(|it| (it.value().to_vec(), it.ttl()));
+        assert_eq!(read(&mut short), read(&mut general), "step {step}");
+    }
+    assert!(
+        short.stats().evictions > 0 || short.stats().merges > 0,
+        "the heap never filled"
+    );
+    short.check_invariants();
+    general.check_invariants();
+}

@@ -432,13 +432,14 @@ impl Segcache {
             let secs = live_secs(store.ttl)?;
             (secs, self.check_size(key.len(), value.len(), &new_meta)?)
         };
-        let now = self.now();
         let plain = store.mode == StoreMode::Set && store.cas.is_none() && secs.is_some();
         if plain && secs == Some(0) && !store.external && self.flush_at.is_none() {
+            // No time needed (as `set_hashed`'s): no TTL, no flush due.
             if let Some(loc) = self.overwrite_in_place(key, hash, value, &new_meta, size) {
                 return Ok(Some(loc));
             }
         }
+        let now = self.now();
         let found = if plain {
             None
         } else {
