@@ -379,6 +379,7 @@ impl StorageHandle {
     /// Runs `run` on the cache on this thread if the token is free, or
     /// soon free (another client's turn is short: it tries again a little
     /// while a client holds it); `None`: queue the request instead.
+    #[inline]
     fn run_here<R>(&self, mut run: impl FnMut(&mut Segcache) -> R) -> Option<Result<R, Error>> {
         let shared = &self.shared;
         let mut spins = 0;
@@ -410,6 +411,7 @@ impl StorageHandle {
 
     /// [`call`](Self::call) with borrowed bytes: they are copied only if
     /// the request has to travel on a queue.
+    #[inline]
     fn call_ref(&self, request: Request<&[u8]>) -> Result<Response, Error> {
         if let Some(result) = self.run_here(|cache| cache.execute(&request)) {
             return result;
@@ -512,6 +514,7 @@ impl StorageHandle {
         Ok(found.map(|f| f.item))
     }
 
+    #[inline]
     fn store(
         &self,
         mode: StoreMode,

@@ -54,21 +54,25 @@
 //!
 //! Why no request is stranded (every step is `SeqCst`; the loom-style
 //! argument for each interleaving): a pusher does *push; swap `pending` to
-//! true; fence; try the token*, a holder that gives the token up does
-//! *store `FREE`; fence; load `pending`*, and a holder starting a pass does
-//! *swap `pending` to false; drain*. The two fences are totally ordered:
-//! if the pusher's comes first, the releaser's load sees `pending` set (or
-//! a later holder cleared it, and that holder drains the request) and the
-//! releaser takes the token back or, if someone else already has, leaves
-//! it to them; if the releaser's comes first, the pusher's try sees `FREE`
-//! (or a newer holder, who cleared `pending` after our swap and drains our
-//! request, or will see `pending` when it releases). A holder's swap that
-//! reads a pusher's `true` synchronizes with that push (the swaps are
-//! read-modify-writes, so every pusher's store heads a release sequence
-//! the later swaps continue), so the drain that follows sees the request.
-//! The storage thread waiting for the token to do its duties says so
-//! (`storage_waits`, then fence, then try again); a releasing client loads
-//! that flag after its fence and unparks it. The cell's accesses are
+//! true; try the token*, a holder that gives the token up does *store
+//! `FREE`; load `pending`*, and a holder starting a pass does *swap
+//! `pending` to false; drain*. `SeqCst` operations fall in one total order
+//! that keeps each thread's program order, so no fence is needed between
+//! a store and the load after it (on x86-64 the `SeqCst` store is itself
+//! a locked exchange): if the pusher's swap comes first, the releaser's
+//! load sees `pending` set (or a later holder cleared it, and that holder
+//! drains the request) and the releaser takes the token back or, if
+//! someone else already has, leaves it to them; if the releaser's store
+//! comes first, the pusher's try sees `FREE` (or a newer holder, who
+//! cleared `pending` after our swap and drains our request, or will see
+//! `pending` when it releases). A holder's swap that reads a pusher's
+//! `true` synchronizes with that push (the swaps are read-modify-writes,
+//! so every pusher's store heads a release sequence the later swaps
+//! continue), so the drain that follows sees the request. The storage
+//! thread waiting for the token to do its duties says so
+//! (`storage_waits`, then try again); a releasing client loads that flag
+//! after its release and unparks it. The token's counters are written
+//! only by its holder (a load and a store, no locked add). The cell's accesses are
 //! ordered by the token's successful compare-exchange (acquire) and its
 //! release store; `Turn` is the only way to the cell and debug-asserts
 //! that the token names its holder.

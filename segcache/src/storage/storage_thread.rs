@@ -150,10 +150,10 @@ fn storage_turn(shared: &Shared) -> Option<Turn<'_>> {
             return None;
         }
         // Say we wait, then try again: a client releasing after our try
-        // sees the flag (both sides fence between their store and their
-        // load) and unparks us; the timeout only bounds a lost wake-up.
+        // sees the flag (both sides store, then load, all `SeqCst`: see
+        // the module doc) and unparks us; the timeout only bounds a lost
+        // wake-up.
         shared.storage_waits.store(true, SeqCst);
-        fence(SeqCst);
         if let Some(turn) = Turn::try_take(shared, STORAGE) {
             break turn;
         }
@@ -228,7 +228,6 @@ fn serve(shared: &Shared, config: &StorageConfig) -> Option<Segcache> {
         // requests meanwhile. Work that arrived before our release and
         // whose pusher found the token taken is ours: take it back.
         drop(turn);
-        fence(SeqCst);
         if shared.pending.load(SeqCst) {
             if let Some(again) = Turn::try_take(shared, STORAGE) {
                 shared.counters.storage_turns.fetch_add(1, Relaxed);

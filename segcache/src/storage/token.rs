@@ -134,6 +134,7 @@ pub(super) struct Turn<'a> {
 
 impl<'a> Turn<'a> {
     /// Takes the token if it is free.
+    #[inline]
     pub(super) fn try_take(shared: &'a Shared, holder: u8) -> Option<Self> {
         shared
             .token
@@ -146,6 +147,15 @@ impl<'a> Turn<'a> {
             })
     }
 
+    /// Adds `n` to one of the token's counters: only the token's holder
+    /// writes them (so a load and a store, no locked add), any thread may
+    /// read them.
+    #[inline]
+    pub(super) fn count(&self, counter: &AtomicU64, n: u64) {
+        counter.store(counter.load(Relaxed) + n, Relaxed);
+    }
+
+    #[inline]
     pub(super) fn owned(&mut self) -> &mut Owned {
         debug_assert_eq!(
             self.shared.token.load(SeqCst),
@@ -178,6 +188,7 @@ impl<'a> Turn<'a> {
     }
 
     /// The cache itself (for a request run outside the queues).
+    #[inline]
     pub(super) fn cache(&mut self) -> &mut Segcache {
         self.owned()
             .cache
@@ -193,21 +204,30 @@ impl<'a> Turn<'a> {
     }
 }
 
+impl Turn<'_> {
+    /// The holder unwinds from a panic it hit holding the token: the
+    /// cache may be half-way through a request, so nobody runs on it
+    /// again. The storage thread, woken, finds the token retired, stops
+    /// and wakes every waiting client (they fail with `Closed`); no client
+    /// callback runs here, mid-unwind.
+    #[cold]
+    #[inline(never)]
+    fn retire_unwinding(&self) {
+        self.shared.token.store(GONE, SeqCst);
+        self.shared.shutdown.store(true, SeqCst);
+        self.shared.stopped.store(true, SeqCst);
+        self.shared.unpark_storage();
+    }
+}
+
 impl Drop for Turn<'_> {
+    #[inline]
     fn drop(&mut self) {
         if thread::panicking() && !self.unwinding_before {
-            // The cache may be half-way through a request: nobody runs on
-            // it again. The storage thread, woken, finds the token retired,
-            // stops and wakes every waiting client (they fail with
-            // `Closed`); no client callback runs here, mid-unwind.
-            self.shared.token.store(GONE, SeqCst);
-            self.shared.shutdown.store(true, SeqCst);
-            self.shared.stopped.store(true, SeqCst);
-            self.shared.unpark_storage();
-            return;
+            return self.retire_unwinding();
         }
+        // `SeqCst`, then the loads after it (module doc): no fence.
         self.shared.token.store(FREE, SeqCst);
-        fence(SeqCst);
         if self.holder == CLIENT && self.shared.storage_waits.load(SeqCst) {
             self.shared.unpark_storage();
         }
@@ -286,9 +306,8 @@ impl Shared {
     /// bound, or when the storage thread waits for the token, the rest is
     /// left to the storage thread (woken).
     fn combine(&self, own: Option<&Channel>) {
-        // Our `pending` swap before our look at the token (see the module
-        // doc: this fence pairs with the releaser's).
-        fence(SeqCst);
+        // Our `pending` swap comes before our look at the token (both
+        // `SeqCst`: see the module doc).
         let mut passes = 0;
         loop {
             if self.token.load(SeqCst) != FREE || self.storage_waits.load(SeqCst) {
@@ -301,14 +320,14 @@ impl Shared {
             let Some(mut turn) = Turn::try_take(self, CLIENT) else {
                 return;
             };
-            self.counters.client_turns.fetch_add(1, Relaxed);
+            turn.count(&self.counters.client_turns, 1);
             loop {
                 self.pending.swap(false, SeqCst);
                 let served = turn.drain(own);
                 if served == 0 {
                     break;
                 }
-                self.counters.client_jobs.fetch_add(served as u64, Relaxed);
+                turn.count(&self.counters.client_jobs, served as u64);
                 passes += 1;
                 if passes >= COMBINE_PASSES {
                     // A queue may still hold work nobody flagged (more
@@ -318,7 +337,6 @@ impl Shared {
                 }
             }
             drop(turn);
-            fence(SeqCst);
             if !self.pending.load(SeqCst) {
                 return;
             }
@@ -358,7 +376,7 @@ impl Shared {
         // A retired token (stopped, or a holder panicked) is not FREE
         // either: the queue path then refuses the request.
         let mut turn = Turn::try_take(self, CLIENT)?;
-        self.counters.client_turns.fetch_add(1, Relaxed);
+        turn.count(&self.counters.client_turns, 1);
         let mut served = 0;
         if self.pending.load(SeqCst) {
             // Requests already pushed, whose pushers found the token
@@ -374,11 +392,10 @@ impl Shared {
             served += 1;
             Some(run(turn.cache()))
         };
-        self.counters.client_jobs.fetch_add(served as u64, Relaxed);
+        turn.count(&self.counters.client_jobs, served as u64);
         drop(turn);
-        // Pairs with a pusher's fence (module doc): a request pushed while
-        // we held the token, whose pusher found it taken, is ours to run.
-        fence(SeqCst);
+        // After our release (module doc): a request pushed while we held
+        // the token, whose pusher found it taken, is ours to run.
         if self.pending.load(SeqCst) {
             self.combine(own);
         }
