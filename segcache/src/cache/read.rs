@@ -45,7 +45,7 @@ impl Segcache {
     /// The rest of [`get_hashed`](Self::get_hashed), once the tags did not
     /// rule the key out (out of line, so a miss stays short); the home's
     /// control word is not read again.
-    #[inline(never)]
+    #[inline(always)]
     fn get_found(&mut self, key: &[u8], hash: u64, probe: HomeProbe) -> Option<Item<'_>> {
         let (loc, now) = self.hit_probed(key, hash, probe)?;
         // SAFETY: `hit_probed` found `loc` in the table (whose locations
@@ -167,10 +167,12 @@ impl Segcache {
         // An empty or over-long key matches no item (lengths are compared
         // first), so it needs no check of its own here.
         let segs = &self.segs;
-        let Some((bucket, slot, info)) = self
-            .table
-            .lookup_probed(hash, probe, move |at| key_is(segs, at, key))
-        else {
+        let Some((bucket, slot, info)) = self.table.lookup_probed(
+            hash,
+            probe,
+            #[inline(always)]
+            move |at| key_is(segs, at, key),
+        ) else {
             self.counters.misses += 1;
             return None;
         };
@@ -193,7 +195,7 @@ impl Segcache {
             self.recent_now()
         };
         self.counters.hits += 1;
-        self.table.record_access_seen(bucket, slot, info, now);
+        self.table.record_access_probed(bucket, slot, info, now);
         Some((loc, now))
     }
 

@@ -489,8 +489,12 @@ impl HashTable {
         // Start the slot lines' load: on a hit the matching slot is most
         // likely in the home bucket.
         self.table.prefetch(probe.home);
-        self.table
-            .find_probed(hash, probe, move |info| matches(location(info)))
+        self.table.find_probed(
+            hash,
+            probe,
+            #[inline(always)]
+            move |info| matches(location(info)),
+        )
     }
 
     /// The item info at a known location, if the table points there.
@@ -870,10 +874,33 @@ impl HashTable {
     #[inline]
     pub(crate) fn record_access_seen(&mut self, bucket: usize, slot: usize, info: u64, now: u32) {
         debug_assert_eq!(info, self.info(bucket, slot));
+        if let Some(counted) = self.counted(info, now) {
+            let (t, b) = self.resolve_mut(bucket);
+            t.slots[b * SLOTS + slot] = counted;
+        }
+    }
+
+    /// [`record_access_seen`](Self::record_access_seen) of a position
+    /// [`lookup_probed`](Self::lookup_probed) handed out: in the current
+    /// table, no table draining.
+    #[inline(always)]
+    pub(crate) fn record_access_probed(&mut self, bucket: usize, slot: usize, info: u64, now: u32) {
+        debug_assert!(self.drain.is_none() && bucket & OLD == 0);
+        debug_assert_eq!(info, self.info(bucket, slot));
+        if let Some(counted) = self.counted(info, now) {
+            self.table.slots[bucket * SLOTS + slot] = counted;
+        }
+    }
+
+    /// An entry's item info after an access at `now`, if that changes it:
+    /// a new stamp (at most one count per second), and the frequency
+    /// counter raised (always below 16, then with probability 1/count).
+    #[inline(always)]
+    fn counted(&mut self, info: u64, now: u32) -> Option<u64> {
         let stamp = now as u64 & STAMP_MASK;
         let count = (info >> FREQ_SHIFT) & FREQ_MAX;
         if (info >> STAMP_SHIFT) & STAMP_MASK == stamp || count == FREQ_MAX {
-            return;
+            return None;
         }
         let bump = count < 16 || {
             // xorshift64: cheap randomness for the probabilistic increment.
@@ -883,11 +910,11 @@ impl HashTable {
             self.rng % count == 0
         };
         let count = count + bump as u64;
-        let (t, b) = self.resolve_mut(bucket);
-        t.slots[b * SLOTS + slot] = (info
-            & !((FREQ_MAX << FREQ_SHIFT) | (STAMP_MASK << STAMP_SHIFT)))
-            | (count << FREQ_SHIFT)
-            | (stamp << STAMP_SHIFT);
+        Some(
+            (info & !((FREQ_MAX << FREQ_SHIFT) | (STAMP_MASK << STAMP_SHIFT)))
+                | (count << FREQ_SHIFT)
+                | (stamp << STAMP_SHIFT),
+        )
     }
 
     /// Every word of the (fully drained) table for a snapshot: control
