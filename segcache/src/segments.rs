@@ -532,6 +532,24 @@ impl Segments {
         )
     }
 
+    /// [`item`](Self::item) of an item a lookup has just found: no bounds
+    /// are checked.
+    ///
+    /// # Safety
+    /// As [`fetch_compared`](Self::fetch_compared): `loc` names a whole
+    /// item inside its segment.
+    #[inline(always)]
+    pub(crate) unsafe fn item_compared(&self, loc: Location) -> RawItem<'_> {
+        let (start, end) = self.item_span(loc);
+        debug_assert!(start + crate::item::SHORT_HEADER_LEN < end && end <= self.data.len());
+        // SAFETY: the caller guarantees a whole item at `loc`, so
+        // `start..end` (from it to its segment's end) is in the heap.
+        let bytes = unsafe { self.data.get_unchecked(start..end) };
+        // SAFETY: a whole item is at least its header long.
+        unsafe { std::hint::assert_unchecked(bytes.len() > crate::item::META_AT) };
+        RawItem::at(bytes)
+    }
+
     /// Copies `len` bytes from one location to another (the ranges may
     /// overlap when both are in one segment).
     pub(crate) fn copy(&mut self, from: Location, to: Location, len: usize) {

@@ -119,17 +119,20 @@ impl Segcache {
         hash: u64,
         f: impl FnOnce(&[u8], u32) -> R,
     ) -> Option<R> {
-        let loc = if self.read_is_unsettled() {
-            self.hit_slow(key, hash)?.0
-        } else {
-            let probe = self.table.probe_home(hash);
-            if probe.proves_absent() {
-                self.counters.misses += 1;
-                return None;
-            }
-            self.hit_probed(key, hash, probe)?.0
-        };
-        let raw = self.segs.item(loc);
+        if self.read_is_unsettled() {
+            let (loc, _) = self.hit_slow(key, hash)?;
+            let raw = self.segs.item(loc);
+            return Some(f(raw.value(), raw.client_flags()));
+        }
+        let probe = self.table.probe_home(hash);
+        if probe.proves_absent() {
+            self.counters.misses += 1;
+            return None;
+        }
+        let (loc, _) = self.hit_probed(key, hash, probe)?;
+        // SAFETY: `hit_probed` found `loc` in the table (whose locations
+        // name whole items) and changed no segment since.
+        let raw = unsafe { self.segs.item_compared(loc) };
         Some(f(raw.value(), raw.client_flags()))
     }
 
