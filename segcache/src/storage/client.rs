@@ -245,9 +245,18 @@ impl Drop for Client {
     }
 }
 
-/// How often a blocking call tries again for a token another client holds
-/// (its turn is short) before it queues its request instead.
-const SPIN_FOR_TOKEN: u32 = 64;
+/// How long a blocking call waits for a token another client holds (its
+/// turn is short), in spin-loop pauses, before it queues its request
+/// instead: a few tens of microseconds.
+const PAUSES_FOR_TOKEN: u32 = 512;
+
+/// The longest wait between two looks at a client-held token, in pauses.
+/// The waits double up to it (as a lock's spinning does): a client that
+/// looks less often leaves the holder's line alone, and the holder runs
+/// a few calls in a row, which with two threads calling nearly doubles
+/// the calls served (2.5 -> 3.5-3.9 Mops/s in a scratch loop; a
+/// `Mutex<Segcache>` 3.2-4.5 there).
+const MAX_BACKOFF: u32 = 64;
 
 /// A handle to the storage thread: `Clone + Send + Sync`, with a blocking
 /// method for every operation of [`Segcache`]. Dropping the last handle
@@ -382,7 +391,7 @@ impl StorageHandle {
     #[inline]
     fn run_here<R>(&self, mut run: impl FnMut(&mut Segcache) -> R) -> Option<Result<R, Error>> {
         let shared = &self.shared;
-        let mut spins = 0;
+        let (mut paused, mut backoff) = (0, 1);
         loop {
             if let Some(result) = shared.run_here(None, &mut run) {
                 return Some(result);
@@ -392,9 +401,8 @@ impl StorageHandle {
             // only once the token looks free: waiting on loads leaves the
             // holder's line alone until it lets go.
             loop {
-                spins += 1;
                 let token = shared.token.load(SeqCst);
-                if spins > SPIN_FOR_TOKEN
+                if paused > PAUSES_FOR_TOKEN
                     || !shared.combining
                     || shared.storage_waits.load(SeqCst)
                     || !(token == CLIENT || token == FREE)
@@ -404,7 +412,11 @@ impl StorageHandle {
                 if token == FREE {
                     break;
                 }
-                std::hint::spin_loop();
+                for _ in 0..backoff {
+                    std::hint::spin_loop();
+                }
+                paused += backoff;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         }
     }
