@@ -2,9 +2,10 @@
 //!
 //! Owns the batch's memory: every key and value of its requests is copied
 //! into one byte arena (requests hold spans of it, not `Vec`s), and the
-//! buffers of its read replies are kept between runs: when a batch runs
-//! again, the last run's replies go to a free list that this run's hits
-//! are copied into (whatever their position). A client that fills, runs
+//! buffers of its read replies are kept between runs: a run writes each
+//! reply over the last run's in place, a hit into its slot's buffers when
+//! the slot held a hit, else into buffers that replies other than hits
+//! gave up (whatever their position). A client that fills, runs
 //! and clears the same `Batch` over and over allocates nothing once the
 //! buffers have grown to its working size, and the whole batch crosses to
 //! the storage thread and back as one queue message (or, when the storage
@@ -17,7 +18,7 @@
 
 use crate::cache::OwnedItem;
 use crate::hashtable::hash_key;
-use crate::ops::{GetOpts, Request, Response, Store, Ttl};
+use crate::ops::{Found, GetOpts, Request, Response, Store, Ttl};
 use crate::Segcache;
 
 /// A key or value: a range of the batch's byte arena.
@@ -161,10 +162,14 @@ impl Batch {
     /// Runs every request on `cache` in order (by the token's holder).
     pub(crate) fn execute(&mut self, cache: &mut Segcache) {
         let n = self.requests.len();
-        // The last run's read replies become free buffers for this run's.
-        for response in self.responses.drain(..) {
-            if let Response::Get(Ok(Some(found))) = response {
-                self.free.push(found.item);
+        // Replies are written over the last run's, in place: a hit into
+        // its slot's buffers if the slot held a hit, else into free ones.
+        // Slots past this run's requests give theirs up first.
+        if self.responses.len() > n {
+            for old in self.responses.drain(n..) {
+                if let Response::Get(Ok(Some(found))) = old {
+                    self.free.push(found.item);
+                }
             }
         }
         // The key hashes of the requests prefetched ahead, by `i % AHEAD`:
@@ -183,24 +188,45 @@ impl Batch {
             if i + PREFETCH_AHEAD < n {
                 hashes[i % PREFETCH_AHEAD] = self.prefetch(cache, i + PREFETCH_AHEAD);
             }
+            if i == self.responses.len() {
+                self.responses.push(Response::Done);
+            }
             let bytes = &self.bytes;
             let view = |span: Span| &bytes[span.start as usize..][..span.len as usize];
-            let response = match self.requests[i] {
-                // A hit is copied into a free buffer; a miss leaves them.
+            let slot = &mut self.responses[i];
+            let free = &mut self.free;
+            match self.requests[i] {
                 Request::Get { key, opts } if opts == GetOpts::default() => {
-                    Response::Get(Ok(cache.read_plain(view(key), hash, &mut self.free)))
+                    match (cache.read_plain(view(key), hash), slot) {
+                        (Some((item, marks)), Response::Get(Ok(Some(found)))) => {
+                            found.refill_plain(item, marks)
+                        }
+                        (Some((item, marks)), slot) => {
+                            let owned = match free.pop() {
+                                Some(mut old) => {
+                                    old.refill(item, false);
+                                    old
+                                }
+                                None => item.copy_out(false),
+                            };
+                            *slot = Response::Get(Ok(Some(Found::plain(owned, marks))));
+                        }
+                        (None, slot) => give_back(slot, Response::Get(Ok(None)), free),
+                    }
                 }
                 Request::Get { key, opts } => {
-                    let mut reuse = self.free.pop();
+                    let mut reuse = free.pop();
                     let found = cache.read_reusing(view(key), hash, &opts, &mut reuse);
-                    self.free.extend(reuse);
-                    Response::Get(found)
+                    free.extend(reuse);
+                    give_back(slot, Response::Get(found), free);
                 }
                 // Everything else runs as `execute` runs it, on the
                 // arena's bytes (a request without a key ignores the hash).
-                ref other => cache.execute_hashed(&other.map_bytes(|&span| view(span)), hash),
-            };
-            self.responses.push(response);
+                ref other => {
+                    let response = cache.execute_hashed(&other.map_bytes(|&span| view(span)), hash);
+                    give_back(slot, response, free);
+                }
+            }
         }
     }
 
@@ -218,6 +244,15 @@ impl Batch {
         let hash = hash_key(self.view(key));
         cache.prefetch(hash);
         hash
+    }
+}
+
+/// Puts `response` in `slot`, first moving the read buffers of the reply
+/// it replaces (if that was a hit) to `free`.
+#[inline]
+fn give_back(slot: &mut Response, response: Response, free: &mut Vec<OwnedItem>) {
+    if let Response::Get(Ok(Some(found))) = std::mem::replace(slot, response) {
+        free.push(found.item);
     }
 }
 

@@ -637,6 +637,7 @@ impl Segments {
 
     /// The deadline of the item at `loc` (0: never): its segment's, or
     /// its window's in a `split` segment.
+    #[inline]
     pub(crate) fn deadline(&self, loc: Location) -> u32 {
         let h = &self.headers[loc.seg as usize];
         if h.split == 0 {
@@ -647,6 +648,7 @@ impl Segments {
     }
 
     /// The window of the item at `loc` (in a `split` segment: its own).
+    #[inline(never)]
     fn window_of(&self, loc: Location) -> Window {
         self.windows(loc.seg).window_at(loc.offset)
     }

@@ -451,7 +451,10 @@ impl Segcache {
             // counters as the general one, checked by the batch test
             // `plain_reads_in_a_batch_match_direct_execution`.
             Request::Get { key, opts } if *opts == GetOpts::default() => {
-                Response::Get(Ok(self.read_plain(key.as_ref(), hash, &mut Vec::new())))
+                let found = self.read_plain(key.as_ref(), hash);
+                Response::Get(Ok(
+                    found.map(|(view, marks)| Found::plain(view.copy_out(false), marks))
+                ))
             }
             Request::Get { key, opts } => {
                 Response::Get(self.read_reusing(key.as_ref(), hash, opts, &mut None))

@@ -39,14 +39,6 @@ impl Segcache {
             self.counters.misses += 1;
             return None;
         }
-        self.get_found(key, hash, probe)
-    }
-
-    /// The rest of [`get_hashed`](Self::get_hashed), once the tags did not
-    /// rule the key out (out of line, so a miss stays short); the home's
-    /// control word is not read again.
-    #[inline(always)]
-    fn get_found(&mut self, key: &[u8], hash: u64, probe: HomeProbe) -> Option<Item<'_>> {
         let (loc, now) = self.hit_probed(key, hash, probe)?;
         // SAFETY: `hit_probed` found `loc` in the table (whose locations
         // name whole items) and changed no segment since (a hit only bumps
@@ -130,20 +122,9 @@ impl Segcache {
             return None;
         }
         let (loc, _) = self.hit_probed(key, hash, probe)?;
-        // SAFETY: `hit_probed` found `loc` in the table (whose locations
-        // name whole items) and changed no segment since.
+        // SAFETY: as in `get_hashed`.
         let raw = unsafe { self.segs.item_compared(loc) };
         Some(f(raw.value(), raw.client_flags()))
-    }
-
-    /// A miss the table's tags prove with one load, counted: the fast
-    /// exit of a read (not taken while a delayed flush is pending, which
-    /// runs first, nor while the table grows).
-    #[inline(always)]
-    fn tags_say_miss(&mut self, hash: u64) -> bool {
-        let absent = self.flush_at.is_none() && self.table.absent_by_tags(hash);
-        self.counters.misses += absent as u64;
-        absent
     }
 
     /// The counted part of every plain read: finds the key's live item,
@@ -159,6 +140,10 @@ impl Segcache {
             return self.hit_slow(key, hash);
         }
         let probe = self.table.probe_home(hash);
+        if probe.proves_absent() {
+            self.counters.misses += 1;
+            return None;
+        }
         self.hit_probed(key, hash, probe)
     }
 
@@ -326,18 +311,12 @@ impl Segcache {
 
     /// [`read_reusing`](Self::read_reusing) with [`GetOpts::default`] (a
     /// plain `get`), the way [`get`](Self::get) reads: the same effects on
-    /// the cache, through the short inline path. A hit is copied into a
-    /// buffer taken from `free` (a new one if it is empty).
+    /// the cache, through the short inline path. A hit is lent with the
+    /// marks it had before this read, for the caller to copy (into a new
+    /// reply, [`Found::plain`], or over an old one's buffers,
+    /// [`Found::refill_plain`]).
     #[inline(always)]
-    pub(crate) fn read_plain(
-        &mut self,
-        key: &[u8],
-        hash: u64,
-        free: &mut Vec<OwnedItem>,
-    ) -> Option<Found> {
-        if self.tags_say_miss(hash) {
-            return None;
-        }
+    pub(crate) fn read_plain(&mut self, key: &[u8], hash: u64) -> Option<(Item<'_>, u8)> {
         let (loc, now) = self.hit(key, hash)?;
         let (raw, segs, marks) = self.segs.fetch(loc);
         let view = Item {
@@ -346,21 +325,7 @@ impl Segcache {
             loc,
             now,
         };
-        let item = match free.pop() {
-            Some(mut old) => {
-                old.refill(view, false);
-                old
-            }
-            None => view.copy_out(false),
-        };
-        Some(Found {
-            item,
-            win: false,
-            stale: marks & item::STALE != 0,
-            won_before: marks & item::WIN_SENT != 0,
-            hit_before: marks & item::FETCHED != 0,
-            vivified: false,
-        })
+        Some((view, marks))
     }
 
     /// [`read`](Self::read) with the key's hash already computed, copying
@@ -480,5 +445,42 @@ impl Segcache {
         let now = self.now();
         let (.., loc) = self.lookup_live(key, hash, now)?;
         Some(self.item_view(loc, now).ttl())
+    }
+}
+
+impl Found {
+    /// A plain read's reply: `item` (a copy of the hit) and what the
+    /// item's marks before the read say.
+    #[inline]
+    pub(crate) fn plain(item: OwnedItem, marks: u8) -> Found {
+        let mut found = Found {
+            item,
+            win: false,
+            stale: false,
+            won_before: false,
+            hit_before: false,
+            vivified: false,
+        };
+        found.set_plain_marks(marks);
+        found
+    }
+
+    /// Becomes the plain read's reply for `view` (read with `marks`),
+    /// copying it into this reply's buffers.
+    #[inline]
+    pub(crate) fn refill_plain(&mut self, view: Item<'_>, marks: u8) {
+        self.item.refill(view, false);
+        self.set_plain_marks(marks);
+    }
+
+    /// A plain read wins nothing and creates nothing; the rest is the
+    /// item's marks before the read.
+    #[inline(always)]
+    fn set_plain_marks(&mut self, marks: u8) {
+        self.win = false;
+        self.stale = marks & item::STALE != 0;
+        self.won_before = marks & item::WIN_SENT != 0;
+        self.hit_before = marks & item::FETCHED != 0;
+        self.vivified = false;
     }
 }

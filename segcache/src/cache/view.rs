@@ -144,7 +144,7 @@ impl OwnedItem {
     /// Becomes a copy of `item`, in the buffers it already has, with its
     /// token only if `token` (else 0).
     #[inline]
-    pub(super) fn refill(&mut self, item: Item<'_>, token: bool) {
+    pub(crate) fn refill(&mut self, item: Item<'_>, token: bool) {
         refill_bytes(&mut self.key, item.key());
         refill_bytes(&mut self.value, item.value());
         (self.flags, self.cas, self.ttl) = (item.flags(), item.cas_if(token), item.ttl());
