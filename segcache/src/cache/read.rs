@@ -127,9 +127,12 @@ impl Segcache {
         Some(f(raw.value(), raw.client_flags()))
     }
 
-    /// The counted part of every plain read: finds the key's live item,
+    /// The counted part of a plain read: finds the key's live item,
     /// counts a hit (and the access, for eviction) or a miss, and returns
-    /// the item's location and the time it was read at.
+    /// the item's location and the time it was read at. `get` and
+    /// `get_value_with` spell its settled branch out themselves, each
+    /// with its own fetch (one shared tail measured slower for `get`:
+    /// BENCHMARKS.md §3).
     ///
     /// The common case stays inline and short: no delayed flush pending,
     /// no table growing. A miss whose tags say no reads one control word
