@@ -14,7 +14,8 @@
 //! item's [`EXTERNAL`](crate::item::EXTERNAL) bit, to the new place).
 //!
 //! The release points, each an unlink that is not a move: an overwrite
-//! (`cache/write.rs` `link`), a delete (`cache/remove.rs`), every unlink
+//! (`cache/write.rs` `link`, or `overwrite_in_place` when a handle is
+//! written over a handle), a delete (`cache/remove.rs`), every unlink
 //! accounted by `Segcache::account_unlinked` (expired on a read, a table
 //! victim, a growing table's drop, `unlink_item`), the walks that unlink
 //! whole ranges (expiry and segment eviction, `unlink_between`; merge
@@ -208,8 +209,16 @@ impl Segcache {
             };
             return self.store_located(&store, hash).map(drop);
         };
-        let now = if secs == 0 { 0 } else { self.clock_now() };
-        self.write_item(key, hash, &encoded, &meta, size, secs as u32, now)?;
+        // A handle of the same size over an external item without a TTL:
+        // written over the old handle, which is released there.
+        if secs != 0
+            || self
+                .overwrite_in_place(key, hash, &encoded, &meta, size)
+                .is_none()
+        {
+            let now = if secs == 0 { 0 } else { self.clock_now() };
+            self.write_item(key, hash, &encoded, &meta, size, secs as u32, now)?;
+        }
         self.externals.items += 1;
         self.externals.bytes += value.weight as u64;
         if !self.externals_fit() {
@@ -542,6 +551,71 @@ mod tests {
         ));
         drop(pooled);
         assert_eq!(released(), Vec::<u64>::new());
+    }
+
+    /// Where the table points for `key`.
+    fn place_of(c: &Segcache, key: &[u8]) -> Location {
+        let (_, _, info) = c
+            .table
+            .lookup(hashtable::hash_key(key), |at| c.segs.item(at).key() == key)
+            .expect("the key is in the table");
+        hashtable::location(info)
+    }
+
+    #[test]
+    fn a_handle_over_a_handle_is_written_in_place_and_releases_the_old_one() {
+        let clock = ManualClock::new();
+        let mut c = cache(1 << 20, 16 << 10, Eviction::Merge, &clock);
+        let used = |c: &Segcache| -> u32 { c.segs.headers.iter().map(|h| h.write_offset).sum() };
+        c.set_external("k", ext(1, 100), 4, None).unwrap();
+        released();
+        let (at, before) = (place_of(&c, b"k"), used(&c));
+        // Same key, same flags' size, no TTL: over the old handle, nothing
+        // appended; the old handle released once, the new weight counted.
+        c.set_external("k", ext(2, 300), 5, None).unwrap();
+        assert_eq!(place_of(&c, b"k"), at, "written in place");
+        assert_eq!(used(&c), before, "no log bytes taken");
+        assert_eq!(released(), [1]);
+        let item = c.get("k").unwrap();
+        assert_eq!((item.external(), item.flags()), (Some(ext(2, 300)), 5));
+        let stats = c.stats();
+        assert_eq!((stats.external_items, stats.external_bytes), (1, 300));
+        assert_eq!(stats.items, 1);
+        // The same handle again (a shared object stored twice holds two
+        // references): one is released, one stays linked.
+        c.set_external("k", ext(2, 300), 5, None).unwrap();
+        assert_eq!(released(), [2]);
+        assert_eq!(linked(&c), HashMap::from([(2, 300)]));
+        // Not in place: a TTL, a value in the heap over a handle (it must
+        // release the handle), a handle over a value in the heap.
+        c.set_external("k", ext(3, 10), 5, Duration::from_secs(60))
+            .unwrap();
+        assert_ne!(place_of(&c, b"k"), at);
+        assert_eq!(released(), [2]);
+        c.set_external("k", ext(4, 10), 5, None).unwrap();
+        let at = place_of(&c, b"k");
+        c.set("k", [7u8; External::ENCODED_LEN], 5, None).unwrap();
+        assert_ne!(place_of(&c, b"k"), at);
+        assert_eq!(released(), [3, 4]);
+        assert_eq!(c.get("k").unwrap().external(), None);
+        let at = place_of(&c, b"k");
+        c.set_external("k", ext(5, 10), 5, None).unwrap();
+        assert_ne!(place_of(&c, b"k"), at);
+        assert_eq!(released(), Vec::<u64>::new());
+        // A token out in the segment turns it off, as for values in the
+        // heap; the handle is still released exactly once.
+        let token = c.get("k").unwrap().cas();
+        assert_ne!(token, 0);
+        let at = place_of(&c, b"k");
+        c.set_external("k", ext(6, 10), 5, None).unwrap();
+        assert_ne!(place_of(&c, b"k"), at);
+        assert_eq!(released(), [5]);
+        assert_eq!(
+            (c.stats().external_items, c.stats().external_bytes),
+            (1, 10)
+        );
+        drop(c);
+        assert_eq!(released(), [6]);
     }
 
     #[test]

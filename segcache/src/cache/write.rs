@@ -197,12 +197,15 @@ impl Segcache {
 
     /// Writes the new version of an item over the old one when the key's
     /// item has no TTL, is as large as the new one (`size`, the new one's
-    /// size, for a write without a TTL), holds its value in the heap and
+    /// size, for a write without a TTL), holds its value where the new
+    /// one will (both in the heap, or both external: `meta.external`) and
     /// is the table's first candidate for the key (so the table is not
     /// growing), and no CAS token naming a place in the item's segment
     /// has been handed out
     /// ([`Segments::tokens_out`](crate::segments::Segments::tokens_out)):
-    /// the item's location if it did. Nothing moves, so nothing is left
+    /// the item's location if it did. An external old value is released
+    /// here, as `link` releases an overwritten one; the caller counts the
+    /// new one. Nothing moves, so nothing is left
     /// dead: the log append, the old copy's unlinking and the later
     /// reclaim of its bytes are all skipped (64-byte sets 1.2-1.5x as fast
     /// with a million keys, 2x with 100,000: BENCHMARKS.md §2). The item
@@ -211,7 +214,7 @@ impl Segcache {
     /// raised as a rewrite's is in the log (`eviction::REWRITE_FREQ`) and
     /// its marks start clear, as a new item's do.
     #[inline(always)]
-    fn overwrite_in_place(
+    pub(crate) fn overwrite_in_place(
         &mut self,
         key: &[u8],
         hash: u64,
@@ -222,12 +225,19 @@ impl Segcache {
         let (at, info, old_size) = self.first_match(key, hash)?;
         let old = hashtable::location(info);
         if old_size != size
-            || self.segs.item(old).is_external()
+            || self.segs.item(old).is_external() != meta.external
             || self.segs.deadline(old) != 0
             || self.segs.tokens_out(old.seg)
         {
             return None;
         }
+        // Equal sizes and both external: the old value is an encoded
+        // handle as long as the new one. Kept to release after the write.
+        let replaced: Option<[u8; crate::External::ENCODED_LEN]> = if meta.external {
+            self.segs.item(old).value().try_into().ok()
+        } else {
+            None
+        };
         let rewrite_floor = self.rewrite_floor();
         // SAFETY: `old` came from the table, so it names a whole item of
         // `old_size` bytes inside its segment's written bytes (the table
@@ -239,6 +249,9 @@ impl Segcache {
         debug_assert_eq!(self.segs.item(old).size(), size);
         debug_assert_eq!(self.segs.item(old).value(), value);
         self.table.replace_first(at, info, old, rewrite_floor);
+        if let Some(encoded) = replaced {
+            self.externals.release(&encoded);
+        }
         Some(old)
     }
 
