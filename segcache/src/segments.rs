@@ -525,11 +525,8 @@ impl Segments {
         unsafe { std::hint::assert_unchecked(bytes.len() > crate::item::META_AT) };
         crate::item::mark(bytes, crate::item::FETCHED);
         let this: &Segments = self;
-        // SAFETY: as above, the same bytes, now only read.
-        (
-            RawItem::at(unsafe { this.data.get_unchecked(start..end) }),
-            this,
-        )
+        // SAFETY: the caller's duty is `item_compared`'s: the same item.
+        (unsafe { this.item_compared(loc) }, this)
     }
 
     /// [`item`](Self::item) of an item a lookup has just found: no bounds
