@@ -157,10 +157,14 @@ impl Segcache {
         debug_assert!(!self.read_is_unsettled());
         // An empty or over-long key matches no item (lengths are compared
         // first), so it needs no check of its own here.
+        // The access stamp's time, before the lookup: the table works out
+        // the access's update while the key compare waits for the item.
+        let stamp_now = self.recent_now();
         let segs = &self.segs;
-        let Some((bucket, slot, info)) = self.table.lookup_probed(
+        let Some((bucket, slot, info, update)) = self.table.lookup_probed_counting(
             hash,
             probe,
+            stamp_now,
             #[inline(always)]
             move |at| key_is(segs, at, key),
         ) else {
@@ -183,10 +187,11 @@ impl Segcache {
             }
             now
         } else {
-            self.recent_now()
+            stamp_now
         };
         self.counters.hits += 1;
-        self.table.record_access_probed(bucket, slot, info, now);
+        self.table
+            .record_access_found(bucket, slot, info, update, stamp_now);
         Some((loc, now))
     }
 
