@@ -157,14 +157,10 @@ impl Segcache {
         debug_assert!(!self.read_is_unsettled());
         // An empty or over-long key matches no item (lengths are compared
         // first), so it needs no check of its own here.
-        // The access stamp's time, before the lookup: the table works out
-        // the access's update while the key compare waits for the item.
-        let stamp_now = self.recent_now();
         let segs = &self.segs;
-        let Some((bucket, slot, info, update)) = self.table.lookup_probed_counting(
+        let Some((bucket, slot, info)) = self.table.lookup_probed(
             hash,
             probe,
-            stamp_now,
             #[inline(always)]
             move |at| key_is(segs, at, key),
         ) else {
@@ -187,11 +183,10 @@ impl Segcache {
             }
             now
         } else {
-            stamp_now
+            self.recent_now()
         };
         self.counters.hits += 1;
-        self.table
-            .record_access_found(bucket, slot, info, update, stamp_now);
+        self.table.record_access_probed(bucket, slot, info, now);
         Some((loc, now))
     }
 

@@ -180,47 +180,6 @@ fn check_of(hash: u64) -> u64 {
 /// bucket apart before the key is compared: check bits and displacement.
 const ID_MASK: u64 = (0x1f << CHECK_SHIFT) | (DISP_MASK << DISP_SHIFT);
 
-/// [`HashTable::counted`] with the table's random state passed in.
-#[inline(always)]
-fn counted_with(rng: &mut u64, info: u64, now: u32) -> Option<u64> {
-    let stamp = now as u64 & STAMP_MASK;
-    let count = (info >> FREQ_SHIFT) & FREQ_MAX;
-    if (info >> STAMP_SHIFT) & STAMP_MASK == stamp || count == FREQ_MAX {
-        return None;
-    }
-    let bump = count < 16 || {
-        // xorshift64: cheap randomness for the probabilistic increment.
-        *rng ^= *rng << 13;
-        *rng ^= *rng >> 7;
-        *rng ^= *rng << 17;
-        *rng % count == 0
-    };
-    let count = count + bump as u64;
-    Some(
-        (info & !((FREQ_MAX << FREQ_SHIFT) | (STAMP_MASK << STAMP_SHIFT)))
-            | (count << FREQ_SHIFT)
-            | (stamp << STAMP_SHIFT),
-    )
-}
-
-/// The item info an access at `now` leaves an entry of `info` with, as
-/// [`HashTable::counted`] works it out (unchanged if the entry was already
-/// counted this second), while its counter is below 16 and the update
-/// needs no random draw; else 0. No branch on the entry: a read works it
-/// out before its key compare ([`HashTable::lookup_probed_counting`]).
-#[inline(always)]
-fn counted_early(info: u64, now: u32) -> u64 {
-    let stamp = now as u64 & STAMP_MASK;
-    let count = (info >> FREQ_SHIFT) & FREQ_MAX;
-    let fresh = ((info >> STAMP_SHIFT) & STAMP_MASK != stamp) as u64;
-    // Below 16 the counter takes one more on a new second, so it cannot
-    // carry into the stamp; the stamp is the same bits when not fresh.
-    // (From 16 up the sum may carry anywhere: it is discarded.)
-    let update = ((info & !(STAMP_MASK << STAMP_SHIFT)) | stamp << STAMP_SHIFT)
-        .wrapping_add(fresh << FREQ_SHIFT);
-    update * (count < 16) as u64
-}
-
 /// The [`ID_MASK`] bits of an entry of `hash` at displacement `d`.
 #[inline(always)]
 fn entry_id(hash: u64, d: usize) -> u64 {
@@ -517,67 +476,25 @@ impl HashTable {
     /// [`lookup`](Self::lookup) when no table is draining, from a
     /// [`probe_home`](Self::probe_home) of the same `hash` and an unchanged
     /// table: the read path's lookup, with no branch for the old table and
-    /// no second read of the control word. (The read path calls it as
-    /// [`lookup_probed_counting`](Self::lookup_probed_counting).)
-    #[cfg(test)]
+    /// no second read of the control word.
+    #[inline(always)]
     pub(crate) fn lookup_probed(
         &self,
         hash: u64,
         probe: HomeProbe,
         mut matches: impl FnMut(Location) -> bool,
     ) -> Option<(usize, usize, u64)> {
-        self.lookup_probed_info(hash, probe, move |info| matches(location(info)))
-    }
-
-    /// [`lookup_probed`](Self::lookup_probed) with `matches` given each
-    /// candidate's item info.
-    #[inline(always)]
-    fn lookup_probed_info(
-        &self,
-        hash: u64,
-        probe: HomeProbe,
-        matches: impl FnMut(u64) -> bool,
-    ) -> Option<(usize, usize, u64)> {
         debug_assert!(self.drain.is_none());
         debug_assert_eq!(probe, self.table.probe_home(hash));
         // Start the slot lines' load: on a hit the matching slot is most
         // likely in the home bucket.
         self.table.prefetch(probe.home);
-        self.table.find_probed(hash, probe, matches)
-    }
-
-    /// [`lookup_probed`](Self::lookup_probed) for a read that counts the
-    /// access it makes at `now`: also returns the entry's item info as the
-    /// access will leave it ([`counted_early`]; 0 if the entry's counter
-    /// needs the random draw), for
-    /// [`record_access_found`](Self::record_access_found).
-    ///
-    /// The update is worked out for each candidate before its key is
-    /// compared, from the slot alone, and kept out of the compiler's reach
-    /// ([`std::hint::black_box`]) so that it is not sunk past the compare.
-    /// Left after it, those instructions wait in the CPU's reorder window
-    /// behind the item's load from memory and crowd out the next read's
-    /// loads: a uniform get hit over a million keys runs ~6% faster with
-    /// them before (BENCHMARKS.md §2).
-    #[inline(always)]
-    pub(crate) fn lookup_probed_counting(
-        &self,
-        hash: u64,
-        probe: HomeProbe,
-        now: u32,
-        mut matches: impl FnMut(Location) -> bool,
-    ) -> Option<(usize, usize, u64, u64)> {
-        let mut update = 0;
-        let (bucket, slot, info) = self.lookup_probed_info(
+        self.table.find_probed(
             hash,
             probe,
             #[inline(always)]
-            |info| {
-                update = std::hint::black_box(counted_early(info, now));
-                matches(location(info))
-            },
-        )?;
-        Some((bucket, slot, info, update))
+            move |info| matches(location(info)),
+        )
     }
 
     /// The item info at a known location, if the table points there.
@@ -975,43 +892,29 @@ impl HashTable {
         }
     }
 
-    /// Records a read's access to the entry
-    /// [`lookup_probed_counting`](Self::lookup_probed_counting) found, with
-    /// the `update` it worked out: written only if it changes the entry;
-    /// 0 takes [`record_access_probed`](Self::record_access_probed)'s way
-    /// (the counter's random draw). The same result as that, either way.
-    #[inline(always)]
-    pub(crate) fn record_access_found(
-        &mut self,
-        bucket: usize,
-        slot: usize,
-        info: u64,
-        update: u64,
-        now: u32,
-    ) {
-        if update == 0 {
-            return self.record_access_probed(bucket, slot, info, now);
-        }
-        debug_assert_eq!(Some(update), self.counted_peek(info, now));
-        if update != info {
-            self.table.slots[bucket * SLOTS + slot] = update;
-        }
-    }
-
-    /// What [`counted`](Self::counted) would make of `info` (for the
-    /// checks of [`record_access_found`](Self::record_access_found); the
-    /// table's random state is left as it was).
-    fn counted_peek(&self, info: u64, now: u32) -> Option<u64> {
-        let mut rng = self.rng;
-        Some(counted_with(&mut rng, info, now).unwrap_or(info))
-    }
-
     /// An entry's item info after an access at `now`, if that changes it:
     /// a new stamp (at most one count per second), and the frequency
     /// counter raised (always below 16, then with probability 1/count).
     #[inline(always)]
     fn counted(&mut self, info: u64, now: u32) -> Option<u64> {
-        counted_with(&mut self.rng, info, now)
+        let stamp = now as u64 & STAMP_MASK;
+        let count = (info >> FREQ_SHIFT) & FREQ_MAX;
+        if (info >> STAMP_SHIFT) & STAMP_MASK == stamp || count == FREQ_MAX {
+            return None;
+        }
+        let bump = count < 16 || {
+            // xorshift64: cheap randomness for the probabilistic increment.
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            self.rng % count == 0
+        };
+        let count = count + bump as u64;
+        Some(
+            (info & !((FREQ_MAX << FREQ_SHIFT) | (STAMP_MASK << STAMP_SHIFT)))
+                | (count << FREQ_SHIFT)
+                | (stamp << STAMP_SHIFT),
+        )
     }
 
     /// Every word of the (fully drained) table for a snapshot: control

@@ -592,35 +592,3 @@ proptest! {
         }
     }
 }
-
-/// The read path's early access update is the counted update for every
-/// counter below 16, every stamp and every second (and 0, the random
-/// draw's way, from 16 up), whatever the entry's other bits.
-#[test]
-fn the_early_access_update_is_the_counted_one() {
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    for count in 0..=FREQ_MAX {
-        for old_stamp in [0u64, 1, 77, 254, 255] {
-            for now in [0u32, 1, 77, 255, 256, 333, u32::MAX] {
-                for other in [0u64, 0xffff_ffff_ffff, 0x5a5a_5a5a_5a5a] {
-                    let info = pack(31, count, 7, location(other & ((1 << 41) - 1)))
-                        | old_stamp << STAMP_SHIFT;
-                    let early = counted_early(info, now);
-                    if count >= 16 {
-                        assert_eq!(early, 0, "count {count}: the random draw's way");
-                        continue;
-                    }
-                    let before = rng;
-                    let counted = counted_with(&mut rng, info, now).unwrap_or(info);
-                    assert_eq!(rng, before, "below 16 the draw is not taken");
-                    assert_eq!(early, counted, "count {count} stamp {old_stamp} now {now}");
-                    assert_eq!(
-                        early & !(FREQ_MAX << FREQ_SHIFT | STAMP_MASK << STAMP_SHIFT),
-                        info & !(FREQ_MAX << FREQ_SHIFT | STAMP_MASK << STAMP_SHIFT),
-                        "only the counter and the stamp change"
-                    );
-                }
-            }
-        }
-    }
-}
