@@ -595,7 +595,7 @@ impl Unlocked<'_> {
     }
 
     /// See [`ShardedCache::set`].
-    #[inline]
+    #[inline(always)]
     pub fn set(
         &mut self,
         key: impl AsRef<[u8]>,
@@ -625,7 +625,7 @@ impl Unlocked<'_> {
     }
 
     /// See [`ShardedCache::delete`].
-    #[inline]
+    #[inline(always)]
     pub fn delete(&mut self, key: impl AsRef<[u8]>) -> bool {
         let key = key.as_ref();
         let hash = hash_key(key);
