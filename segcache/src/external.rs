@@ -555,11 +555,7 @@ mod tests {
 
     /// Where the table points for `key`.
     fn place_of(c: &Segcache, key: &[u8]) -> Location {
-        let (_, _, info) = c
-            .table
-            .lookup(hashtable::hash_key(key), |at| c.segs.item(at).key() == key)
-            .expect("the key is in the table");
-        hashtable::location(info)
+        crate::cache::tests::entry_of(c, key).0
     }
 
     #[test]

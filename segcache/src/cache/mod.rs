@@ -24,7 +24,7 @@ mod read;
 mod remove;
 mod stats;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 mod view;
 mod write;
 

@@ -774,7 +774,7 @@ fn eviction_none_refuses_writes_when_full() {
 }
 
 /// Where the table points `key`, and the key's access count.
-fn entry_of(c: &Segcache, key: &[u8]) -> (Location, u8) {
+pub(crate) fn entry_of(c: &Segcache, key: &[u8]) -> (Location, u8) {
     let (_, _, info) = c
         .table
         .lookup(hash_key(key), |at| c.segs.item(at).key() == key)

@@ -231,13 +231,10 @@ impl Segcache {
         {
             return None;
         }
-        // Equal sizes and both external: the old value is an encoded
-        // handle as long as the new one. Kept to release after the write.
-        let replaced: Option<[u8; crate::External::ENCODED_LEN]> = if meta.external {
-            self.segs.item(old).value().try_into().ok()
-        } else {
-            None
-        };
+        if meta.external {
+            // The old handle leaves with the bytes about to be written over.
+            self.release_external(old);
+        }
         let rewrite_floor = self.rewrite_floor();
         // SAFETY: `old` came from the table, so it names a whole item of
         // `old_size` bytes inside its segment's written bytes (the table
@@ -249,9 +246,6 @@ impl Segcache {
         debug_assert_eq!(self.segs.item(old).size(), size);
         debug_assert_eq!(self.segs.item(old).value(), value);
         self.table.replace_first(at, info, old, rewrite_floor);
-        if let Some(encoded) = replaced {
-            self.externals.release(&encoded);
-        }
         Some(old)
     }
 
