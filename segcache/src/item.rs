@@ -428,6 +428,54 @@ impl<'a> RawItem<'a> {
 /// in readable memory.
 #[inline(always)]
 pub(crate) unsafe fn size_if_key(item: *const u8, key: &[u8]) -> Option<usize> {
+    // SAFETY: forwarded.
+    unsafe { value_span_if_key(item, key) }.map(|v| v.at + v.len)
+}
+
+/// Where a found item's value lies and its meta byte, as the key compare
+/// that found it read them from the header: a read hands the value (and
+/// its flags, [`flags_before`](Self::flags_before)) out without decoding
+/// the header a second time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ValueSpan {
+    /// Where the value starts: bytes from the item's start (from the
+    /// heap's start once [`Segments::value_span_if_key`](crate::segments::Segments::value_span_if_key)
+    /// has placed it).
+    pub(crate) at: usize,
+    /// The value's length.
+    pub(crate) len: usize,
+    /// The item's meta byte.
+    pub(crate) bits: u8,
+}
+
+impl ValueSpan {
+    /// The item's client flags (0 if it has none), read from the item
+    /// when its meta byte says it has them: they lie just before its key
+    /// (before the kept CAS token, if any).
+    ///
+    /// # Safety
+    /// `value` points where [`at`](Self::at) says the value starts, in the
+    /// whole item this span was read from.
+    #[inline(always)]
+    pub(crate) unsafe fn flags_before(&self, value: *const u8, key_len: usize) -> u32 {
+        if self.bits & HAS_FLAGS == 0 {
+            return 0;
+        }
+        let back = key_len + 4 + 8 * (self.bits & HAS_CAS != 0) as usize;
+        // SAFETY: the meta byte says four bytes of flags follow the header
+        // (then the CAS token if any, then the key): inside the item.
+        u32::from_le(unsafe { value.sub(back).cast::<u32>().read_unaligned() })
+    }
+}
+
+/// [`size_if_key`]'s compare, answering where the value lies and the
+/// item's flags (see [`ValueSpan`]) instead of its size (the value is the
+/// item's last bytes). Same duty.
+///
+/// # Safety
+/// As [`size_if_key`].
+#[inline(always)]
+pub(crate) unsafe fn value_span_if_key(item: *const u8, key: &[u8]) -> Option<ValueSpan> {
     let n = key.len();
     // SAFETY: a whole item is at least 4 bytes long (a header of 3 or 5
     // and a key of at least one byte): key length, meta byte, and the
@@ -452,7 +500,7 @@ pub(crate) unsafe fn size_if_key(item: *const u8, key: &[u8]) -> Option<usize> {
     if !same {
         return None;
     }
-    let value_len = if bits & LONG_VALUE == 0 {
+    let len = if bits & LONG_VALUE == 0 {
         (word >> 16) as u8 as usize
     } else {
         // SAFETY: a long header is 5 bytes, the value length's three at
@@ -461,7 +509,11 @@ pub(crate) unsafe fn size_if_key(item: *const u8, key: &[u8]) -> Option<usize> {
         let w = unsafe { item.add(VALUE_LEN_AT).cast::<u32>().read_unaligned() };
         (u32::from_le(w) & 0xff_ffff) as usize
     };
-    Some(start + n + value_len)
+    Some(ValueSpan {
+        at: start + n,
+        len,
+        bits,
+    })
 }
 
 /// `stored[..n] == key` for a key of `n` = 8 to 32 bytes: the 8-byte
@@ -601,6 +653,16 @@ mod tests {
                 assert_eq!(item.header_len(), header_len(value_len));
                 // SAFETY: `buf` is exactly the item just written: whole.
                 assert_eq!(unsafe { size_if_key(buf.as_ptr(), key) }, Some(size));
+                // The read's compare hands out the value and the flags
+                // as the header decodes them; another key, nothing.
+                // SAFETY: as above.
+                let span = unsafe { value_span_if_key(buf.as_ptr(), key) }.unwrap();
+                assert_eq!(&buf[span.at..span.at + span.len], &value[..], "{value_len}");
+                // SAFETY: as above; `span.at` is where the value starts.
+                let flags = unsafe { span.flags_before(buf.as_ptr().add(span.at), key.len()) };
+                assert_eq!(flags, meta.flags, "{value_len}");
+                // SAFETY: as above.
+                assert_eq!(unsafe { value_span_if_key(buf.as_ptr(), b"j") }, None);
                 // Marking keeps the length's width.
                 mark(&mut buf, FETCHED);
                 assert_eq!(RawItem::at(&buf).value(), &value[..]);

@@ -14,7 +14,7 @@
 //! live is the cache's job.
 
 use crate::hashtable::Location;
-use crate::item::RawItem;
+use crate::item::{RawItem, ValueSpan};
 use crate::memory::Heap;
 use crate::windows::{Window, Windows, WINDOW_BYTES};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -412,15 +412,60 @@ impl Segments {
     /// only entries that pass [`holds_item`](Self::holds_item).
     #[inline(always)]
     pub(crate) unsafe fn size_if_key(&self, loc: Location, key: &[u8]) -> Option<usize> {
+        // SAFETY: the caller guarantees a whole item at `loc`, which lies
+        // in the heap where `compared` points.
+        unsafe { crate::item::size_if_key(self.compared(loc), key) }
+    }
+
+    /// The start of the item at `loc`, which a key compare is about to
+    /// read with no bounds checked (checked here in debug builds: the
+    /// compares' duty, a whole item inside its segment).
+    #[inline(always)]
+    fn compared(&self, loc: Location) -> *const u8 {
         let (start, end) = self.item_span(loc);
         debug_assert!(end <= self.data.len() && start + crate::item::SHORT_HEADER_LEN < end);
         debug_assert!(
             self.item(loc).size() <= end - start,
             "an item past its segment"
         );
-        // SAFETY: the caller guarantees a whole item at `loc`, which lies
-        // in the heap at `start`.
-        unsafe { crate::item::size_if_key(self.data.as_ptr().add(start), key) }
+        self.data.as_ptr().wrapping_add(start)
+    }
+
+    /// Where the value of the item at `loc` lies in the heap, and its
+    /// meta byte, if its key is `key` (see
+    /// [`item::value_span_if_key`](crate::item::value_span_if_key)): the
+    /// key compare of a read that hands the value out.
+    ///
+    /// # Safety
+    /// As [`size_if_key`](Self::size_if_key).
+    #[inline(always)]
+    pub(crate) unsafe fn value_span_if_key(&self, loc: Location, key: &[u8]) -> Option<ValueSpan> {
+        // SAFETY: as in `size_if_key`.
+        let span = unsafe { crate::item::value_span_if_key(self.compared(loc), key) }?;
+        debug_assert_eq!(span.at + span.len, self.item(loc).size());
+        Some(ValueSpan {
+            at: self.item_span(loc).0 + span.at,
+            ..span
+        })
+    }
+
+    /// The value bytes and the client flags of the item a
+    /// [`value_span_if_key`](Self::value_span_if_key) found for a key of
+    /// `key_len` bytes, with no bounds checked.
+    ///
+    /// # Safety
+    /// `span` came from `value_span_if_key` on this heap for a key of
+    /// `key_len` bytes, and no segment changed since (the item is still
+    /// where the compare found it).
+    #[inline(always)]
+    pub(crate) unsafe fn value_at(&self, span: ValueSpan, key_len: usize) -> (&[u8], u32) {
+        debug_assert!(span.at + span.len <= self.data.len());
+        // SAFETY: the caller's duty: the compare found a whole item whose
+        // value is these bytes of the heap, still in place.
+        let value = unsafe { self.data.get_unchecked(span.at..span.at + span.len) };
+        // SAFETY: as above, `value` starts where `span` says, in the item.
+        let flags = unsafe { span.flags_before(value.as_ptr(), key_len) };
+        (value, flags)
     }
 
     /// True if a whole item lies at `loc`, inside the first `written`

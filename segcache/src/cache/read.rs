@@ -121,10 +121,26 @@ impl Segcache {
             self.counters.misses += 1;
             return None;
         }
-        let (loc, _) = self.hit_probed(key, hash, probe)?;
-        // SAFETY: as in `get_hashed`.
-        let raw = unsafe { self.segs.item_compared(loc) };
-        Some(f(raw.value(), raw.client_flags()))
+        let (_loc, _, span) = self.hit_probed_by(
+            hash,
+            probe,
+            #[inline(always)]
+            // SAFETY: `at` comes from the table, whose every location
+            // names a whole item inside its segment.
+            move |segs, at| unsafe { segs.value_span_if_key(at, key) },
+        )?;
+        // SAFETY: the compare found `span` just now, and a hit changes no
+        // segment (it only bumps the table's counter; an expired item
+        // returned `None`).
+        let (value, flags) = unsafe { self.segs.value_at(span, key.len()) };
+        debug_assert_eq!(
+            (value, flags),
+            (
+                self.segs.item(_loc).value(),
+                self.segs.item(_loc).client_flags()
+            )
+        );
+        Some(f(value, flags))
     }
 
     /// The counted part of a plain read: finds the key's live item,
@@ -154,15 +170,35 @@ impl Segcache {
     /// from a [`HashTable::probe_home`] of `hash`.
     #[inline(always)]
     fn hit_probed(&mut self, key: &[u8], hash: u64, probe: HomeProbe) -> Option<(Location, u32)> {
-        debug_assert!(!self.read_is_unsettled());
-        // An empty or over-long key matches no item (lengths are compared
-        // first), so it needs no check of its own here.
-        let segs = &self.segs;
-        let Some((bucket, slot, info)) = self.table.lookup_probed(
+        let (loc, now, ()) = self.hit_probed_by(
             hash,
             probe,
             #[inline(always)]
-            move |at| key_is(segs, at, key),
+            move |segs, at| key_is(segs, at, key).then_some(()),
+        )?;
+        Some((loc, now))
+    }
+
+    /// [`hit_probed`](Self::hit_probed) with the key compare given as
+    /// `compare`, which also answers what it read of the item it matched
+    /// (`T`: a [`ValueSpan`](crate::item::ValueSpan) for a read that hands the value out).
+    /// `compare` must match exactly the items whose key is the one looked
+    /// up (an empty or over-long key matches none: lengths are compared
+    /// first, so such a key needs no check of its own here).
+    #[inline(always)]
+    fn hit_probed_by<T>(
+        &mut self,
+        hash: u64,
+        probe: HomeProbe,
+        mut compare: impl FnMut(&Segments, Location) -> Option<T>,
+    ) -> Option<(Location, u32, T)> {
+        debug_assert!(!self.read_is_unsettled());
+        let segs = &self.segs;
+        let Some((bucket, slot, info, learnt)) = self.table.lookup_probed(
+            hash,
+            probe,
+            #[inline(always)]
+            move |at| compare(segs, at),
         ) else {
             self.counters.misses += 1;
             return None;
@@ -187,7 +223,7 @@ impl Segcache {
         };
         self.counters.hits += 1;
         self.table.record_access_probed(bucket, slot, info, now);
-        Some((loc, now))
+        Some((loc, now, learnt))
     }
 
     /// Cache time for an access stamp: the system clock as read at most

@@ -476,14 +476,16 @@ impl HashTable {
     /// [`lookup`](Self::lookup) when no table is draining, from a
     /// [`probe_home`](Self::probe_home) of the same `hash` and an unchanged
     /// table: the read path's lookup, with no branch for the old table and
-    /// no second read of the control word.
+    /// no second read of the control word. `matches` says yes by answering
+    /// `Some`: what the key compare learnt of the item (where its value
+    /// lies, say), handed back with the entry.
     #[inline(always)]
-    pub(crate) fn lookup_probed(
+    pub(crate) fn lookup_probed<T>(
         &self,
         hash: u64,
         probe: HomeProbe,
-        mut matches: impl FnMut(Location) -> bool,
-    ) -> Option<(usize, usize, u64)> {
+        mut matches: impl FnMut(Location) -> Option<T>,
+    ) -> Option<(usize, usize, u64, T)> {
         debug_assert!(self.drain.is_none());
         debug_assert_eq!(probe, self.table.probe_home(hash));
         // Start the slot lines' load: on a hit the matching slot is most

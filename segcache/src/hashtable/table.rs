@@ -132,13 +132,15 @@ impl Table {
         // SAFETY: `home < homes` (`home` scales a 32-bit value by homes /
         // 2^32), within `ctrl_unchecked`'s bound.
         let head = unsafe { self.ctrl_unchecked(home) };
-        if let Some(found) = self.find_in(home, 0, head, hash, pred) {
-            return Some(found);
+        let mut pred = |info| pred(info).then_some(());
+        if let Some((b, s, info, ())) = self.find_in(home, 0, head, hash, &mut pred) {
+            return Some((b, s, info));
         }
         if head & REACH_MASK == 0 {
             return None;
         }
         self.find_displaced(home, head, hash, pred)
+            .map(|(b, s, info, ())| (b, s, info))
     }
 
     /// What one read of `hash`'s home control word says (the first half
@@ -155,14 +157,15 @@ impl Table {
 
     /// The second half of [`find`](Self::find): the home's matching slots
     /// as `probe` found them, then (out of line) the displaced buckets if
-    /// the home has a reach.
+    /// the home has a reach. `pred` says yes by answering `Some` (what it
+    /// learnt of the entry's item, handed back with the position).
     #[inline(always)]
-    pub(super) fn find_probed(
+    pub(super) fn find_probed<T>(
         &self,
         hash: u64,
         probe: HomeProbe,
-        mut pred: impl FnMut(u64) -> bool,
-    ) -> Option<(usize, usize, u64)> {
+        mut pred: impl FnMut(u64) -> Option<T>,
+    ) -> Option<(usize, usize, u64, T)> {
         debug_assert!(probe.home < self.homes);
         let hits = (probe.seen & TAG_BITS as u64) as u32;
         if let Some(found) = self.find_tagged(probe.home, 0, hits, hash, &mut pred) {
@@ -178,13 +181,13 @@ impl Table {
 
     /// [`find`](Self::find) in the buckets past the home, up to its reach.
     #[inline(never)]
-    fn find_displaced(
+    fn find_displaced<T>(
         &self,
         home: usize,
         head: u64,
         hash: u64,
-        mut pred: impl FnMut(u64) -> bool,
-    ) -> Option<(usize, usize, u64)> {
+        mut pred: impl FnMut(u64) -> Option<T>,
+    ) -> Option<(usize, usize, u64, T)> {
         let reach = ((head & REACH_MASK) >> REACH_SHIFT) as usize;
         (1..=reach).find_map(|d| {
             // SAFETY: `d <= reach <= MAX_DISPLACEMENT`, so `home + d < buckets()`.
@@ -196,28 +199,28 @@ impl Table {
     /// The slot of bucket `home + d` (control word `word`) holding an entry
     /// of `hash`'s key that satisfies `pred`.
     #[inline(always)]
-    fn find_in(
+    fn find_in<T>(
         &self,
         home: usize,
         d: usize,
         word: u64,
         hash: u64,
-        pred: &mut impl FnMut(u64) -> bool,
-    ) -> Option<(usize, usize, u64)> {
+        pred: &mut impl FnMut(u64) -> Option<T>,
+    ) -> Option<(usize, usize, u64, T)> {
         self.find_tagged(home, d, match_byte(word, tag_of(hash)), hash, pred)
     }
 
     /// [`find_in`](Self::find_in) with the bucket's matching tags already
     /// picked out (`hits`, one bit per slot).
     #[inline(always)]
-    fn find_tagged(
+    fn find_tagged<T>(
         &self,
         home: usize,
         d: usize,
         mut hits: u32,
         hash: u64,
-        pred: &mut impl FnMut(u64) -> bool,
-    ) -> Option<(usize, usize, u64)> {
+        pred: &mut impl FnMut(u64) -> Option<T>,
+    ) -> Option<(usize, usize, u64, T)> {
         // The check bits and the displacement an entry of this key has in
         // this bucket, compared in one masked test.
         let want = entry_id(hash, d);
@@ -230,8 +233,10 @@ impl Table {
             // is at most MAX_DISPLACEMENT); `s < SLOTS` because
             // `match_byte` only sets bits 0..SLOTS.
             let info = unsafe { self.slot_unchecked(b, s) };
-            if info & ID_MASK == want && pred(info) {
-                return Some((b, s, info));
+            if info & ID_MASK == want {
+                if let Some(learnt) = pred(info) {
+                    return Some((b, s, info, learnt));
+                }
             }
         }
         None

@@ -344,8 +344,10 @@ fn a_home_probe_then_lookup_answers_as_lookup_does() {
             return None;
         }
         table
-            .lookup_probed(hash, probe, |l| keys.get(&l).map(|k| &k[..]) == Some(key))
-            .map(|(b, s, info)| (b, s, location(info)))
+            .lookup_probed(hash, probe, |l| {
+                (keys.get(&l).map(|k| &k[..]) == Some(key)).then_some(())
+            })
+            .map(|(b, s, info, ())| (b, s, location(info)))
     };
     for (&at, key) in &keys {
         let want = table.lookup(hash_key(key), |l| keys.get(&l) == Some(key));
@@ -566,7 +568,11 @@ proptest! {
                         let probed = if probe.proves_absent() {
                             None
                         } else {
-                            table.lookup_probed(hash_of(k), probe, |l| heap_ref.get(&l) == Some(&k))
+                            table
+                                .lookup_probed(hash_of(k), probe, |l| {
+                                    (heap_ref.get(&l) == Some(&k)).then_some(())
+                                })
+                                .map(|(b, s, info, ())| (b, s, info))
                         };
                         prop_assert_eq!(probed, found);
                     }
