@@ -455,7 +455,9 @@ impl ValueSpan {
     ///
     /// # Safety
     /// `value` points where [`at`](Self::at) says the value starts, in the
-    /// whole item this span was read from.
+    /// whole item this span was read from, with leave to read the whole
+    /// item (a pointer into the heap, not one derived from the value's
+    /// slice: the flags lie before the value).
     #[inline(always)]
     pub(crate) unsafe fn flags_before(&self, value: *const u8, key_len: usize) -> u32 {
         if self.bits & HAS_FLAGS == 0 {

@@ -463,8 +463,10 @@ impl Segments {
         // SAFETY: the caller's duty: the compare found a whole item whose
         // value is these bytes of the heap, still in place.
         let value = unsafe { self.data.get_unchecked(span.at..span.at + span.len) };
-        // SAFETY: as above, `value` starts where `span` says, in the item.
-        let flags = unsafe { span.flags_before(value.as_ptr(), key_len) };
+        // SAFETY: as above, the value starts at `span.at`, in the item;
+        // the pointer is the heap's (the flags lie before the value, out
+        // of the value slice's reach).
+        let flags = unsafe { span.flags_before(self.data.as_ptr().add(span.at), key_len) };
         (value, flags)
     }
 
