@@ -104,7 +104,7 @@ impl Segcache {
 
     /// [`get_value_with`](Self::get_value_with) with the key's hash
     /// already computed.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get_value_hashed<R>(
         &mut self,
         key: &[u8],
