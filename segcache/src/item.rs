@@ -450,8 +450,9 @@ pub(crate) struct ValueSpan {
 
 impl ValueSpan {
     /// The item's client flags (0 if it has none), read from the item
-    /// when its meta byte says it has them: they lie just before its key
-    /// (before the kept CAS token, if any).
+    /// when its meta byte says it has them: right after the header, as
+    /// [`RawItem::client_flags`] reads them, found back from the value
+    /// through the layout the meta byte names ([`key_at`]).
     ///
     /// # Safety
     /// `value` points where [`at`](Self::at) says the value starts, in the
@@ -463,7 +464,8 @@ impl ValueSpan {
         if self.bits & HAS_FLAGS == 0 {
             return 0;
         }
-        let back = key_len + 4 + 8 * (self.bits & HAS_CAS != 0) as usize;
+        // From the value back to the item's start, then on to the flags.
+        let back = key_len + key_at(self.bits) - header_len_of(self.bits);
         // SAFETY: the meta byte says four bytes of flags follow the header
         // (then the CAS token if any, then the key): inside the item.
         u32::from_le(unsafe { value.sub(back).cast::<u32>().read_unaligned() })
