@@ -67,6 +67,10 @@ pub struct Segcache {
     recent: u32,
     /// Hits left before [`recent`](Self::recent) is read again.
     recent_left: u32,
+    /// A delayed flush is pending or the table grows: reads take the
+    /// general path ([`refresh_unsettled`](Self::refresh_unsettled) keeps
+    /// it; one test on the read path instead of two).
+    unsettled: bool,
     pub(crate) counters: Counters,
     /// A delayed flush: everything stored before this time goes.
     flush_at: Option<u32>,
@@ -229,6 +233,7 @@ impl Segcache {
             flush_at: None,
             recent: 0,
             recent_left: 0,
+            unsettled: false,
             scratch: Vec::new(),
             restore_outcome,
             externals: Default::default(),
@@ -319,6 +324,7 @@ impl Segcache {
             if now >= at {
                 self.flush_at = None;
                 self.clear();
+                self.refresh_unsettled();
             }
         }
         now
@@ -634,6 +640,15 @@ impl Segcache {
             self.account_unlinked(hashtable::location(info));
             self.counters.evictions += 1;
         }
+        self.refresh_unsettled();
+    }
+
+    /// Sets [`unsettled`](Self::unsettled) from what it sums up: called
+    /// wherever a delayed flush is set or carried out, and wherever the
+    /// table may start or end a growth.
+    #[inline]
+    pub(crate) fn refresh_unsettled(&mut self) {
+        self.unsettled = self.flush_at.is_some() || self.table.is_growing();
     }
 
     /// Updates segment and cache counters for an item the table no longer

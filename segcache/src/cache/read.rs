@@ -71,8 +71,13 @@ impl Segcache {
     /// pending (it runs first) or the table grows (a drain step is taken,
     /// and the key may be in either table).
     #[inline(always)]
-    fn read_is_unsettled(&self) -> bool {
-        self.flush_at.is_some() || self.table.is_growing()
+    pub(super) fn read_is_unsettled(&self) -> bool {
+        debug_assert_eq!(
+            self.unsettled,
+            self.flush_at.is_some() || self.table.is_growing(),
+            "unsettled not refreshed"
+        );
+        self.unsettled
     }
 
     /// Reads a key's value and client flags the cheapest way: lends them

@@ -23,7 +23,7 @@ impl Segcache {
     /// delayed flush takes the general [`delete_hashed`](Self::delete_hashed).
     #[inline(always)]
     pub(crate) fn remove_hashed(&mut self, key: &[u8], hash: u64) -> bool {
-        if self.table.is_growing() || self.flush_at.is_some() {
+        if self.read_is_unsettled() {
             return self
                 .delete_hashed(key, hash, &DeleteOpts::default())
                 .is_ok();
@@ -132,6 +132,7 @@ impl Segcache {
     pub fn flush(&mut self) {
         self.flush_at = None;
         self.clear();
+        self.refresh_unsettled();
     }
 
     /// Removes every item stored before `delay` from now, at that time
@@ -140,6 +141,7 @@ impl Segcache {
         let now = self.clock.now();
         let secs = u32::try_from(delay.as_secs()).unwrap_or(u32::MAX);
         self.flush_at = Some(now.saturating_add(secs));
+        self.refresh_unsettled();
         self.now();
     }
 
@@ -155,6 +157,7 @@ impl Segcache {
         self.ttl.clear();
         self.counters.items = 0;
         self.counters.live_bytes = 0;
+        self.refresh_unsettled();
     }
 
     /// Frees every segment whose deadline has passed, unlinking its items.

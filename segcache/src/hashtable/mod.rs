@@ -890,7 +890,11 @@ impl HashTable {
         debug_assert!(self.drain.is_none() && bucket & OLD == 0);
         debug_assert_eq!(info, self.info(bucket, slot));
         if let Some(counted) = self.counted(info, now) {
-            self.table.slots[bucket * SLOTS + slot] = counted;
+            debug_assert!(slot < SLOTS && bucket * SLOTS + slot < self.table.slots.len());
+            // SAFETY: `lookup_probed` found this slot in the current table
+            // (its info read back above), and nothing changed the table
+            // since.
+            unsafe { *self.table.slots.get_unchecked_mut(bucket * SLOTS + slot) = counted };
         }
     }
 
@@ -900,8 +904,13 @@ impl HashTable {
     #[inline(always)]
     fn counted(&mut self, info: u64, now: u32) -> Option<u64> {
         let stamp = now as u64 & STAMP_MASK;
+        // The stamp first, alone: a read of an item already counted this
+        // second (the common case at any real rate) tests nothing else.
+        if (info >> STAMP_SHIFT) & STAMP_MASK == stamp {
+            return None;
+        }
         let count = (info >> FREQ_SHIFT) & FREQ_MAX;
-        if (info >> STAMP_SHIFT) & STAMP_MASK == stamp || count == FREQ_MAX {
+        if count == FREQ_MAX {
             return None;
         }
         let bump = count < 16 || {
