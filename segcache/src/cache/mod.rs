@@ -324,7 +324,6 @@ impl Segcache {
             if now >= at {
                 self.flush_at = None;
                 self.clear();
-                self.refresh_unsettled();
             }
         }
         now
@@ -644,8 +643,10 @@ impl Segcache {
     }
 
     /// Sets [`unsettled`](Self::unsettled) from what it sums up: called
-    /// wherever a delayed flush is set or carried out, and wherever the
-    /// table may start or end a growth.
+    /// wherever a delayed flush is set, by [`clear`](Self::clear) (which
+    /// every flush carried out ends with), and after every drain step
+    /// (after the one insert that can start a growth, and where a growth
+    /// ends).
     #[inline]
     pub(crate) fn refresh_unsettled(&mut self) {
         self.unsettled = self.flush_at.is_some() || self.table.is_growing();

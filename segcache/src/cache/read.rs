@@ -31,7 +31,7 @@ impl Segcache {
     /// sharded cache, which hashes once to pick the shard).
     #[inline(always)]
     pub(crate) fn get_hashed(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
-        if self.read_is_unsettled() {
+        if self.is_unsettled() {
             return self.get_unsettled(key, hash);
         }
         let probe = self.table.probe_home(hash);
@@ -67,11 +67,13 @@ impl Segcache {
         })
     }
 
-    /// True while a read must take the general path: a delayed flush is
-    /// pending (it runs first) or the table grows (a drain step is taken,
-    /// and the key may be in either table).
+    /// True while a read (or a plain delete) must take the general path: a
+    /// delayed flush is pending (it runs first) or the table grows (a
+    /// drain step is taken, and the key may be in either table). One flag
+    /// ([`refresh_unsettled`](Self::refresh_unsettled) keeps it), checked
+    /// against both in debug builds.
     #[inline(always)]
-    pub(super) fn read_is_unsettled(&self) -> bool {
+    pub(super) fn is_unsettled(&self) -> bool {
         debug_assert_eq!(
             self.unsettled,
             self.flush_at.is_some() || self.table.is_growing(),
@@ -116,7 +118,7 @@ impl Segcache {
         hash: u64,
         f: impl FnOnce(&[u8], u32) -> R,
     ) -> Option<R> {
-        if self.read_is_unsettled() {
+        if self.is_unsettled() {
             let (loc, _) = self.hit_slow(key, hash)?;
             let raw = self.segs.item(loc);
             return Some(f(raw.value(), raw.client_flags()));
@@ -160,7 +162,7 @@ impl Segcache {
     /// and no clock; the clock is read once an entry is found.
     #[inline(always)]
     fn hit(&mut self, key: &[u8], hash: u64) -> Option<(Location, u32)> {
-        if self.read_is_unsettled() {
+        if self.is_unsettled() {
             return self.hit_slow(key, hash);
         }
         let probe = self.table.probe_home(hash);
@@ -197,7 +199,7 @@ impl Segcache {
         probe: HomeProbe,
         mut compare: impl FnMut(&Segments, Location) -> Option<T>,
     ) -> Option<(Location, u32, T)> {
-        debug_assert!(!self.read_is_unsettled());
+        debug_assert!(!self.is_unsettled());
         let segs = &self.segs;
         let Some((bucket, slot, info, learnt)) = self.table.lookup_probed(
             hash,

@@ -23,7 +23,7 @@ impl Segcache {
     /// delayed flush takes the general [`delete_hashed`](Self::delete_hashed).
     #[inline(always)]
     pub(crate) fn remove_hashed(&mut self, key: &[u8], hash: u64) -> bool {
-        if self.read_is_unsettled() {
+        if self.is_unsettled() {
             return self
                 .delete_hashed(key, hash, &DeleteOpts::default())
                 .is_ok();
@@ -132,7 +132,6 @@ impl Segcache {
     pub fn flush(&mut self) {
         self.flush_at = None;
         self.clear();
-        self.refresh_unsettled();
     }
 
     /// Removes every item stored before `delay` from now, at that time
