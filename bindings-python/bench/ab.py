@@ -29,7 +29,6 @@ import argparse
 import atexit
 import gc
 import importlib
-import math
 import os
 import shutil
 import statistics
@@ -86,9 +85,8 @@ def main() -> None:
     def make(name: str):
         if name == "cachebox":
             return cachebox.LRUCache(n)
-        # bench.py's sizing: heap twice the item bytes, table for n keys.
-        hash_power = max(10, math.ceil(math.log2(n / 7 / 0.75)))
-        return builds[name].Cache(heap_size=max(16 << 20, n * (args.value + 40) * 2), hash_power=hash_power)
+        # bench.py's sizing: heap twice the item bytes, the default table.
+        return builds[name].Cache(heap_size=max(16 << 20, n * (args.value + 40) * 2))
 
     def fill(c) -> None:
         if args.fresh:
