@@ -13,7 +13,7 @@
 mod run;
 
 use clap::{Args, Parser, Subcommand};
-use run::hit::{run_server_replay, run_trace, run_twitter, TraceSource};
+use run::hit::{run_server_replay, run_trace, run_twitter, TraceSource, Ttls};
 use run::memory::{measure_one, run_full_heap, run_memory};
 use run::run_demo;
 use run::speed::{run_concurrent, run_opcount, run_throughput};
@@ -198,6 +198,10 @@ enum Cmd {
         /// TTL (as the `demo` does with 2).
         #[arg(long)]
         ttl_spans: Option<f64>,
+        /// Write every key without a TTL (the same keys, sizes and
+        /// operations): overwrites then never wait for an expiry.
+        #[arg(long, conflicts_with = "ttl_spans")]
+        no_ttl: bool,
         /// Count only the reads after this share of each stream (0 to
         /// 1): the cache has then run through the rest, as one that has
         /// run for a while, instead of starting empty.
@@ -359,6 +363,7 @@ fn main() {
             budget_mib,
             time_scale,
             ttl_spans,
+            no_ttl,
             count_after,
             seed,
             caches,
@@ -370,7 +375,11 @@ fn main() {
                 seed,
                 time_scale,
             },
-            ttl_spans,
+            match (ttl_spans, no_ttl) {
+                (Some(spans), _) => Ttls::Spans(spans),
+                (None, true) => Ttls::Never,
+                (None, false) => Ttls::AsWritten,
+            },
             count_after,
             budget_mib,
             &kinds(&caches),

@@ -213,7 +213,7 @@ impl Segcache {
         // written over the old handle, which is released there.
         if secs != 0
             || self
-                .overwrite_in_place(key, hash, &encoded, &meta, size)
+                .overwrite_in_place(key, hash, &encoded, &meta, size, 0, 0)
                 .is_none()
         {
             let now = if secs == 0 { 0 } else { self.clock_now() };

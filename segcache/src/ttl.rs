@@ -61,6 +61,29 @@ fn lower(bucket: usize) -> u32 {
     }
 }
 
+/// The widest gap, in seconds, between two deadlines that the small
+/// (probation) pool puts together after the tail wrote them, where
+/// [`spread`] (about TTL/16) is wider: the small segments a compaction
+/// packs, and an overwrite in place, which keeps the old version's
+/// deadline for the new one. An item then goes less than 2^15 s (about
+/// 9.1 h) early there, unless its own segment was already wider. Where
+/// nothing presses on the heap, items never read stay in the small pool
+/// and its compactions pack them again and again: at TTL/16, 30-day items
+/// went up to 45 h early (BENCHMARKS §1g, third look: cluster 25 at 2 TTL
+/// spans 3 476 -> 3 443 misses, quick_cache 3 438; no other row worse);
+/// overwrites in place with a TTL at the full spread cost that row 6
+/// misses, and 3 fewer than before them with this cap (§1f). Small
+/// segments are young, their deadlines as close as the tail wrote them,
+/// so the cap costs little. Main compaction runs keep the full spread:
+/// main segments carry the wide ranges of the merges that wrote them, and
+/// capping their compaction left dead copies unpacked (cluster 52 at 2
+/// spans +0.0018 with this cap on main runs alone). Main merges and
+/// evaluations keep it too: there a run cut short means segments evicted
+/// whole, read items included (the cap on [`spread`] itself, for the tail
+/// and every merge, cut the hit ratio of a 30-day stream overflowing a
+/// 64 MiB heap of 1 MiB segments from 0.93 to 0.86).
+pub(crate) const SMALL_SPREAD: u32 = (1 << 15) - 1;
+
 /// The widest gap, in clock seconds, between the deadlines of two items in
 /// one segment of this bucket: `max(1, lower / 16) - 1`. An item whose
 /// segment expires at the earliest deadline therefore goes less than

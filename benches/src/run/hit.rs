@@ -199,12 +199,24 @@ pub fn run_server_replay(
     Ok(())
 }
 
+/// The TTLs a `twitter` run writes its keys with.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Ttls {
+    /// The cluster's TTL mix, on the run's time scale.
+    AsWritten,
+    /// The cluster's TTL mix, each stream's time compressed to span this
+    /// many of its most common TTL.
+    Spans(f64),
+    /// None: every key is written without a TTL.
+    Never,
+}
+
 /// `twitter`: one row per cluster, its budget a quarter of its unique
 /// bytes unless given, then the real-allocation table.
 pub fn run_twitter(
     clusters: &[u32],
     cfg: twitter::WorkloadConfig,
-    ttl_spans: Option<f64>,
+    ttls: Ttls,
     count_after: f64,
     budget_mib: Option<f64>,
     kinds: &[Kind],
@@ -230,8 +242,12 @@ pub fn run_twitter(
             .find(|c| c.cluster == id)
             .ok_or(format!("no cluster{id}"))?
             .clone();
+        let mut stats = stats;
+        if ttls == Ttls::Never {
+            stats.ttl_mix = vec![(0, 1.0)];
+        }
         let mut cfg = cfg.clone();
-        if let Some(spans) = ttl_spans {
+        if let Ttls::Spans(spans) = ttls {
             cfg.time_scale = demo::auto_time_scale(&stats, cfg.requests) * spans / 2.0;
         }
         let w = twitter::Workload::new(stats.clone(), cfg.clone())?;
@@ -278,9 +294,13 @@ pub fn run_twitter(
         "Synthetic Twitter workloads: {} requests per cluster, seed {}, {}\n",
         cfg.requests,
         cfg.seed,
-        match ttl_spans {
-            Some(n) => format!("each stream spanning {n}x its cluster's most common TTL"),
-            None => format!("time scale {}", cfg.time_scale),
+        match ttls {
+            Ttls::Spans(n) => format!("each stream spanning {n}x its cluster's most common TTL"),
+            Ttls::Never => format!(
+                "time scale {}, every key written without a TTL",
+                cfg.time_scale
+            ),
+            Ttls::AsWritten => format!("time scale {}", cfg.time_scale),
         }
     );
     if uncounted > 0 {
@@ -297,7 +317,9 @@ pub fn run_twitter(
 }
 
 fn fmt_ttl(s: u32) -> String {
-    if s % 86400 == 0 {
+    if s == 0 {
+        "none".to_string()
+    } else if s % 86400 == 0 {
         format!("{}d", s / 86400)
     } else if s % 3600 == 0 {
         format!("{}h", s / 3600)

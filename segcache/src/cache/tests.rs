@@ -815,11 +815,11 @@ fn same_size_overwrites_are_made_in_place_until_a_cas_token_is_out() {
     assert_ne!(moved, first, "a new size goes to the log");
     c.set(b"t", [1u8; 64], 0, secs(100)).unwrap();
     let timed = entry_of(&c, b"t").0;
-    c.set(b"t", [2u8; 64], 0, secs(100)).unwrap();
+    c.set(b"t", [2u8; 64], 0, None).unwrap();
     assert_ne!(
         entry_of(&c, b"t").0,
         timed,
-        "an item with a TTL is rewritten in the log"
+        "an item with a TTL, written without one, goes to the log"
     );
     c.set(b"t", [3u8; 64], 0, None).unwrap();
     let untimed = entry_of(&c, b"t").0;
@@ -832,6 +832,72 @@ fn same_size_overwrites_are_made_in_place_until_a_cas_token_is_out() {
     assert_eq!(c.cas(b"k", [7u8; 65], 0, None, token), Err(Error::Exists));
     assert_eq!(c.get(b"k").unwrap().value(), [6u8; 65]);
     clock.advance(Duration::from_secs(1));
+    c.check_invariants();
+}
+
+/// An item with a TTL keeps its deadline when written over in place, so
+/// a rewrite with a TTL is made in place only when that deadline is at or
+/// before the one asked for by no more than the precision every item of
+/// that TTL has (`ttl::spread`: 223 s for an hour); any other goes to the
+/// log with a deadline of its own.
+#[test]
+fn overwrites_with_a_ttl_are_in_place_within_the_ttl_precision() {
+    let (mut c, clock) = small(Eviction::Merge);
+    let hour = 3600;
+    let spread = crate::ttl::spread(crate::ttl::bucket_for(hour));
+    assert_eq!(spread, 223);
+    let remaining_of = |c: &mut Segcache, key: &[u8]| match c.ttl(key) {
+        Some(Ttl::After(d)) => d.as_secs(),
+        other => panic!("{other:?}"),
+    };
+    let remaining = |c: &mut Segcache| remaining_of(c, b"t");
+    c.set(b"t", [1u8; 64], 0, secs(hour as u64)).unwrap();
+    let first = entry_of(&c, b"t").0;
+    let used = |c: &Segcache| -> u32 { c.segs.headers.iter().map(|h| h.write_offset).sum() };
+    let before = used(&c);
+    // 100 s later the old deadline is 100 s early for the new write:
+    // within the precision, so in place, and the item keeps it.
+    clock.advance(Duration::from_secs(100));
+    c.set(b"t", [2u8; 64], 0, secs(hour as u64)).unwrap();
+    assert_eq!(entry_of(&c, b"t").0, first, "in place");
+    assert_eq!(used(&c), before, "no log bytes taken");
+    assert_eq!(remaining(&mut c), hour as u64 - 100);
+    assert_eq!(c.get(b"t").unwrap().value(), [2u8; 64]);
+    // 300 s after the first write it would be 300 s early: the log, with
+    // a deadline as precise as any new item's.
+    clock.advance(Duration::from_secs(200));
+    c.set(b"t", [3u8; 64], 0, secs(hour as u64)).unwrap();
+    let second = entry_of(&c, b"t").0;
+    assert_ne!(second, first, "too early: the log");
+    let left = remaining(&mut c);
+    assert!(
+        (hour as u64 - spread as u64..=hour as u64).contains(&left),
+        "{left}"
+    );
+    // A shorter TTL: in place it would outlive what was asked.
+    c.set(b"t", [4u8; 64], 0, secs(60)).unwrap();
+    let third = entry_of(&c, b"t").0;
+    assert_ne!(third, second, "a shorter TTL: the log");
+    assert!(remaining(&mut c) <= 60);
+    // Once expired, a rewrite is a new item, never the old one revived.
+    clock.advance(Duration::from_secs(61));
+    assert!(c.get(b"t").is_none());
+    c.set(b"u", [1u8; 64], 0, secs(10)).unwrap();
+    clock.advance(Duration::from_secs(10));
+    c.set(b"u", [2u8; 64], 0, secs(10)).unwrap();
+    assert_eq!(c.get(b"u").unwrap().value(), [2u8; 64]);
+    assert_eq!(remaining_of(&mut c, b"u"), 10, "expired: a new deadline");
+    // The general store (`execute` with a compare-free set) decides alike.
+    c.set(b"v", [1u8; 64], 0, secs(hour as u64)).unwrap();
+    let v = entry_of(&c, b"v").0;
+    clock.advance(Duration::from_secs(5));
+    let store = Store {
+        ttl: Ttl::After(Duration::from_secs(hour as u64)),
+        ..Store::new(StoreMode::Set, &b"v"[..], &[9u8; 64][..])
+    };
+    c.store(&store).unwrap();
+    assert_eq!(entry_of(&c, b"v").0, v, "the general store: in place");
+    assert_eq!(c.get(b"v").unwrap().value(), [9u8; 64]);
     c.check_invariants();
 }
 

@@ -8,6 +8,26 @@
 
 use super::*;
 
+/// True if an item whose place in the log gives it `deadline` (0: none)
+/// may be written over in place by a write of `ttl` seconds (0: none) at
+/// `now`, keeping that deadline. Without a TTL: only an item without a
+/// deadline. With one: the item must be live and its deadline at or
+/// before the one asked for, earlier by no more than the precision every
+/// item of that TTL is held to ([`ttl::spread`]: a segment expires with
+/// its earliest item), and no more than the small pool's
+/// [`ttl::SMALL_SPREAD`] (overwrites in place are made there only); a
+/// write that would leave it to live longer than asked, or die earlier
+/// than that, is appended as a new item.
+#[inline(always)]
+fn keeps_deadline(deadline: u32, ttl: u32, now: u32) -> bool {
+    if ttl == 0 {
+        return deadline == 0;
+    }
+    let wanted = now.saturating_add(ttl);
+    let early = ttl::spread(ttl::bucket_for(ttl)).min(ttl::SMALL_SPREAD);
+    deadline > now && deadline <= wanted && wanted - deadline <= early
+}
+
 /// Reads a stored number as memcached's incr/decr do (`strtoull` and its
 /// checks): white space and one sign may lead, then digits; the byte after
 /// them must be white space or the end (what follows is not read). A `-`
@@ -180,28 +200,29 @@ impl Segcache {
         {
             return self.set_general(key, hash, value, flags, ttl);
         }
-        if secs == 0
-            && self
-                .overwrite_in_place(key, hash, value, &meta, size)
-                .is_some()
-        {
-            return Ok(());
-        }
         // Only a TTL needs the time: an item without one goes to the
         // never-expiring bucket, whose segments have no deadline to check
         // (`reserve` asserts it), and a new segment reads the clock itself.
         let now = if secs == 0 { 0 } else { self.clock.now() };
+        if self
+            .overwrite_in_place(key, hash, value, &meta, size, secs as u32, now)
+            .is_some()
+        {
+            return Ok(());
+        }
         self.write_sized(key, hash, [value, &[]], &meta, size, secs as u32, now)
             .map(drop)
     }
 
     /// Writes the new version of an item over the old one when the key's
-    /// item has no TTL, is as large as the new one (`size`, the new one's
-    /// size, for a write without a TTL), holds its value where the new
-    /// one will (both in the heap, or both external: `meta.external`) and
-    /// is the table's first candidate for the key (so the table is not
-    /// growing), and no CAS token naming a place in the item's segment
-    /// has been handed out
+    /// item is as large as the new one (`size`), keeps a deadline the new
+    /// write of `ttl` seconds at `now` may have ([`keeps_deadline`]: none
+    /// for a write without a TTL), lies in a segment of the small
+    /// (probation) pool or of a cache without one, holds its value where
+    /// the new one will (both in the heap, or both external:
+    /// `meta.external`) and is the table's first candidate for the key (so
+    /// the table is not growing), and no CAS token naming a place in the
+    /// item's segment has been handed out
     /// ([`Segments::tokens_out`](crate::segments::Segments::tokens_out)):
     /// the item's location if it did. An external old value is released
     /// here, as `link` releases an overwritten one; the caller counts the
@@ -209,11 +230,16 @@ impl Segcache {
     /// dead: the log append, the old copy's unlinking and the later
     /// reclaim of its bytes are all skipped (64-byte sets 1.2-1.5x as fast
     /// with a million keys, 2x with 100,000: BENCHMARKS.md §2). The item
-    /// keeps its place in its segment, as an updated entry of S3-FIFO or
-    /// quick_cache keeps its place in its queue; its access count is
-    /// raised as a rewrite's is in the log (`eviction::REWRITE_FREQ`) and
-    /// its marks start clear, as a new item's do.
+    /// keeps its place in its probation segment, as an updated entry of
+    /// S3-FIFO keeps its place in its queue; its access count is raised as
+    /// a rewrite's is in the log (`eviction::REWRITE_FREQ`), so its
+    /// evaluation promotes it, and its marks start clear, as a new item's
+    /// do. An item in main goes to the log instead, to start a new trip
+    /// through probation: kept in its old main place, which the next
+    /// merges reach first, it cost the Twitter-like clusters 19 and 22 up
+    /// to 0.012 of miss ratio (BENCHMARKS.md §1f).
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)] // the write's own, as `write_sized` takes them
     pub(crate) fn overwrite_in_place(
         &mut self,
         key: &[u8],
@@ -221,12 +247,15 @@ impl Segcache {
         value: &[u8],
         meta: &Meta,
         size: usize,
+        ttl: u32,
+        now: u32,
     ) -> Option<Location> {
         let (at, info, old_size) = self.first_match(key, hash)?;
         let old = hashtable::location(info);
         if old_size != size
             || self.segs.item(old).is_external() != meta.external
-            || self.segs.deadline(old) != 0
+            || !keeps_deadline(self.segs.deadline(old), ttl, now)
+            || self.admission.is_main(old.seg)
             || self.segs.tokens_out(old.seg)
         {
             return None;
@@ -440,9 +469,11 @@ impl Segcache {
             (secs, self.check_size(key.len(), value.len(), &new_meta)?)
         };
         let plain = store.mode == StoreMode::Set && store.cas.is_none() && secs.is_some();
-        if plain && secs == Some(0) && !store.external && self.flush_at.is_none() {
-            // No time needed (as `set_hashed`'s): no TTL, no flush due.
-            if let Some(loc) = self.overwrite_in_place(key, hash, value, &new_meta, size) {
+        if let (true, Some(ttl), false, None) = (plain, secs, store.external, self.flush_at) {
+            // Without a TTL no time is needed (as in `set_hashed`).
+            let now = if ttl == 0 { 0 } else { self.now() };
+            if let Some(loc) = self.overwrite_in_place(key, hash, value, &new_meta, size, ttl, now)
+            {
                 return Ok(Some(loc));
             }
         }

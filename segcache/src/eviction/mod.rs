@@ -12,7 +12,7 @@
 //!    at no more than 7/8 live (15/16 for main runs,
 //!    [`MAIN_LIVE_BOUND`](runs::MAIN_LIVE_BOUND)), it is packed in place; nothing is evicted.
 //!    A small run's deadlines must also lie within
-//!    [`SMALL_COMPACTION_SPREAD`](runs::SMALL_COMPACTION_SPREAD) (about 9.1 h) of each other.
+//!    [`SMALL_SPREAD`](crate::ttl::SMALL_SPREAD) (about 9.1 h) of each other.
 //!    The oldest such run goes first unless another frees segments for
 //!    far fewer bytes moved ([`COMPACTION_COST_SLACK`](runs::COMPACTION_COST_SLACK)).
 //!    A run of more live items than the merge scratch holds is packed a

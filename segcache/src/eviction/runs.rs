@@ -46,26 +46,6 @@ pub(super) const MAIN_LIVE_BOUND: usize = 16;
 /// less.
 pub(super) const COMPACTION_COST_SLACK: usize = 4;
 
-/// The widest gap, in seconds, between the deadlines of the small
-/// segments a compaction packs together (`ttl::spread`, about TTL/16,
-/// where that is narrower): an item in a packed small segment then goes
-/// less than 2^15 s (about 9.1 h) early, unless its own segment was
-/// already wider. Where nothing presses on the heap, items never read
-/// stay in the small pool and its compactions pack them again and again:
-/// at TTL/16, 30-day items went up to 45 h early (BENCHMARKS §1g, third
-/// look: cluster 25 at 2 TTL spans 3 476 -> 3 443 misses, quick_cache
-/// 3 438; no other row worse). Small segments are young, their deadlines
-/// as close as the tail wrote them, so short runs cost little. Main runs
-/// keep the full spread: main segments carry the wide ranges of the
-/// merges that wrote them, and capping their compaction left dead copies
-/// unpacked (cluster 52 at 2 spans +0.0018 with this cap on main runs
-/// alone). Main merges and evaluations keep it too: there a run cut short
-/// means segments evicted whole, read items included (the cap on
-/// `ttl::spread` itself, for the tail and every merge, cut the hit ratio
-/// of a 30-day stream overflowing a 64 MiB heap of 1 MiB segments from
-/// 0.93 to 0.86).
-pub(super) const SMALL_COMPACTION_SPREAD: u32 = (1 << 15) - 1;
-
 /// A run of segments chosen for compaction.
 #[derive(Clone)]
 pub(super) struct CompactionRun {
@@ -294,7 +274,7 @@ impl Segcache {
     /// consecutive sealed small segments ([`COMPACT_MAX_MAIN`] main ones)
     /// of one pool and TTL bucket, each as long as it can be from its
     /// first segment (deadline windows that fit one segment, and small runs'
-    /// deadlines within [`SMALL_COMPACTION_SPREAD`]), that are at most 7/8 live (main: 15/16) and whose live bytes fit
+    /// deadlines within [`SMALL_SPREAD`](crate::ttl::SMALL_SPREAD)), that are at most 7/8 live (main: 15/16) and whose live bytes fit
     /// in fewer segments: the oldest (the first found from the buckets'
     /// heads), unless it moves more than [`COMPACTION_COST_SLACK`] times
     /// the live bytes per segment freed of the cheapest such run, which is
@@ -336,7 +316,7 @@ impl Segcache {
                     let Some(wider) = self.widen(bucket, range, at) else {
                         break;
                     };
-                    if found.n > 0 && !main && wider.windows.span() > SMALL_COMPACTION_SPREAD {
+                    if found.n > 0 && !main && wider.windows.span() > crate::ttl::SMALL_SPREAD {
                         break;
                     }
                     range = wider;
