@@ -211,6 +211,25 @@ pub enum Ttls {
     Never,
 }
 
+impl Ttls {
+    /// A cluster's statistics and the workload settings for this mode.
+    fn apply(
+        self,
+        stats: &twitter::ClusterStats,
+        cfg: &twitter::WorkloadConfig,
+    ) -> (twitter::ClusterStats, twitter::WorkloadConfig) {
+        let (mut stats, mut cfg) = (stats.clone(), cfg.clone());
+        match self {
+            Ttls::AsWritten => {}
+            Ttls::Spans(spans) => {
+                cfg.time_scale = demo::auto_time_scale(&stats, cfg.requests) * spans / 2.0;
+            }
+            Ttls::Never => stats.ttl_mix = vec![(0, 1.0)],
+        }
+        (stats, cfg)
+    }
+}
+
 /// `twitter`: one row per cluster, its budget a quarter of its unique
 /// bytes unless given, then the real-allocation table.
 pub fn run_twitter(
@@ -240,16 +259,8 @@ pub fn run_twitter(
         let stats = table
             .iter()
             .find(|c| c.cluster == id)
-            .ok_or(format!("no cluster{id}"))?
-            .clone();
-        let mut stats = stats;
-        if ttls == Ttls::Never {
-            stats.ttl_mix = vec![(0, 1.0)];
-        }
-        let mut cfg = cfg.clone();
-        if let Ttls::Spans(spans) = ttls {
-            cfg.time_scale = demo::auto_time_scale(&stats, cfg.requests) * spans / 2.0;
-        }
+            .ok_or(format!("no cluster{id}"))?;
+        let (stats, cfg) = ttls.apply(stats, &cfg);
         let w = twitter::Workload::new(stats.clone(), cfg.clone())?;
         let unique = w.unique_bytes();
         let budget = match budget_mib {
@@ -325,5 +336,38 @@ fn fmt_ttl(s: u32) -> String {
         format!("{}h", s / 3600)
     } else {
         format!("{s}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--no-ttl` keeps a stream's keys, sizes and operations and drops
+    /// only its TTLs; `--ttl-spans` keeps the TTLs and stretches time.
+    #[test]
+    fn ttl_modes_change_only_ttls_or_time() {
+        let stats = twitter::load_cluster(7).unwrap();
+        let cfg = twitter::WorkloadConfig {
+            requests: 5_000,
+            ..Default::default()
+        };
+        let stream = |ttls: Ttls| {
+            let (s, c) = ttls.apply(&stats, &cfg);
+            let w = twitter::Workload::new(s, c).unwrap();
+            let secs = w.duration_secs();
+            (w.collect::<Vec<_>>(), secs)
+        };
+        let (written, secs) = stream(Ttls::AsWritten);
+        let (never, never_secs) = stream(Ttls::Never);
+        let (spans, spans_secs) = stream(Ttls::Spans(2.0));
+        assert!(written.iter().all(|r| r.ttl_secs > 0));
+        assert!(never.iter().all(|r| r.ttl_secs == 0));
+        assert_eq!(never_secs, secs);
+        assert!(spans_secs > 100.0 * secs, "{spans_secs} against {secs}");
+        for ((a, b), c) in written.iter().zip(&never).zip(&spans) {
+            assert_eq!((a.key_id, a.value_len, a.op), (b.key_id, b.value_len, b.op));
+            assert_eq!((a.key_id, a.ttl_secs), (c.key_id, c.ttl_secs));
+        }
     }
 }
