@@ -8,6 +8,18 @@
 
 use super::*;
 
+/// An overwrite of an item in main is made in place only in a segment
+/// opened in the newest 1/`RECENT_MAIN_SHARE` of its bucket's age
+/// ([`Segcache::recently_promoted`]). Elsewhere in main, in place cost
+/// hits at real rate (a rewritten key kept a place the next merges reach
+/// first: cluster 22 +0.0075); in none of main, cluster 7 at 2 TTL spans
+/// kept dead copies a recent segment could have saved. Measured on the
+/// Twitter-like rows, seeds 42 and 1-3 (BENCHMARKS.md §1f, sixteenth
+/// round): at 8, cluster 7 at 2 spans 0.0003-0.0010 fewer misses on all
+/// four seeds, the other rows within ±0.0005; at 2 and 4 real-rate and
+/// no-TTL rows lost up to 0.0027.
+const RECENT_MAIN_SHARE: u64 = 8;
+
 /// True if an item whose place in the log gives it `deadline` (0: none)
 /// may be written over in place by a write of `ttl` seconds (0: none) at
 /// `now`, keeping that deadline. Without a TTL: only an item without a
@@ -218,7 +230,8 @@ impl Segcache {
     /// item is as large as the new one (`size`), keeps a deadline the new
     /// write of `ttl` seconds at `now` may have ([`keeps_deadline`]: none
     /// for a write without a TTL), lies in a segment of the small
-    /// (probation) pool or of a cache without one, holds its value where
+    /// (probation) pool, of a cache without one, or in a main segment
+    /// promoted recently ([`recently_promoted`](Self::recently_promoted)), holds its value where
     /// the new one will (both in the heap, or both external:
     /// `meta.external`) and is the table's first candidate for the key (so
     /// the table is not growing), and no CAS token naming a place in the
@@ -234,10 +247,10 @@ impl Segcache {
     /// S3-FIFO keeps its place in its queue; its access count is raised as
     /// a rewrite's is in the log (`eviction::REWRITE_FREQ`), so its
     /// evaluation promotes it, and its marks start clear, as a new item's
-    /// do. An item in main goes to the log instead, to start a new trip
-    /// through probation: kept in its old main place, which the next
-    /// merges reach first, it cost the Twitter-like clusters 19 and 22 up
-    /// to 0.012 of miss ratio (BENCHMARKS.md §1f).
+    /// do. An item in an older main segment goes to the log instead, to
+    /// start a new trip through probation: kept in its old main place,
+    /// which the next merges reach first, it cost the Twitter-like
+    /// clusters 19 and 22 up to 0.012 of miss ratio (BENCHMARKS.md §1f).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)] // the write's own, as `write_sized` takes them
     pub(crate) fn overwrite_in_place(
@@ -255,7 +268,7 @@ impl Segcache {
         if old_size != size
             || self.segs.item(old).is_external() != meta.external
             || !keeps_deadline(self.segs.deadline(old), ttl, now)
-            || self.admission.is_main(old.seg)
+            || (self.admission.is_main(old.seg) && !self.recently_promoted(old.seg))
             || self.segs.tokens_out(old.seg)
         {
             return None;
@@ -276,6 +289,25 @@ impl Segcache {
         debug_assert_eq!(self.segs.item(old).value(), value);
         self.table.replace_first(at, info, old, rewrite_floor);
         Some(old)
+    }
+
+    /// True if main segment `seg` was opened in the newest
+    /// 1/[`RECENT_MAIN_SHARE`] of its TTL bucket's age (the time since
+    /// its oldest segment was opened): a probation segment promoted
+    /// soon after the tail filled it, whose items are about as recent as
+    /// a new trip through probation would make a rewritten one. Merges
+    /// pack into their run's existing segments, so a segment that merges
+    /// have kept for long is old here, however recent what they moved
+    /// into it. Reads the clock: only for an overwrite of an item in
+    /// main.
+    #[inline(never)]
+    fn recently_promoted(&self, seg: u32) -> bool {
+        let h = &self.segs.headers[seg as usize];
+        let head = self.ttl.buckets[h.ttl_bucket as usize].head;
+        let oldest = self.segs.headers[head as usize].create_at;
+        let now = self.clock.now();
+        let age = u64::from(now.saturating_sub(h.create_at));
+        age * RECENT_MAIN_SHARE < u64::from(now.saturating_sub(oldest))
     }
 
     /// The fewest accesses a rewritten key's entry starts with. Merge
