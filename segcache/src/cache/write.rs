@@ -27,9 +27,10 @@ const RECENT_MAIN_SHARE: u64 = 8;
 /// before the one asked for, earlier by no more than the precision every
 /// item of that TTL is held to ([`ttl::spread`]: a segment expires with
 /// its earliest item), and no more than the small pool's
-/// [`ttl::SMALL_SPREAD`] (overwrites in place are made there only); a
-/// write that would leave it to live longer than asked, or die earlier
-/// than that, is appended as a new item.
+/// [`ttl::SMALL_SPREAD`] (overwrites in place are made in probation
+/// segments and in main segments promoted from it recently); a write
+/// that would leave it to live longer than asked, or die earlier than
+/// that, is appended as a new item.
 #[inline(always)]
 fn keeps_deadline(deadline: u32, ttl: u32, now: u32) -> bool {
     if ttl == 0 {
@@ -231,11 +232,11 @@ impl Segcache {
     /// write of `ttl` seconds at `now` may have ([`keeps_deadline`]: none
     /// for a write without a TTL), lies in a segment of the small
     /// (probation) pool, of a cache without one, or in a main segment
-    /// promoted recently ([`recently_promoted`](Self::recently_promoted)), holds its value where
-    /// the new one will (both in the heap, or both external:
-    /// `meta.external`) and is the table's first candidate for the key (so
-    /// the table is not growing), and no CAS token naming a place in the
-    /// item's segment has been handed out
+    /// promoted recently ([`recently_promoted`](Self::recently_promoted)),
+    /// holds its value where the new one will (both in the heap, or both
+    /// external: `meta.external`) and is the table's first candidate for
+    /// the key (so the table is not growing), and no CAS token naming a
+    /// place in the item's segment has been handed out
     /// ([`Segments::tokens_out`](crate::segments::Segments::tokens_out)):
     /// the item's location if it did. An external old value is released
     /// here, as `link` releases an overwritten one; the caller counts the
@@ -303,8 +304,17 @@ impl Segcache {
     #[inline(never)]
     fn recently_promoted(&self, seg: u32) -> bool {
         let h = &self.segs.headers[seg as usize];
+        // The segment is linked in its bucket, which therefore has a head.
         let head = self.ttl.buckets[h.ttl_bucket as usize].head;
-        let oldest = self.segs.headers[head as usize].create_at;
+        let Some(oldest) = self.segs.headers.get(head as usize) else {
+            debug_assert!(
+                false,
+                "segment {seg} in bucket {} without a head",
+                h.ttl_bucket
+            );
+            return false;
+        };
+        let oldest = oldest.create_at;
         let now = self.clock.now();
         let age = u64::from(now.saturating_sub(h.create_at));
         age * RECENT_MAIN_SHARE < u64::from(now.saturating_sub(oldest))
