@@ -269,7 +269,7 @@ impl Segcache {
         if old_size != size
             || self.segs.item(old).is_external() != meta.external
             || !keeps_deadline(self.segs.deadline(old), ttl, now)
-            || (self.admission.is_main(old.seg) && !self.recently_promoted(old.seg))
+            || (self.admission.is_main(old.seg) && !self.recently_promoted(old.seg, now))
             || self.segs.tokens_out(old.seg)
         {
             return None;
@@ -299,10 +299,11 @@ impl Segcache {
     /// a new trip through probation would make a rewritten one. Merges
     /// pack into their run's existing segments, so a segment that merges
     /// have kept for long is old here, however recent what they moved
-    /// into it. Reads the clock: only for an overwrite of an item in
-    /// main.
+    /// into it. `now` is the write's time, 0 for a write without a TTL,
+    /// which has not read the clock: then it is read here (only for an
+    /// overwrite of an item in main).
     #[inline(never)]
-    fn recently_promoted(&self, seg: u32) -> bool {
+    fn recently_promoted(&self, seg: u32, now: u32) -> bool {
         let h = &self.segs.headers[seg as usize];
         // The segment is linked in its bucket, which therefore has a head.
         let head = self.ttl.buckets[h.ttl_bucket as usize].head;
@@ -315,7 +316,7 @@ impl Segcache {
             return false;
         };
         let oldest = oldest.create_at;
-        let now = self.clock.now();
+        let now = if now == 0 { self.clock.now() } else { now };
         let age = u64::from(now.saturating_sub(h.create_at));
         age * RECENT_MAIN_SHARE < u64::from(now.saturating_sub(oldest))
     }
@@ -511,6 +512,7 @@ impl Segcache {
             (secs, self.check_size(key.len(), value.len(), &new_meta)?)
         };
         let plain = store.mode == StoreMode::Set && store.cas.is_none() && secs.is_some();
+        let mut read_at = None;
         if let (true, Some(ttl), false, None) = (plain, secs, store.external, self.flush_at) {
             // Without a TTL no time is needed (as in `set_hashed`).
             let now = if ttl == 0 { 0 } else { self.now() };
@@ -518,8 +520,10 @@ impl Segcache {
             {
                 return Ok(Some(loc));
             }
+            read_at = (ttl != 0).then_some(now);
         }
-        let now = self.now();
+        // No flush is due in the branch above: its reading stands.
+        let now = read_at.unwrap_or_else(|| self.now());
         let found = if plain {
             None
         } else {
