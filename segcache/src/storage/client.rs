@@ -387,15 +387,27 @@ impl StorageHandle {
 
     /// Runs `run` on the cache on this thread if the token is free, or
     /// soon free (another client's turn is short: it tries again a little
-    /// while a client holds it); `None`: queue the request instead.
-    #[inline]
+    /// while a client holds it); `None`: queue the request instead. The
+    /// first try is inlined into the caller; the tries after it are not.
+    #[inline(always)]
     fn run_here<R>(&self, mut run: impl FnMut(&mut Segcache) -> R) -> Option<Result<R, Error>> {
+        if let Some(result) = self.shared.run_here(None, &mut run) {
+            return Some(result);
+        }
+        self.run_here_again(run)
+    }
+
+    /// [`run_here`](Self::run_here) after its first try found the token
+    /// taken.
+    #[cold]
+    #[inline(never)]
+    fn run_here_again<R>(
+        &self,
+        mut run: impl FnMut(&mut Segcache) -> R,
+    ) -> Option<Result<R, Error>> {
         let shared = &self.shared;
         let (mut paused, mut backoff) = (0, 1);
         loop {
-            if let Some(result) = shared.run_here(None, &mut run) {
-                return Some(result);
-            }
             // Worth another try only while clients take turns (not when
             // the storage thread holds the token, or waits for it), and
             // only once the token looks free: waiting on loads leaves the
@@ -417,6 +429,9 @@ impl StorageHandle {
                 }
                 paused += backoff;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+            if let Some(result) = shared.run_here(None, &mut run) {
+                return Some(result);
             }
         }
     }

@@ -305,6 +305,8 @@ impl Shared {
     /// if work arrived meanwhile whose pusher found it taken. Past the
     /// bound, or when the storage thread waits for the token, the rest is
     /// left to the storage thread (woken).
+    #[cold]
+    #[inline(never)]
     fn combine(&self, own: Option<&Channel>) {
         // Our `pending` swap comes before our look at the token (both
         // `SeqCst`: see the module doc).
@@ -362,6 +364,7 @@ impl Shared {
     /// `own` is the caller's channel, if it has one: its queued requests
     /// are run before this one (they came first), and it is not woken. A
     /// caller without one must have nothing in flight.
+    #[inline(always)]
     pub(super) fn run_here<R>(
         &self,
         own: Option<&Channel>,
@@ -376,22 +379,21 @@ impl Shared {
         // A retired token (stopped, or a holder panicked) is not FREE
         // either: the queue path then refuses the request.
         let mut turn = Turn::try_take(self, CLIENT)?;
-        turn.count(&self.counters.client_turns, 1);
-        let mut served = 0;
+        let mut served = 1;
         if self.pending.load(SeqCst) {
             // Requests already pushed, whose pushers found the token
             // taken (the token is free only once a holder found every
             // queue empty, or left `pending` set), run first.
-            self.pending.swap(false, SeqCst);
-            served += turn.drain(own);
+            served += self.drain_pending(&mut turn, own);
         }
         let response = if own.is_some_and(|own| !own.requests.is_empty()) {
             // More than a pass's worth of our own: ours waits its turn.
+            served -= 1;
             None
         } else {
-            served += 1;
             Some(run(turn.cache()))
         };
+        turn.count(&self.counters.client_turns, 1);
         turn.count(&self.counters.client_jobs, served as u64);
         drop(turn);
         // After our release (module doc): a request pushed while we held
@@ -400,6 +402,16 @@ impl Shared {
             self.combine(own);
         }
         response.map(Ok)
+    }
+
+    /// [`run_here`](Self::run_here)'s rare first step, out of its way:
+    /// serves what was pushed while the token was taken; returns how
+    /// many requests it ran.
+    #[cold]
+    #[inline(never)]
+    fn drain_pending(&self, turn: &mut Turn<'_>, own: Option<&Channel>) -> usize {
+        self.pending.swap(false, SeqCst);
+        turn.drain(own)
     }
 
     /// Waits for the next reply on a channel with a request in flight:
