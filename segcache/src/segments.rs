@@ -554,33 +554,48 @@ impl Segments {
         (RawItem::at(&this.data[start..end]), this, before)
     }
 
-    /// [`fetch`](Self::fetch) of an item a lookup has just found: no
-    /// bounds are checked, and the marks are not returned.
+    /// [`fetch`](Self::fetch) of an item a key compare has just found,
+    /// with its value where the compare placed it: no bounds are checked,
+    /// the header is not decoded again, and the marks are not returned.
     ///
     /// # Safety
     /// `loc` names a whole item inside its segment (as every location the
-    /// table holds does, see [`size_if_key`](Self::size_if_key)).
+    /// table holds does, see [`size_if_key`](Self::size_if_key)), and
+    /// `span` is what [`value_span_if_key`](Self::value_span_if_key) read
+    /// of it, with no segment changed since.
     #[inline(always)]
-    pub(crate) unsafe fn fetch_compared(&mut self, loc: Location) -> (RawItem<'_>, &Segments) {
+    pub(crate) unsafe fn fetch_spanned(
+        &mut self,
+        loc: Location,
+        span: ValueSpan,
+    ) -> (RawItem<'_>, &Segments, &[u8]) {
         let (start, end) = self.item_span(loc);
         debug_assert!(start + crate::item::SHORT_HEADER_LEN < end && end <= self.data.len());
         debug_assert!((loc.seg as usize) < self.headers.len());
-        // SAFETY: the caller guarantees a whole item at `loc`, so
-        // `start..end` (from it to its segment's end) is in the heap.
-        let bytes = unsafe { self.data.get_unchecked_mut(start..end) };
-        // SAFETY: a whole item is at least its header long.
-        unsafe { std::hint::assert_unchecked(bytes.len() > crate::item::META_AT) };
-        crate::item::mark(bytes, crate::item::FETCHED);
+        debug_assert!(start < span.at && span.at + span.len <= end);
+        debug_assert_eq!(span.bits, self.data[start + crate::item::META_AT]);
+        if span.bits & crate::item::FETCHED == 0 {
+            // SAFETY: the item is whole (the caller's duty), so its meta
+            // byte, inside its header, is in the heap.
+            unsafe {
+                *self.data.get_unchecked_mut(start + crate::item::META_AT) =
+                    span.bits | crate::item::FETCHED;
+            }
+        }
         let this: &Segments = self;
-        // SAFETY: the caller's duty is `item_compared`'s: the same item.
-        (unsafe { this.item_compared(loc) }, this)
+        // SAFETY: the caller's duties are `item_compared`'s (the same
+        // item) and `value_at`'s (the span the compare found, unchanged).
+        unsafe {
+            let value = this.data.get_unchecked(span.at..span.at + span.len);
+            (this.item_compared(loc), this, value)
+        }
     }
 
     /// [`item`](Self::item) of an item a lookup has just found: no bounds
     /// are checked.
     ///
     /// # Safety
-    /// As [`fetch_compared`](Self::fetch_compared): `loc` names a whole
+    /// As [`fetch_spanned`](Self::fetch_spanned): `loc` names a whole
     /// item inside its segment.
     #[inline(always)]
     pub(crate) unsafe fn item_compared(&self, loc: Location) -> RawItem<'_> {

@@ -379,12 +379,7 @@ impl Segcache {
     /// The item at `loc`, read at `now`.
     #[inline]
     fn item_view(&self, loc: Location, now: u32) -> Item<'_> {
-        Item {
-            raw: self.segs.item(loc),
-            segs: &self.segs,
-            loc,
-            now,
-        }
+        Item::new(self.segs.item(loc), &self.segs, loc, now)
     }
 
     /// Remaining TTL in seconds of the item at `loc` (0: no expiry).

@@ -39,16 +39,24 @@ impl Segcache {
             self.counters.misses += 1;
             return None;
         }
-        let (loc, now) = self.hit_probed(key, hash, probe)?;
-        // SAFETY: `hit_probed` found `loc` in the table (whose locations
-        // name whole items) and changed no segment since (a hit only bumps
-        // the table's counter; an expired item returned `None`).
-        let (raw, segs) = unsafe { self.segs.fetch_compared(loc) };
+        let (loc, now, span) = self.hit_probed_by(
+            hash,
+            probe,
+            #[inline(always)]
+            // SAFETY: `at` comes from the table, whose every location
+            // names a whole item inside its segment.
+            move |segs, at| unsafe { segs.value_span_if_key(at, key) },
+        )?;
+        // SAFETY: the compare found `loc`'s item and its value at `span`
+        // just now, and a hit changes no segment (it only bumps the
+        // table's counter; an expired item returned `None`).
+        let (raw, segs, value) = unsafe { self.segs.fetch_spanned(loc, span) };
         Some(Item {
             raw,
             segs,
             loc,
             now,
+            value,
         })
     }
 
@@ -59,12 +67,7 @@ impl Segcache {
     fn get_unsettled(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
         let (loc, now) = self.hit_slow(key, hash)?;
         let (raw, segs, _) = self.segs.fetch(loc);
-        Some(Item {
-            raw,
-            segs,
-            loc,
-            now,
-        })
+        Some(Item::new(raw, segs, loc, now))
     }
 
     /// True while a read (or a plain delete) must take the general path: a
@@ -365,13 +368,7 @@ impl Segcache {
     pub(crate) fn read_plain(&mut self, key: &[u8], hash: u64) -> Option<(Item<'_>, u8)> {
         let (loc, now) = self.hit(key, hash)?;
         let (raw, segs, marks) = self.segs.fetch(loc);
-        let view = Item {
-            raw,
-            segs,
-            loc,
-            now,
-        };
-        Some((view, marks))
+        Some((Item::new(raw, segs, loc, now), marks))
     }
 
     /// [`read`](Self::read) with the key's hash already computed, copying

@@ -2,7 +2,8 @@
 //! memory, and [`OwnedItem`], its copy; and the CAS token's bit layout.
 //!
 //! Must never: copy on the borrowed path, or decode a field before its
-//! accessor is called.
+//! accessor is called (but the value's place, which every read needs and
+//! `get`'s key compare has already read).
 
 use crate::hashtable::Location;
 use crate::item::{self, RawItem};
@@ -17,8 +18,10 @@ use std::time::Duration;
 /// lends one to a closure while the shard is locked. [`OwnedItem`] is the
 /// copied form the other handles return.
 ///
-/// Each accessor decodes its field from the item's bytes and its segment's
-/// header when called, so a read pays only for what its caller looks at.
+/// The value's place comes with the read (`get` takes it from its key
+/// compare, which has read the header anyway); every other accessor decodes
+/// its field from the item's bytes and its segment's header when called,
+/// so a read pays only for what its caller looks at.
 #[derive(Clone, Copy)]
 pub struct Item<'a> {
     pub(super) raw: RawItem<'a>,
@@ -27,9 +30,25 @@ pub struct Item<'a> {
     pub(super) loc: Location,
     /// Cache time of the read (for [`ttl`](Self::ttl)).
     pub(super) now: u32,
+    /// The value's bytes, placed by the read (the header is decoded once,
+    /// by the key compare on `get`'s short path).
+    pub(super) value: &'a [u8],
 }
 
 impl<'a> Item<'a> {
+    /// The item `raw` at `loc` in `segs`, read at `now`; its value found
+    /// from its header.
+    #[inline(always)]
+    pub(super) fn new(raw: RawItem<'a>, segs: &'a Segments, loc: Location, now: u32) -> Item<'a> {
+        Item {
+            raw,
+            segs,
+            loc,
+            now,
+            value: raw.value(),
+        }
+    }
+
     /// The item's key.
     #[inline]
     pub fn key(&self) -> &'a [u8] {
@@ -41,7 +60,7 @@ impl<'a> Item<'a> {
     /// [`external`](Self::external)).
     #[inline]
     pub fn value(&self) -> &'a [u8] {
-        self.raw.value()
+        self.value
     }
 
     /// The item's value if it is [`External`] (stored with
@@ -52,7 +71,7 @@ impl<'a> Item<'a> {
     #[inline]
     pub fn external(&self) -> Option<External> {
         if self.raw.is_external() {
-            External::decode(self.raw.value())
+            External::decode(self.value)
         } else {
             None
         }
