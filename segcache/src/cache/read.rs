@@ -31,8 +31,16 @@ impl Segcache {
     /// sharded cache, which hashes once to pick the shard).
     #[inline(always)]
     pub(crate) fn get_hashed(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
+        self.read_marked(key, hash).map(|(item, _)| item)
+    }
+
+    /// A plain read: `get`'s item and the marks it had before this read
+    /// (which sets `fetched`). In a settled table the key compare places
+    /// the value and reads the meta byte, so neither is decoded again.
+    #[inline(always)]
+    fn read_marked(&mut self, key: &[u8], hash: u64) -> Option<(Item<'_>, u8)> {
         if self.is_unsettled() {
-            return self.get_unsettled(key, hash);
+            return self.read_unsettled(key, hash);
         }
         let probe = self.table.probe_home(hash);
         if probe.proves_absent() {
@@ -51,23 +59,24 @@ impl Segcache {
         // just now, and a hit changes no segment (it only bumps the
         // table's counter; an expired item returned `None`).
         let (raw, segs, value) = unsafe { self.segs.fetch_spanned(loc, span) };
-        Some(Item {
+        let found = Item {
             raw,
             segs,
             loc,
             now,
             value,
-        })
+        };
+        Some((found, span.bits & item::MARKS))
     }
 
-    /// [`get_hashed`](Self::get_hashed) while a delayed flush is pending or
-    /// the table grows.
+    /// [`read_marked`](Self::read_marked) while a delayed flush is pending
+    /// or the table grows.
     #[cold]
     #[inline(never)]
-    fn get_unsettled(&mut self, key: &[u8], hash: u64) -> Option<Item<'_>> {
+    fn read_unsettled(&mut self, key: &[u8], hash: u64) -> Option<(Item<'_>, u8)> {
         let (loc, now) = self.hit_slow(key, hash)?;
-        let (raw, segs, _) = self.segs.fetch(loc);
-        Some(Item::new(raw, segs, loc, now))
+        let (raw, segs, marks) = self.segs.fetch(loc);
+        Some((Item::new(raw, segs, loc, now), marks))
     }
 
     /// True while a read (or a plain delete) must take the general path: a
@@ -153,48 +162,17 @@ impl Segcache {
         Some(f(value, flags))
     }
 
-    /// The counted part of a plain read: finds the key's live item,
-    /// counts a hit (and the access, for eviction) or a miss, and returns
-    /// the item's location and the time it was read at. `get` and
-    /// `get_value_with` spell its settled branch out themselves, each
-    /// with its own fetch (one shared tail measured slower for `get`:
-    /// BENCHMARKS.md §3).
-    ///
-    /// The common case stays inline and short: no delayed flush pending,
-    /// no table growing. A miss whose tags say no reads one control word
-    /// and no clock; the clock is read once an entry is found.
-    #[inline(always)]
-    fn hit(&mut self, key: &[u8], hash: u64) -> Option<(Location, u32)> {
-        if self.is_unsettled() {
-            return self.hit_slow(key, hash);
-        }
-        let probe = self.table.probe_home(hash);
-        if probe.proves_absent() {
-            self.counters.misses += 1;
-            return None;
-        }
-        self.hit_probed(key, hash, probe)
-    }
-
-    /// [`hit`](Self::hit) in a settled table (no flush pending, no growth)
-    /// from a [`HashTable::probe_home`] of `hash`.
-    #[inline(always)]
-    fn hit_probed(&mut self, key: &[u8], hash: u64, probe: HomeProbe) -> Option<(Location, u32)> {
-        let (loc, now, ()) = self.hit_probed_by(
-            hash,
-            probe,
-            #[inline(always)]
-            move |segs, at| key_is(segs, at, key).then_some(()),
-        )?;
-        Some((loc, now))
-    }
-
-    /// [`hit_probed`](Self::hit_probed) with the key compare given as
-    /// `compare`, which also answers what it read of the item it matched
-    /// (`T`: a [`ValueSpan`](crate::item::ValueSpan) for a read that hands the value out).
-    /// `compare` must match exactly the items whose key is the one looked
-    /// up (an empty or over-long key matches none: lengths are compared
-    /// first, so such a key needs no check of its own here).
+    /// The counted part of a plain read, in a settled table (no flush
+    /// pending, no growth), from a [`HashTable::probe_home`] of `hash`:
+    /// finds the key's live item, counts a hit (and the access, for
+    /// eviction) or a miss, and returns the item's location, the time it
+    /// was read at and what `compare` answered for it. `compare` matches
+    /// exactly the items whose key is the one looked up (an empty or
+    /// over-long key matches none: lengths are compared first, so such a
+    /// key needs no check of its own here) and also answers what it read
+    /// of the item it matched (a [`ValueSpan`](crate::item::ValueSpan)
+    /// for the reads here). A miss whose tags say no reads one control
+    /// word and no clock; the clock is read once an entry is found.
     #[inline(always)]
     fn hit_probed_by<T>(
         &mut self,
@@ -366,9 +344,7 @@ impl Segcache {
     /// [`Found::refill_plain`]).
     #[inline(always)]
     pub(crate) fn read_plain(&mut self, key: &[u8], hash: u64) -> Option<(Item<'_>, u8)> {
-        let (loc, now) = self.hit(key, hash)?;
-        let (raw, segs, marks) = self.segs.fetch(loc);
-        Some((Item::new(raw, segs, loc, now), marks))
+        self.read_marked(key, hash)
     }
 
     /// [`read`](Self::read) with the key's hash already computed, copying
