@@ -271,6 +271,47 @@ fn inline_set_and_delete_edges() {
 }
 
 #[test]
+fn get_hands_out_the_value_and_marks_the_item_fetched() {
+    let (mut c, _clock) = small(Eviction::Merge);
+    let hit_before = |c: &mut Segcache, key: &str| {
+        let found = c.read(key, &GetOpts::default()).unwrap().unwrap();
+        found.hit_before
+    };
+    // Short values, a value of 256 bytes (a long header) and flags.
+    let long = vec![b'x'; 300];
+    c.set("short", "value", 9, secs(100)).unwrap();
+    c.set("long", &long, 0, None).unwrap();
+    c.set("unread", "u", 0, None).unwrap();
+    // Read with the table settled, then while a delayed flush is pending
+    // (the general path): each read gives the value and flags in place
+    // and marks the item, so the next meta read says it was fetched.
+    for pending in [false, true] {
+        if pending {
+            c.set("short", "value", 9, secs(100)).unwrap();
+            c.set("long", &long, 0, None).unwrap();
+            c.flush_after(Duration::from_secs(3600));
+            assert!(c.flush_pending());
+        }
+        let item = c.get("short").unwrap();
+        assert_eq!((item.value(), item.flags()), (&b"value"[..], 9));
+        let item = c.get("long").unwrap();
+        assert_eq!((item.value(), item.key()), (&long[..], &b"long"[..]));
+        // A second `get` finds the mark set and reads the same.
+        assert_eq!(c.get("long").unwrap().value(), &long[..]);
+        assert!(hit_before(&mut c, "short"), "pending flush: {pending}");
+        assert!(hit_before(&mut c, "long"), "pending flush: {pending}");
+    }
+    assert!(!hit_before(&mut c, "unread"));
+    // A rewrite starts unfetched; the lean read leaves it so.
+    c.set("short", "other", 1, None).unwrap();
+    assert_eq!(
+        c.get_value_with("short", |v, f| (v.to_vec(), f)),
+        Some((b"other".to_vec(), 1))
+    );
+    assert!(!hit_before(&mut c, "short"));
+}
+
+#[test]
 fn lean_read_counts_like_get_but_leaves_no_mark() {
     let (mut c, clock) = small(Eviction::Merge);
     c.set("k", "value", 9, secs(100)).unwrap();
