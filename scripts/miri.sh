@@ -39,6 +39,7 @@ SKIP=(
     eviction::tests::merges_while_the_table_drains_move_the_right_entries
     eviction::tests::overwrites_within_the_heap_are_compacted_not_evicted
     eviction::tests::small_compaction_packs_thirty_day_items_only_within_its_spread
+    external::tests::refusals_change_nothing_and_keep_ownership
     hashtable::tests::frequency_saturates
     hashtable::tests::full_windows_borrow_free_slots_from_far_away
     hashtable::tests::grows_when_windows_fill_and_drains_incrementally

@@ -1,6 +1,6 @@
 """Cache lines per call, counted by valgrind's cache simulator in
 bench.py's configuration (100,000 resident str keys, heap twice the item
-bytes, table sized for the keys, two untimed fills, one shared value).
+bytes, the table grown to the keys, two untimed fills, one shared value).
 
 instructions.py counts the work of a call with 1,000 hot keys, which
 stay in L1. This counts what a call misses when the keys are as many as
@@ -38,7 +38,7 @@ import tempfile
 from bench import require_optimised
 
 CHILD = r"""
-import math, sys
+import sys
 name, op, passes, vlen, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 keys = [f"key:{i}" for i in range(n)]
 value = b"v" * vlen
@@ -47,8 +47,7 @@ if name == "cachebox":
     c = cachebox.LRUCache(n)
 else:
     import segcache
-    hash_power = max(10, math.ceil(math.log2(n / 7 / 0.75)))
-    c = segcache.Cache(heap_size=max(16 << 20, n * (vlen + 40) * 2), hash_power=hash_power)
+    c = segcache.Cache(heap_size=max(16 << 20, n * (vlen + 40) * 2))
 def run(c=c, keys=keys, value=value):
     for _ in range(2):
         for k in keys:
@@ -118,6 +117,9 @@ def main() -> None:
     ap.add_argument("--so", help="a _segcache shared object to use instead of the installed one")
     ap.add_argument("--by-file", action="store_true", help="split segcache's rows by source file (needs line tables)")
     args = ap.parse_args()
+    unknown = set(args.caches.split(",")) - {"segcache", "cachebox"}
+    if unknown:
+        raise SystemExit(f"unknown caches {sorted(unknown)}: segcache, cachebox")
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind not found")
     tmp = tempfile.mkdtemp(prefix="segcache-lines-")
