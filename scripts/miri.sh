@@ -6,7 +6,7 @@
 # so the tests that take more than ~10 ms natively are skipped (the
 # SKIP list below: the long model and eviction runs, whose unsafe paths
 # the quick tests reach too), and so are those Miri cannot run: a heap in
-# a file (it has no fstatvfs, mmap of files or mincore) and the
+# a file or a count of resident pages (it has no fstatvfs, mmap of files or mincore) and the
 # statistical hash test. About 30-45 minutes on one core.
 # Installs the nightly toolchain's miri and rust-src components if needed.
 set -euo pipefail
@@ -40,6 +40,7 @@ SKIP=(
     eviction::tests::overwrites_within_the_heap_are_compacted_not_evicted
     eviction::tests::small_compaction_packs_thirty_day_items_only_within_its_spread
     external::tests::refusals_change_nothing_and_keep_ownership
+    external::tests::withheld_segments_give_their_pages_back
     hashtable::tests::frequency_saturates
     hashtable::tests::full_windows_borrow_free_slots_from_far_away
     hashtable::tests::grows_when_windows_fill_and_drains_incrementally
