@@ -439,6 +439,25 @@ impl Segcache {
         self.execute_hashed(request, hash)
     }
 
+    /// A [`Request::Store`]'s step, as [`execute`](Self::execute) runs it
+    /// (the key's hash already computed): a plain set takes `set`'s short
+    /// path (the same checks, errors and effects; no CAS token asked
+    /// for), any other store the general one.
+    #[inline(always)]
+    pub(crate) fn run_store<B: AsRef<[u8]>>(
+        &mut self,
+        store: &Store<B>,
+        hash: u64,
+    ) -> Result<u64, Error> {
+        if store.is_plain_set() {
+            let (key, value) = (store.key.as_ref(), store.value.as_ref());
+            self.set_hashed(key, hash, value, store.flags, store.ttl)
+                .map(|()| 0)
+        } else {
+            self.store_hashed(store, hash)
+        }
+    }
+
     /// [`execute`](Self::execute) with the request key's hash already
     /// computed (anything for a request without a key).
     pub(crate) fn execute_hashed<B: AsRef<[u8]>>(
@@ -459,19 +478,7 @@ impl Segcache {
             Request::Get { key, opts } => {
                 Response::Get(self.read_reusing(key.as_ref(), hash, opts, &mut None))
             }
-            // The short write: a plain set is `set`'s path (the same
-            // checks, errors and effects; no CAS token asked for).
-            Request::Store(store) if store.is_plain_set() => Response::Stored(
-                self.set_hashed(
-                    store.key.as_ref(),
-                    hash,
-                    store.value.as_ref(),
-                    store.flags,
-                    store.ttl,
-                )
-                .map(|()| 0),
-            ),
-            Request::Store(store) => Response::Stored(self.store_hashed(store, hash)),
+            Request::Store(store) => Response::Stored(self.run_store(store, hash)),
             Request::Delete { key, opts } => {
                 Response::Deleted(self.delete_hashed(key.as_ref(), hash, opts))
             }

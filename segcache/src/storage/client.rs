@@ -7,6 +7,7 @@
 //! on a path documented as non-blocking.
 
 use super::*;
+use crate::hashtable::hash_key;
 
 /// A pipelining client of the storage thread: submit many requests, then
 /// collect the replies in order. One per worker thread (`Send`, not
@@ -557,7 +558,14 @@ impl StorageHandle {
             cas,
             ..Store::new(mode, key, value)
         };
-        expect_reply!(self.call_ref(Request::Store(store))?, Stored).map(drop)
+        // Run here, the step `execute` would take, with no request or
+        // response built around it; queued, the request as any other.
+        let hash = hash_key(key);
+        if let Some(result) = self.run_here(|cache| cache.run_store(&store, hash)) {
+            return result?.map(drop);
+        }
+        let request = Request::Store(store).map_bytes(|bytes| bytes.to_vec());
+        expect_reply!(self.call_queued(request)?, Stored).map(drop)
     }
 
     /// See [`Segcache::set`].

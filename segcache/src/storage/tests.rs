@@ -509,3 +509,84 @@ fn the_handles_get_makes_no_token_and_gets_hands_one_out() {
     handle.shutdown();
     thread.join().unwrap();
 }
+
+/// Every store shorthand of the handle answers as the same call on a
+/// cache of one's own, run here (combining) or handed to the storage
+/// thread (combining off), failures included, and leaves the same value.
+#[test]
+fn the_handles_stores_answer_as_the_cache_does_here_and_queued() {
+    for combining in [true, false] {
+        let (handle, thread) = Segcache::builder()
+            .spawn_storage(StorageConfig {
+                combining,
+                ..StorageConfig::default()
+            })
+            .unwrap();
+        let mut own = Segcache::builder().build().unwrap();
+        let too_large = vec![b'x'; own.max_value_len(1) + 1];
+        let key_too_long = vec![b'k'; 251];
+        let mut steps: Vec<(&str, Vec<u8>, Vec<u8>)> = vec![
+            ("set", b"a".to_vec(), b"1".to_vec()),
+            ("add", b"a".to_vec(), b"2".to_vec()),
+            ("add", b"b".to_vec(), b"3".to_vec()),
+            ("replace", b"c".to_vec(), b"4".to_vec()),
+            ("replace", b"b".to_vec(), b"5".to_vec()),
+            ("append", b"b".to_vec(), b"6".to_vec()),
+            ("prepend", b"b".to_vec(), b"7".to_vec()),
+            ("append", b"c".to_vec(), b"8".to_vec()),
+            ("set", Vec::new(), b"9".to_vec()),
+            ("set", key_too_long, b"10".to_vec()),
+            ("set", b"d".to_vec(), too_large),
+        ];
+        steps.push(("set", b"a".to_vec(), b"11".to_vec()));
+        for (op, key, value) in &steps {
+            let (theirs, ours) = match *op {
+                "set" => (
+                    handle.set(key, value, 3, None),
+                    own.set(key, value, 3, None),
+                ),
+                "add" => (
+                    handle.add(key, value, 3, None),
+                    own.add(key, value, 3, None),
+                ),
+                "replace" => (
+                    handle.replace(key, value, 3, None),
+                    own.replace(key, value, 3, None),
+                ),
+                "append" => (handle.append(key, value), own.append(key, value)),
+                _ => (handle.prepend(key, value), own.prepend(key, value)),
+            };
+            assert_eq!(theirs, ours, "{op} {key:?} (combining {combining})");
+        }
+        // Both ways taken: run by the caller, or every one by the thread.
+        let ran_here = handle.counters().client_jobs;
+        if combining {
+            assert!(ran_here >= steps.len() as u64, "{ran_here} run here");
+        } else {
+            assert_eq!(ran_here, 0);
+        }
+        // CAS: a stale token is refused, the current one accepted.
+        let token = own.get("a").unwrap().cas();
+        let theirs = handle.gets("a").unwrap().unwrap().cas();
+        assert_eq!(
+            handle.cas("a", "12", 0, None, theirs.wrapping_add(1)),
+            Err(Error::Exists)
+        );
+        assert_eq!(
+            own.cas("a", "12", 0, None, token.wrapping_add(1)),
+            Err(Error::Exists)
+        );
+        handle.cas("a", "12", 0, None, theirs).unwrap();
+        own.cas("a", "12", 0, None, token).unwrap();
+        for key in ["a", "b", "c", "d"] {
+            let theirs = handle
+                .get(key)
+                .unwrap()
+                .map(|i| (i.value().to_vec(), i.flags()));
+            let ours = own.get(key).map(|i| (i.value().to_vec(), i.flags()));
+            assert_eq!(theirs, ours, "{key} (combining {combining})");
+        }
+        handle.shutdown();
+        thread.join().unwrap();
+    }
+}
