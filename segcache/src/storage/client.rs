@@ -651,8 +651,18 @@ impl StorageHandle {
 
     /// See [`Segcache::delete`].
     pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<bool, Error> {
-        let (key, opts) = (key.as_ref(), DeleteOpts::default());
-        match expect_reply!(self.call_ref(Request::Delete { key, opts })?, Deleted) {
+        let key = key.as_ref();
+        // Run here, `Segcache::delete` itself (no request or response
+        // built around it, as a store); queued, the request.
+        let hash = hash_key(key);
+        if let Some(deleted) = self.run_here(|cache| cache.remove_hashed(key, hash)) {
+            return deleted;
+        }
+        let request = Request::Delete {
+            key: key.to_vec(),
+            opts: DeleteOpts::default(),
+        };
+        match expect_reply!(self.call_queued(request)?, Deleted) {
             Ok(()) => Ok(true),
             Err(Error::NotFound) => Ok(false),
             Err(e) => Err(e),

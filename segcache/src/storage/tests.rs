@@ -510,11 +510,11 @@ fn the_handles_get_makes_no_token_and_gets_hands_one_out() {
     thread.join().unwrap();
 }
 
-/// Every store shorthand of the handle answers as the same call on a
+/// Every store shorthand of the handle, and its delete, answers as the same call on a
 /// cache of one's own, run here (combining) or handed to the storage
 /// thread (combining off), failures included, and leaves the same value.
 #[test]
-fn the_handles_stores_answer_as_the_cache_does_here_and_queued() {
+fn the_handles_stores_and_deletes_answer_as_the_cache_does_here_and_queued() {
     for combining in [true, false] {
         let (handle, thread) = Segcache::builder()
             .spawn_storage(StorageConfig {
@@ -578,6 +578,10 @@ fn the_handles_stores_answer_as_the_cache_does_here_and_queued() {
         );
         handle.cas("a", "12", 0, None, theirs).unwrap();
         own.cas("a", "12", 0, None, token).unwrap();
+        // Deletes: a hit, a miss, a bad key.
+        for key in [&b"b"[..], b"c", b"b", b""] {
+            assert_eq!(handle.delete(key), Ok(own.delete(key)), "delete {key:?}");
+        }
         for key in ["a", "b", "c", "d"] {
             let theirs = handle
                 .get(key)
