@@ -510,9 +510,10 @@ fn the_handles_get_makes_no_token_and_gets_hands_one_out() {
     thread.join().unwrap();
 }
 
-/// Every store shorthand of the handle, and its delete, answers as the same call on a
-/// cache of one's own, run here (combining) or handed to the storage
-/// thread (combining off), failures included, and leaves the same value.
+/// Every store shorthand of the handle, and its delete, answers as the
+/// same call on a cache of one's own, run here (combining) or handed to
+/// the storage thread (combining off), failures included, and leaves the
+/// same values.
 #[test]
 fn the_handles_stores_and_deletes_answer_as_the_cache_does_here_and_queued() {
     for combining in [true, false] {
@@ -525,7 +526,7 @@ fn the_handles_stores_and_deletes_answer_as_the_cache_does_here_and_queued() {
         let mut own = Segcache::builder().build().unwrap();
         let too_large = vec![b'x'; own.max_value_len(1) + 1];
         let key_too_long = vec![b'k'; 251];
-        let mut steps: Vec<(&str, Vec<u8>, Vec<u8>)> = vec![
+        let steps: Vec<(&str, Vec<u8>, Vec<u8>)> = vec![
             ("set", b"a".to_vec(), b"1".to_vec()),
             ("add", b"a".to_vec(), b"2".to_vec()),
             ("add", b"b".to_vec(), b"3".to_vec()),
@@ -537,8 +538,8 @@ fn the_handles_stores_and_deletes_answer_as_the_cache_does_here_and_queued() {
             ("set", Vec::new(), b"9".to_vec()),
             ("set", key_too_long, b"10".to_vec()),
             ("set", b"d".to_vec(), too_large),
+            ("set", b"a".to_vec(), b"11".to_vec()),
         ];
-        steps.push(("set", b"a".to_vec(), b"11".to_vec()));
         for (op, key, value) in &steps {
             let (theirs, ours) = match *op {
                 "set" => (
