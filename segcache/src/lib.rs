@@ -152,6 +152,7 @@ mod segments;
 mod sharded;
 pub mod storage;
 mod ttl;
+mod warm;
 mod windows;
 
 #[cfg(any(test, fuzzing))]

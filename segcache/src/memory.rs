@@ -11,6 +11,9 @@ use std::fs::OpenOptions;
 use std::io;
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::warm::{self, Frontier, Warmer};
 
 /// Segment storage: anonymous memory, or a file mapped shared (one map
 /// either way, so reaching the bytes costs no branch).
@@ -18,6 +21,9 @@ pub(crate) struct Heap {
     map: memmap2::MmapMut,
     /// The datapool file, when the heap lives in one.
     path: Option<PathBuf>,
+    /// Shared with the background thread that makes pages resident ahead
+    /// of use, when it serves this heap ([`Heap::populate_ahead`]).
+    ahead: Option<Arc<Frontier>>,
 }
 
 impl Heap {
@@ -26,7 +32,11 @@ impl Heap {
     pub(crate) fn anon(len: usize) -> io::Result<Heap> {
         let map = memmap2::MmapMut::map_anon(len)?;
         advise_huge_pages(&map);
-        Ok(Heap { map, path: None })
+        Ok(Heap {
+            map,
+            path: None,
+            ahead: None,
+        })
     }
 
     /// Maps `path` (created, and sized to `len`, if need be) as the heap.
@@ -86,6 +96,7 @@ impl Heap {
         Ok(Heap {
             map,
             path: Some(path.to_path_buf()),
+            ahead: None,
         })
     }
 
@@ -164,6 +175,46 @@ impl Heap {
         }
         touch_pages(&mut self.map);
         Ok(())
+    }
+}
+
+impl Heap {
+    /// Hands an anonymous heap to the background thread that makes its
+    /// pages resident a little ahead of the writes (`crate::warm`), which
+    /// [`Heap::note_used`] then keeps informed. A datapool's heap is left
+    /// alone (its pages are its file's).
+    pub(crate) fn populate_ahead(&mut self) {
+        if self.path.is_some() || self.ahead.is_some() || self.map.is_empty() {
+            return;
+        }
+        let frontier = Arc::new(Frontier::default());
+        let base = self.map.as_mut_ptr() as usize;
+        warm::register(Warmer::new(frontier.clone(), base, self.map.len()));
+        self.ahead = Some(frontier);
+    }
+
+    /// Bytes from the start the writes have reached, as the background
+    /// thread sees it (tests).
+    #[cfg(test)]
+    pub(crate) fn used(&self) -> Option<usize> {
+        self.ahead.as_ref().map(|f| f.used())
+    }
+
+    /// Notes that writes have reached the heap's first `end` bytes.
+    #[inline]
+    pub(crate) fn note_used(&self, end: usize) {
+        if let Some(frontier) = &self.ahead {
+            frontier.note_used(end);
+        }
+    }
+}
+
+impl Drop for Heap {
+    fn drop(&mut self) {
+        // Before the map field unmaps: no warming step runs from here on.
+        if let Some(frontier) = &self.ahead {
+            frontier.close();
+        }
     }
 }
 

@@ -328,6 +328,7 @@ impl Segments {
     /// Takes a segment off the free list, ready for writes.
     pub(crate) fn alloc(&mut self, now: u32, ttl_bucket: u16) -> Option<u32> {
         let id = self.free.pop()?;
+        self.data.note_used((id as usize + 1) * self.segment_size);
         let h = &mut self.headers[id as usize];
         debug_assert_eq!(h.state, SegState::Free);
         *h = SegmentHeader {

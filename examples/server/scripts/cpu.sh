@@ -7,7 +7,7 @@
 # generator completed in it. Rounds are interleaved (every server at every
 # rate, then again) and the median and range over rounds are reported,
 # with the context switches per request (all the server's threads) and
-# p999 at each rate.
+# p50 and p999 at each rate.
 #
 # On loopback the kernel work of a TCP segment (transmit, and delivery
 # into the receiving socket) is charged to the process that transmits it,
@@ -152,7 +152,7 @@ for round in $(seq 1 "$ROUNDS"); do
             us="$(python3 -c "print(f'{($after - $before) / $TICKS * 1e6 / max(1, $done_reqs):.2f}')")"
             cs="$(python3 -c "print(f'{($cs_after - $cs_before) / max(1, $done_reqs):.3f}')")"
             both="$(python3 -c "print(f'{$us + $(field cpu_us "$line") / max(1, $done_reqs):.2f}')")"
-            echo "$server $rate $round $us $(field p999_us "$line") $(field achieved "$line") $cs $both" >>"$RESULTS"
+            echo "$server $rate $round $us $(field p999_us "$line") $(field achieved "$line") $cs $both $(field p50_us "$line")" >>"$RESULTS"
         done
         stop_pid "$T_PID"
     done
@@ -169,19 +169,22 @@ servers, rates = sys.argv[2].split(), sys.argv[3].split()
 print("| rate (req/s) | " + " | ".join(f"{s} CPU µs/req" for s in servers) + " | " +
       " | ".join(f"{s} + loadgen µs/req" for s in servers) + " | " +
       " | ".join(f"{s} ctx sw/req" for s in servers) + " | " +
+      " | ".join(f"{s} p50 µs" for s in servers) + " | " +
       " | ".join(f"{s} p999 µs" for s in servers) + " |")
-print("| ---: | " + " | ".join("---:" for _ in servers * 4) + " |")
+print("| ---: | " + " | ".join("---:" for _ in servers * 5) + " |")
 for r in rates:
-    cpu, both, cs, p999 = [], [], [], []
+    cpu, both, cs, p50, p999 = [], [], [], [], []
     for s in servers:
         mine = [x for x in rows if x[0] == s and x[1] == r]
         us = sorted(float(x[3]) for x in mine)
         lat = sorted(float(x[4]) for x in mine)
         sw = sorted(float(x[6]) for x in mine)
         tot = sorted(float(x[7]) for x in mine)
+        mid = sorted(float(x[8]) for x in mine)
         cpu.append(f"{statistics.median(us):.2f} [{us[0]:.2f}-{us[-1]:.2f}]")
         both.append(f"{statistics.median(tot):.2f} [{tot[0]:.2f}-{tot[-1]:.2f}]")
         cs.append(f"{statistics.median(sw):.2f}")
+        p50.append(f"{statistics.median(mid):.0f}")
         p999.append(f"{statistics.median(lat):.0f}")
-    print(f"| {r} | " + " | ".join(cpu) + " | " + " | ".join(both) + " | " + " | ".join(cs) + " | " + " | ".join(p999) + " |")
+    print(f"| {r} | " + " | ".join(cpu) + " | " + " | ".join(both) + " | " + " | ".join(cs) + " | " + " | ".join(p50) + " | " + " | ".join(p999) + " |")
 PY

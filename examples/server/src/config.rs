@@ -166,7 +166,9 @@ pub struct Cli {
     pub enable_shutdown: bool,
     /// Make the whole heap resident at start, as memcached's `-L`: the
     /// first fill pays no page faults, and a heap the machine cannot give
-    /// fails the start instead of slowing writes later.
+    /// fails the start instead of slowing writes later. Without it an
+    /// idle-priority thread makes the pages resident 8MiB ahead of the
+    /// writes.
     #[arg(long)]
     pub prefault: bool,
     /// Several workers share one sharded cache, each shard behind its own

@@ -189,7 +189,12 @@ impl Server {
             .heap_size(config.heap_size)
             .segment_size(config.segment_size)
             .eviction(config.eviction)
-            .prefault(config.prefault);
+            .prefault(config.prefault)
+            // Without --prefault, a background thread keeps the heap's
+            // pages resident ahead of the writes: a first write into a
+            // fresh 2 MiB huge page would otherwise stall every request
+            // behind it while the kernel zeroes it.
+            .populate_ahead(true);
         if let Some(p) = config.hash_power {
             builder = builder.hash_power(p);
         }

@@ -253,3 +253,81 @@ fn prefault_makes_the_heap_resident_at_start() {
     conn.expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
     conn.expect(b"get k\r\n", b"VALUE k 0 1\r\nv\r\nEND\r\n");
 }
+
+/// Names of the server's threads (`/proc/PID/task/*/comm`).
+fn threads(pid: u32) -> Vec<String> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_string())
+        .collect()
+}
+
+/// Whether `done` holds within ten seconds (polled every 10 ms).
+fn within_seconds(mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    done()
+}
+
+/// Without `--prefault` the heap is made resident a little ahead of the
+/// writes by a thread of its own (the crate's `populate_ahead`), not all
+/// at once: RSS stays far below the heap, the thread runs while fresh heap
+/// is left, and it is gone once the whole heap is resident. With
+/// `--prefault` the heap is resident from the start and no such thread
+/// runs.
+#[test]
+fn the_heap_is_made_resident_ahead_of_the_writes_not_all_at_once() {
+    const WARM: &str = "segcache-warm";
+    for shape in [
+        &["--workers", "1"][..],
+        &["--workers", "2", "--shared-cache"],
+    ] {
+        let mut args = vec!["--heap-size", "512MiB"];
+        args.extend_from_slice(shape);
+        let server = Server::start(&args);
+        let pid = server.pid();
+        let mut conn = server.connect();
+        conn.expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+        assert!(
+            threads(pid).iter().any(|t| t == WARM),
+            "{shape:?}: {:?}",
+            threads(pid)
+        );
+        // 8 MiB ahead of each heap (or shard), not 512 MiB.
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            rss(pid) < 160 * MIB,
+            "{shape:?}: RSS {} MiB",
+            rss(pid) / MIB
+        );
+        assert!(threads(pid).iter().any(|t| t == WARM), "{shape:?}");
+        conn.expect(b"get k\r\n", b"VALUE k 0 1\r\nv\r\nEND\r\n");
+    }
+
+    // A heap no larger than the distance ahead is soon wholly resident,
+    // and the thread ends.
+    let server = Server::start(&["--heap-size", "8MiB", "--workers", "1"]);
+    let pid = server.pid();
+    assert!(
+        within_seconds(|| !threads(pid).iter().any(|t| t == WARM)),
+        "{:?}",
+        threads(pid)
+    );
+    assert!(rss(pid) >= 8 * MIB, "RSS {} KiB", rss(pid) >> 10);
+    server
+        .connect()
+        .expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+
+    let server = Server::start(&["--heap-size", "512MiB", "--workers", "1", "--prefault"]);
+    let pid = server.pid();
+    assert!(rss(pid) >= 512 * MIB);
+    assert!(!threads(pid).iter().any(|t| t == WARM));
+}
