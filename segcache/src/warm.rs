@@ -138,6 +138,7 @@ impl Warmer {
 /// Faults `[at, at + len)` in as a write would; false if the kernel
 /// refused (a kernel before 5.14, or memory it cannot give).
 fn populate(at: usize, len: usize) -> bool {
+    debug_assert_eq!(at % 4096, 0, "madvise needs a page-aligned start");
     #[cfg(all(target_os = "linux", not(miri)))]
     {
         // SAFETY: the caller holds the range's heap's `gone` lock and found
