@@ -84,6 +84,14 @@
 //! add 44 bytes per segment. [`Segcache::stats`] reports every byte
 //! allocated.
 //!
+//! The heap is reserved at build and becomes resident as writes first
+//! reach it, in 2 MiB huge pages where the kernel allows (fewer TLB
+//! misses on reads); the first write into each waits while the kernel
+//! zeroes it (up to milliseconds on a VM). [`Builder::prefault`] makes
+//! the whole heap resident at build instead, and
+//! [`Builder::populate_ahead`] has a background thread keep it resident
+//! 8 MiB ahead of the writes (the server turns it on).
+//!
 //! [`External`] values (a handle to memory the owner keeps, with its
 //! weight; [`Segcache::set_external`]) are not copied: the item holds the
 //! 12-byte handle, and the heap gives up whole segments (their pages
@@ -129,7 +137,9 @@
 //! and their share of it), `cache` (the operations), [`ops`] (the operation
 //! vocabulary), `sharded`, [`storage`] (the storage thread), `batch`
 //! ([`Batch`]: the storage thread's request arena), `flight` (single-flight
-//! for `get_or_insert_with`), `builder`, `clock`, `persist` (warm restart).
+//! for `get_or_insert_with`), `builder`, `clock`, `persist` (warm restart),
+//! `memory` (the heap's mapping) and `warm` (making it resident ahead of
+//! the writes).
 
 #![warn(missing_docs)]
 
