@@ -40,8 +40,8 @@ const MAX_PAUSE: Duration = Duration::from_millis(250);
 pub(crate) struct Frontier {
     /// Bytes from the heap's start used so far (a hint: relaxed).
     used: AtomicUsize,
-    /// True once the heap is unmapped; a step runs only while it holds
-    /// this lock and finds it false.
+    /// True from the heap's drop on (set before it unmaps); a step runs
+    /// only while it holds this lock and finds it false.
     gone: Mutex<bool>,
 }
 
