@@ -195,7 +195,7 @@ impl Heap {
 
     /// Bytes from the start the writes have reached, as the background
     /// thread sees it (tests).
-    #[cfg(test)]
+    #[cfg(all(test, target_os = "linux", not(miri)))]
     pub(crate) fn used(&self) -> Option<usize> {
         self.ahead.as_ref().map(|f| f.used())
     }

@@ -53,7 +53,7 @@ impl Frontier {
     }
 
     /// Bytes from the heap's start used so far.
-    #[cfg(test)]
+    #[cfg(all(test, target_os = "linux", not(miri)))]
     pub(crate) fn used(&self) -> usize {
         self.used.load(Ordering::Relaxed)
     }
@@ -240,7 +240,7 @@ fn idle_priority() {
 }
 
 /// Warmers the thread still serves (tests).
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux", not(miri)))]
 pub(crate) fn registered() -> usize {
     lock(&REGISTRY).warmers.len()
 }
