@@ -301,13 +301,10 @@ fn the_heap_is_made_resident_ahead_of_the_writes_not_all_at_once() {
             "{shape:?}: {:?}",
             threads(pid)
         );
-        // 8 MiB ahead of each heap (or shard), not 512 MiB.
+        // 8 MiB ahead of each heap (or shard), not 512 MiB (measured:
+        // 12.5 MB with one worker, 20.8 MB with two shards).
         std::thread::sleep(Duration::from_millis(500));
-        assert!(
-            rss(pid) < 160 * MIB,
-            "{shape:?}: RSS {} MiB",
-            rss(pid) / MIB
-        );
+        assert!(rss(pid) < 64 * MIB, "{shape:?}: RSS {} MiB", rss(pid) / MIB);
         assert!(threads(pid).iter().any(|t| t == WARM), "{shape:?}");
         conn.expect(b"get k\r\n", b"VALUE k 0 1\r\nv\r\nEND\r\n");
     }
