@@ -296,8 +296,9 @@ fn the_heap_is_made_resident_ahead_of_the_writes_not_all_at_once() {
         let pid = server.pid();
         let mut conn = server.connect();
         conn.expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
+        // (A new thread names itself once it first runs.)
         assert!(
-            threads(pid).iter().any(|t| t == WARM),
+            within_seconds(|| threads(pid).iter().any(|t| t == WARM)),
             "{shape:?}: {:?}",
             threads(pid)
         );
@@ -313,12 +314,13 @@ fn the_heap_is_made_resident_ahead_of_the_writes_not_all_at_once() {
     // and the thread ends.
     let server = Server::start(&["--heap-size", "8MiB", "--workers", "1"]);
     let pid = server.pid();
+    // (Its idle scheduling class may keep it waiting on a busy machine.)
     assert!(
-        within_seconds(|| !threads(pid).iter().any(|t| t == WARM)),
-        "{:?}",
+        within_seconds(|| rss(pid) >= 8 * MIB && !threads(pid).iter().any(|t| t == WARM)),
+        "RSS {} KiB, threads {:?}",
+        rss(pid) >> 10,
         threads(pid)
     );
-    assert!(rss(pid) >= 8 * MIB, "RSS {} KiB", rss(pid) >> 10);
     server
         .connect()
         .expect(b"set k 0 0 1\r\nv\r\n", b"STORED\r\n");
