@@ -9,6 +9,7 @@
 
 use std::fs::OpenOptions;
 use std::io;
+use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,7 +19,8 @@ use crate::warm::{self, Frontier, Warmer};
 /// Segment storage: anonymous memory, or a file mapped shared (one map
 /// either way, so reaching the bytes costs no branch).
 pub(crate) struct Heap {
-    map: memmap2::MmapMut,
+    /// Dropped by hand ([`Heap`]'s drop: it may go to the warming thread).
+    map: ManuallyDrop<memmap2::MmapMut>,
     /// The datapool file, when the heap lives in one.
     path: Option<PathBuf>,
     /// Shared with the background thread that makes pages resident ahead
@@ -33,7 +35,7 @@ impl Heap {
         let map = memmap2::MmapMut::map_anon(len)?;
         advise_huge_pages(&map);
         Ok(Heap {
-            map,
+            map: ManuallyDrop::new(map),
             path: None,
             ahead: None,
         })
@@ -94,7 +96,7 @@ impl Heap {
         // the Heap, and nothing else in this process maps the file.
         let map = unsafe { memmap2::MmapOptions::new().len(len).map_mut(&file)? };
         Ok(Heap {
-            map,
+            map: ManuallyDrop::new(map),
             path: Some(path.to_path_buf()),
             ahead: None,
         })
@@ -211,10 +213,15 @@ impl Heap {
 
 impl Drop for Heap {
     fn drop(&mut self) {
-        // Before the map field unmaps: no warming step runs from here on.
-        if let Some(frontier) = &self.ahead {
-            frontier.close();
-        }
+        // SAFETY: `drop` runs once, and nothing uses `map` after it.
+        let map = unsafe { ManuallyDrop::take(&mut self.map) };
+        // With a warmer: unmapped now unless a warming step is running on
+        // it this moment (then the warming thread unmaps it after).
+        let map = match &self.ahead {
+            Some(frontier) => frontier.close(map),
+            None => Some(map),
+        };
+        drop(map);
     }
 }
 

@@ -15,12 +15,13 @@
 //! waits instead. The resident set still grows with use, as with lazy
 //! faulting, at most [`AHEAD`] bytes past it.
 //!
-//! Must never read or write a heap's bytes, nor keep a heap mapped: a
-//! heap that is dropped tells its frontier so (under the lock a step
-//! holds, so no step runs on memory being unmapped), and its warmer is
+//! Must never read or write a heap's bytes, nor make a heap's drop wait:
+//! a heap that is dropped closes its frontier, and if a step is running
+//! on it that moment, its mapping is handed to the thread and unmapped
+//! after the step (so no step runs on unmapped memory); its warmer is
 //! then forgotten.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -40,9 +41,12 @@ const MAX_PAUSE: Duration = Duration::from_millis(250);
 pub(crate) struct Frontier {
     /// Bytes from the heap's start used so far (a hint: relaxed).
     used: AtomicUsize,
-    /// True from the heap's drop on (set before it unmaps); a step runs
-    /// only while it holds this lock and finds it false.
-    gone: Mutex<bool>,
+    /// True from the heap's drop on; a step runs only while it holds
+    /// `stepping` and finds this false.
+    closed: AtomicBool,
+    /// Held for each step (one `madvise` call), so the heap's drop knows
+    /// whether one runs; never held for anything else.
+    stepping: Mutex<()>,
 }
 
 impl Frontier {
@@ -58,10 +62,23 @@ impl Frontier {
         self.used.load(Ordering::Relaxed)
     }
 
-    /// Called by the heap before it unmaps: waits for a step in progress,
-    /// and no step starts after.
-    pub(crate) fn close(&self) {
-        *lock(&self.gone) = true;
+    /// Called by the heap's drop with its mapping: no step starts after
+    /// this. Returns the mapping to unmap now, or, when a step is running
+    /// on it this moment, hands it to the thread, which unmaps it after
+    /// that step (the heap's drop never waits on the thread: it runs in
+    /// the idle class and may wait long for a core).
+    pub(crate) fn close(&self, map: memmap2::MmapMut) -> Option<memmap2::MmapMut> {
+        self.closed.store(true, Ordering::SeqCst);
+        let idle = match self.stepping.try_lock() {
+            Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => true,
+            Err(std::sync::TryLockError::WouldBlock) => false,
+        };
+        if idle {
+            // No step holds the lock, and any step after it sees `closed`.
+            return Some(map);
+        }
+        orphan(map);
+        None
     }
 }
 
@@ -117,11 +134,11 @@ impl Warmer {
             // Up to the next huge-page boundary of the address.
             let at = self.base + self.populated;
             let end = ((at / STEP + 1) * STEP - self.base).min(self.len);
-            let gone = lock(&self.frontier.gone);
-            if *gone || !populate(at, end - self.populated) {
+            let step = lock(&self.frontier.stepping);
+            if self.frontier.closed.load(Ordering::SeqCst) || !populate(at, end - self.populated) {
                 return Warmth::Done;
             }
-            drop(gone);
+            drop(step);
             self.populated = end;
             progressed = true;
         }
@@ -141,10 +158,13 @@ fn populate(at: usize, len: usize) -> bool {
     debug_assert_eq!(at % 4096, 0, "madvise needs a page-aligned start");
     #[cfg(all(target_os = "linux", not(miri)))]
     {
-        // SAFETY: the caller holds the range's heap's `gone` lock and found
-        // it false, so the heap still maps the whole range (it is inside
-        // `[base, base + len)`, which the heap maps until `close`), and it
-        // cannot be unmapped before the call returns. `at` is page-aligned:
+        // SAFETY: the caller holds the range's heap's `stepping` lock and
+        // found it not `closed` after taking it, so the heap still maps
+        // the whole range (it is inside `[base, base + len)`), and it is
+        // not unmapped before the call returns: a drop that closes the
+        // heap meanwhile finds the lock taken and hands the mapping to
+        // this thread instead of unmapping it (`Frontier::close`), and this
+        // thread unmaps it only after the call. `at` is page-aligned:
         // the heap's base is (mmap's result) and every step ends on a
         // huge-page boundary. MADV_POPULATE_WRITE only faults pages in as
         // a write would, never changing a byte, so the heap's owner, which
@@ -162,11 +182,17 @@ fn populate(at: usize, len: usize) -> bool {
 #[derive(Default)]
 struct Registry {
     warmers: Vec<Warmer>,
+    /// Mappings of heaps dropped during a step, unmapped after the pass.
+    orphans: Vec<memmap2::MmapMut>,
+    /// How many the thread has taken out for its current pass.
+    working: usize,
     running: bool,
 }
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
     warmers: Vec::new(),
+    orphans: Vec::new(),
+    working: 0,
     running: false,
 });
 
@@ -174,6 +200,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Nothing here panics while holding a lock; a poisoned one is still
     // consistent.
     m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Hands a dropped heap's mapping to the thread, which unmaps it after
+/// its current pass; unmapped here if the thread is gone (then no step
+/// runs).
+fn orphan(map: memmap2::MmapMut) {
+    let mut reg = lock(&REGISTRY);
+    if reg.running {
+        reg.orphans.push(map);
+    } else {
+        drop(reg);
+        drop(map);
+    }
 }
 
 /// Hands `warmer` to the background thread, starting it if it is not
@@ -200,9 +239,16 @@ fn serve() {
     idle_priority();
     let mut pause = MIN_PAUSE;
     loop {
-        let mut reg = lock(&REGISTRY);
+        // Out of the registry while they work: this thread runs in the
+        // idle class and may wait long for a core, and a cache being
+        // built must not wait on it to register.
+        let mut warmers = {
+            let mut reg = lock(&REGISTRY);
+            reg.working = reg.warmers.len();
+            std::mem::take(&mut reg.warmers)
+        };
         let mut progressed = false;
-        reg.warmers.retain_mut(|w| match w.warm(AHEAD) {
+        warmers.retain_mut(|w| match w.warm(AHEAD) {
             Warmth::Progress => {
                 progressed = true;
                 true
@@ -210,11 +256,22 @@ fn serve() {
             Warmth::Idle => true,
             Warmth::Done => false,
         });
-        if reg.warmers.is_empty() {
+        let mut reg = lock(&REGISTRY);
+        // Registered meanwhile: after these.
+        warmers.append(&mut reg.warmers);
+        reg.warmers = warmers;
+        reg.working = 0;
+        // Every step of the pass is over: unmapped outside the lock.
+        let orphans = std::mem::take(&mut reg.orphans);
+        let done = reg.warmers.is_empty();
+        if done {
             reg.running = false;
-            return;
         }
         drop(reg);
+        drop(orphans);
+        if done {
+            return;
+        }
         pause = if progressed {
             MIN_PAUSE
         } else {
@@ -242,7 +299,8 @@ fn idle_priority() {
 /// Warmers the thread still serves (tests).
 #[cfg(all(test, target_os = "linux", not(miri)))]
 pub(crate) fn registered() -> usize {
-    lock(&REGISTRY).warmers.len()
+    let reg = lock(&REGISTRY);
+    reg.warmers.len() + reg.working
 }
 
 #[cfg(all(test, target_os = "linux", not(miri)))]
@@ -283,12 +341,27 @@ mod tests {
         assert_eq!(warmer.warm(6 << 20), Warmth::Done);
         assert_eq!(resident_pages(&heap), LEN / PAGE);
 
-        // A dropped heap is never warmed again.
+        // A closed heap is never warmed again.
         let heap = Heap::anon(LEN).unwrap();
         let frontier = Arc::new(Frontier::default());
         let mut warmer = Warmer::new(frontier.clone(), heap.as_ptr() as usize, LEN);
-        frontier.close();
+        let spare = memmap2::MmapMut::map_anon(4096).unwrap();
+        assert!(frontier.close(spare).is_some(), "no step: unmapped now");
         assert_eq!(warmer.warm(6 << 20), Warmth::Done);
         assert_eq!(resident_pages(&heap), 0);
+    }
+
+    #[test]
+    fn a_heap_closed_during_a_step_is_unmapped_by_the_thread_not_waited_for() {
+        let frontier = Frontier::default();
+        let map = memmap2::MmapMut::map_anon(4096).unwrap();
+        // A step holds the lock: the drop hands the mapping over, at once.
+        let step = lock(&frontier.stepping);
+        assert!(frontier.close(map).is_none());
+        drop(step);
+        // And a step that starts after finds the heap closed.
+        assert!(frontier.closed.load(Ordering::SeqCst));
+        let reg = lock(&REGISTRY);
+        assert!(reg.orphans.len() <= usize::from(reg.running));
     }
 }
