@@ -119,8 +119,8 @@ impl Warmer {
 
     /// Makes the pages up to `ahead` bytes past the frontier resident.
     pub(crate) fn warm(&mut self, ahead: usize) -> Warmth {
-        if Arc::strong_count(&self.frontier) == 1 {
-            // The heap is gone (it held the other reference).
+        if self.frontier.closed.load(Ordering::SeqCst) {
+            // The heap is gone (its drop closed the frontier).
             return Warmth::Done;
         }
         let want = self
@@ -179,7 +179,6 @@ fn populate(at: usize, len: usize) -> bool {
 }
 
 /// Every registered warmer, and whether the thread runs.
-#[derive(Default)]
 struct Registry {
     warmers: Vec<Warmer>,
     /// Mappings of heaps dropped during a step, unmapped after the pass.
